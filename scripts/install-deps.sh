@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that cistern's build, tests and benchmarks need
+# (DESIGN.md §11). Idempotent: when every package is already installed it only
+# runs dpkg-query and exits, without touching apt.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config clang clang-format clang-tidy
+  libclang-rt-14-dev llvm
+  # libraries
+  libasio-dev libprotobuf-dev protobuf-compiler librocksdb-dev libisal-dev
+  liburing-dev libfuse3-dev fuse3 libzstd-dev liblz4-dev libxxhash-dev
+  libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
+  libcpp-httplib-dev libssl-dev pybind11-dev python3-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy fio
+  etcd-server iproute2 nftables procps psmisc
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  if [[ "$status" != "installed" ]]; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

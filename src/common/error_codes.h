@@ -1,0 +1,50 @@
+// The one list of cistern error codes, grouped by subsystem.
+//
+// Each entry is X(Name, value, errno, "description"). Values are stable: they
+// travel in RPC frames and are persisted in idempotency records, so a code is
+// never renumbered or reused. Add a code only where a caller reacts to it
+// differently from every existing one (FoundationDB's rule); otherwise reuse
+// the closest code and say what happened in the message.
+//
+// Ranges: 0 ok, 1-99 common, 100-199 net/rpc, 200-299 kv, 300-399 meta,
+// 400-499 storage, 500-599 mgmtd, 600-699 client.
+#pragma once
+
+// clang-format off
+#define CISTERN_ERROR_CODES(X)                                                        \
+  X(kOk,                   0,   0,            "ok")                                 \
+  /* common */                                                                        \
+  X(kInternal,             1,   EIO,          "internal error")                     \
+  X(kInvalidArgument,      2,   EINVAL,       "invalid argument")                   \
+  X(kNotFound,             3,   ENOENT,       "not found")                          \
+  X(kAlreadyExists,        4,   EEXIST,       "already exists")                     \
+  X(kPermissionDenied,     5,   EACCES,       "permission denied")                  \
+  X(kIOError,              6,   EIO,          "I/O error")                          \
+  X(kNoSpace,              7,   ENOSPC,       "no space left")                      \
+  X(kCorruption,           8,   EIO,          "data corruption")                    \
+  X(kNotSupported,         9,   ENOTSUP,      "not supported")                      \
+  X(kResourceExhausted,    10,  EAGAIN,       "resource exhausted")                 \
+  X(kTimeout,              11,  ETIMEDOUT,    "timed out")                          \
+  X(kCancelled,            12,  ECANCELED,    "cancelled")                          \
+  X(kConfigInvalid,        13,  EINVAL,       "invalid configuration")              \
+  X(kFaultInjected,        14,  EIO,          "injected fault")                     \
+  X(kShuttingDown,         15,  ESHUTDOWN,    "shutting down")                      \
+  /* net / rpc */                                                                     \
+  X(kConnectionFailed,     100, ENOTCONN,     "connection failed")                  \
+  X(kConnectionClosed,     101, ECONNRESET,   "connection closed")                  \
+  X(kBadFrame,             102, EPROTO,       "malformed frame")                    \
+  X(kUnknownMethod,        103, ENOSYS,       "unknown RPC method")                 \
+  X(kDeadlineExceeded,     104, ETIMEDOUT,    "deadline exceeded")                  \
+  X(kBadMessage,           105, EBADMSG,      "malformed message")                  \
+  X(kPayloadTooLarge,      106, EMSGSIZE,     "payload too large")                  \
+  /* kv */                                                                            \
+  X(kTxnConflict,          200, EAGAIN,       "transaction conflict")               \
+  X(kTxnTooOld,            201, EAGAIN,       "transaction too old")                \
+  X(kTxnRetriesExhausted,  202, EBUSY,        "transaction retries exhausted")      \
+  X(kTxnTooLarge,          203, E2BIG,        "transaction too large")              \
+  X(kTxnReadOnly,          204, EROFS,        "write in a read-only transaction")   \
+  X(kTxnFinished,          205, EINVAL,       "transaction already committed")      \
+  X(kKeyTooLarge,          206, ENAMETOOLONG, "key too large")                      \
+  X(kValueTooLarge,        207, E2BIG,        "value too large")                    \
+  X(kKeyDecode,            208, EINVAL,       "malformed key")
+// clang-format on
