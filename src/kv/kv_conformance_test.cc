@@ -1,0 +1,448 @@
+// One conformance suite, run against every kv::Engine backend.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "common/fault.h"
+#include "common/random.h"
+#include "kv/key_codec.h"
+#include "kv/kv_test_util.h"
+
+namespace cistern::kv {
+namespace {
+
+class KvConformance : public ::testing::TestWithParam<EngineFactory> {
+ protected:
+  void SetUp() override { reopen(); }
+  void TearDown() override { fault::disableAll(); }
+
+  void reopen(EngineOptions o = {}) {
+    engine_.reset();
+    options_ = o;
+    engine_ = GetParam().open(dir_.path(), o);
+  }
+
+  void put(std::string_view k, std::string_view v) {
+    auto t = engine_->begin();
+    t->set(k, v);
+    ASSERT_TRUE(t->commit().ok());
+  }
+
+  std::optional<std::string> read(std::string_view k) {
+    auto t = engine_->beginRead();
+    auto r = t->get(k);
+    EXPECT_TRUE(r.ok());
+    return *r;
+  }
+
+  std::vector<std::string> keys(const RangeResult& r) {
+    std::vector<std::string> out;
+    for (auto& kv : r.kvs) out.push_back(kv.key);
+    return out;
+  }
+
+  TempDir dir_;
+  EngineOptions options_;
+  std::unique_ptr<Engine> engine_;
+};
+
+using Keys = std::vector<std::string>;
+
+TEST_P(KvConformance, MissingKeyReadsAsAbsent) {
+  EXPECT_EQ(read("nope"), std::nullopt);
+  EXPECT_EQ(engine_->name(), GetParam().name);
+}
+
+TEST_P(KvConformance, ReadYourOwnWrites) {
+  put("a", "old");
+  auto t = engine_->begin();
+  t->set("a", "new");
+  t->set("b", "2");
+  t->clear("c");
+  EXPECT_EQ(*t->get("a"), std::optional<std::string>("new"));
+  EXPECT_EQ(*t->get("b"), std::optional<std::string>("2"));
+  EXPECT_EQ(*t->get("c"), std::nullopt);
+  // Not visible to others until commit.
+  EXPECT_EQ(read("a"), "old");
+  ASSERT_TRUE(t->commit().ok());
+  EXPECT_EQ(read("a"), "new");
+  EXPECT_EQ(read("b"), "2");
+}
+
+TEST_P(KvConformance, SnapshotIsolationForReaders) {
+  put("k", "1");
+  auto reader = engine_->beginRead();
+  auto rw = engine_->begin();
+  put("k", "2");
+  put("k2", "x");
+  EXPECT_EQ(*reader->get("k"), std::optional<std::string>("1"));
+  EXPECT_EQ(*rw->get("k2"), std::nullopt);
+  EXPECT_TRUE(reader->getRange("a", "z")->kvs.size() == 1);
+  EXPECT_EQ(read("k"), "2");
+}
+
+TEST_P(KvConformance, RangeReadsOrderLimitReverseAndMore) {
+  for (std::string k : {"b", "d", "a", "c", "e"}) put(k, "v" + k);
+  auto t = engine_->beginRead();
+  EXPECT_EQ(keys(*t->getRange("a", "e")), (Keys{"a", "b", "c", "d"}));
+  auto lim = *t->getRange("a", "z", {.limit = 2});
+  EXPECT_EQ(keys(lim), (Keys{"a", "b"}));
+  EXPECT_TRUE(lim.more);
+  auto rev = *t->getRange("b", "z", {.limit = 3, .reverse = true});
+  EXPECT_EQ(keys(rev), (Keys{"e", "d", "c"}));
+  EXPECT_TRUE(rev.more);
+  auto all_rev = *t->getRange("a", "z", {.reverse = true});
+  EXPECT_EQ(keys(all_rev), (Keys{"e", "d", "c", "b", "a"}));
+  EXPECT_FALSE(all_rev.more);
+  EXPECT_EQ(all_rev.kvs[0].value, "ve");
+  EXPECT_TRUE(t->getRange("z", "a")->kvs.empty());
+}
+
+TEST_P(KvConformance, RangeReadsMergeOwnSetsClearsAndClearRanges) {
+  for (std::string k : {"a", "b", "c", "d", "e", "f"}) put(k, "old");
+  auto t = engine_->begin();
+  t->clearRange("b", "e");   // removes b c d
+  t->set("c", "new");        // set after the clear survives
+  t->clear("f");
+  t->set("bb", "ins");
+  EXPECT_EQ(keys(*t->getRange("a", "z")), (Keys{"a", "bb", "c", "e"}));
+  EXPECT_EQ(keys(*t->getRange("a", "z", {.reverse = true})), (Keys{"e", "c", "bb", "a"}));
+  EXPECT_EQ(keys(*t->getRange("a", "z", {.limit = 2, .reverse = true})), (Keys{"e", "c"}));
+  EXPECT_EQ(*t->get("d"), std::nullopt);
+  ASSERT_TRUE(t->commit().ok());
+  auto r = engine_->beginRead();
+  auto rows = *r->getRange("", "\xff");
+  EXPECT_EQ(keys(rows), (Keys{"a", "bb", "c", "e"}));
+  EXPECT_EQ(rows.kvs[2].value, "new");
+}
+
+TEST_P(KvConformance, ReadWriteConflictFailsTheReader) {
+  put("k", "0");
+  auto t1 = engine_->begin();
+  ASSERT_TRUE(t1->get("k").ok());
+  put("k", "1");  // commits after t1's read version
+  t1->set("other", "x");
+  EXPECT_EQ(t1->commit().code(), ErrorCode::kTxnConflict);
+  EXPECT_EQ(read("other"), std::nullopt);  // no effect
+}
+
+TEST_P(KvConformance, WriteWriteConflictFailsTheSecond) {
+  auto t1 = engine_->begin();
+  auto t2 = engine_->begin();
+  t1->set("k", "1");
+  t2->set("k", "2");
+  EXPECT_TRUE(t1->commit().ok());
+  EXPECT_EQ(t2->commit().code(), ErrorCode::kTxnConflict);
+  EXPECT_EQ(read("k"), "1");
+}
+
+TEST_P(KvConformance, PhantomInReadRangeConflicts) {
+  put("a", "1");
+  put("z", "1");
+  auto t1 = engine_->begin();
+  EXPECT_EQ(t1->getRange("b", "y")->kvs.size(), 0u);
+  put("m", "phantom");
+  t1->set("result", "empty");
+  EXPECT_EQ(t1->commit().code(), ErrorCode::kTxnConflict);
+}
+
+TEST_P(KvConformance, ClearRangeConflictsWithReaderOfAKeyInside) {
+  put("m", "1");
+  auto t1 = engine_->begin();
+  ASSERT_TRUE(t1->get("m").ok());
+  auto t2 = engine_->begin();
+  t2->clearRange("a", "z");
+  ASSERT_TRUE(t2->commit().ok());
+  t1->set("x", "1");
+  EXPECT_EQ(t1->commit().code(), ErrorCode::kTxnConflict);
+}
+
+TEST_P(KvConformance, LimitedRangeReadConflictsOnlyUpToLastRowReturned) {
+  for (std::string k : {"a", "b", "c"}) put(k, "1");
+  auto t1 = engine_->begin();
+  EXPECT_EQ(keys(*t1->getRange("a", "z", {.limit = 2})), (Keys{"a", "b"}));
+  put("y", "after the rows read");
+  t1->set("w", "1");
+  EXPECT_TRUE(t1->commit().ok());
+}
+
+TEST_P(KvConformance, SnapshotReadsAddNoConflict) {
+  put("k", "0");
+  auto t1 = engine_->begin();
+  ASSERT_TRUE(t1->get("k", /*snapshot=*/true).ok());
+  ASSERT_TRUE(t1->getRange("a", "z", {.snapshot = true}).ok());
+  put("k", "1");
+  put("m", "1");
+  t1->set("other", "x");
+  EXPECT_TRUE(t1->commit().ok());
+}
+
+TEST_P(KvConformance, DisjointTransactionsBothCommit) {
+  auto t1 = engine_->begin();
+  auto t2 = engine_->begin();
+  ASSERT_TRUE(t1->get("a").ok());
+  ASSERT_TRUE(t2->get("b").ok());
+  t1->set("a", "1");
+  t2->set("b", "2");
+  EXPECT_TRUE(t1->commit().ok());
+  EXPECT_TRUE(t2->commit().ok());
+  EXPECT_GT(t2->commitVersion(), t1->commitVersion());
+}
+
+TEST_P(KvConformance, CommitTwiceAndUseAfterCommitFail) {
+  auto t = engine_->begin();
+  t->set("a", "1");
+  ASSERT_TRUE(t->commit().ok());
+  EXPECT_EQ(t->commit().code(), ErrorCode::kTxnFinished);
+  EXPECT_EQ(t->get("a").code(), ErrorCode::kTxnFinished);
+}
+
+TEST_P(KvConformance, OversizedKeysValuesAndTransactionsAreRejected) {
+  EngineOptions o;
+  o.key_bytes_max = 16;
+  o.value_bytes_max = 32;
+  o.txn_bytes_max = 100;
+  reopen(o);
+  auto t1 = engine_->begin();
+  t1->set(std::string(17, 'k'), "v");
+  EXPECT_EQ(t1->commit().code(), ErrorCode::kKeyTooLarge);
+  auto t2 = engine_->begin();
+  t2->set("k", std::string(33, 'v'));
+  EXPECT_EQ(t2->commit().code(), ErrorCode::kValueTooLarge);
+  auto t3 = engine_->begin();
+  for (int i = 0; i < 10; ++i) t3->set("key" + std::to_string(i), std::string(20, 'v'));
+  EXPECT_EQ(t3->commit().code(), ErrorCode::kTxnTooLarge);
+  EXPECT_EQ(read("key0"), std::nullopt);  // nothing of a failed transaction lands
+}
+
+TEST_P(KvConformance, BoundedHistoryTurnsOldTransactionsTooOld) {
+  EngineOptions o;
+  o.conflict_history_max = 10;
+  reopen(o);
+  auto old = engine_->begin();
+  for (int i = 0; i < 30; ++i) put("k" + std::to_string(i), "v");
+  old->set("x", "1");
+  EXPECT_EQ(old->commit().code(), ErrorCode::kTxnTooOld);
+}
+
+TEST_P(KvConformance, RunTransactionRetriesConflictsThenSucceeds) {
+  put("n", "0");
+  int calls = 0;
+  Status s = runTransaction(*engine_, [&](Transaction& t) -> Status {
+    ++calls;
+    auto v = t.get("n");
+    RETURN_ON_ERROR(v);
+    if (calls == 1) put("n", "5");  // a concurrent writer invalidates the first attempt
+    t.set("n", std::to_string(std::stoi(**v) + 1));
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(read("n"), "6");
+}
+
+TEST_P(KvConformance, RunTransactionGivesUpAfterAttemptsMax) {
+  int calls = 0;
+  Status s = runTransaction(
+      *engine_,
+      [&](Transaction& t) -> Status {
+        ++calls;
+        RETURN_ON_ERROR(t.get("n"));
+        put("n", std::to_string(calls));
+        t.set("n", "mine");
+        return Status::OK();
+      },
+      {.attempts_max = 3, .backoff_ms_initial = 1, .backoff_ms_max = 1});
+  EXPECT_EQ(s.code(), ErrorCode::kTxnRetriesExhausted);
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(read("n"), "3");
+}
+
+TEST_P(KvConformance, RunTransactionReturnsBodyErrorWithoutCommitting) {
+  Status s = runTransaction(*engine_, [&](Transaction& t) -> Status {
+    t.set("k", "v");
+    return Status(ErrorCode::kNotFound, "parent missing");
+  });
+  EXPECT_EQ(s.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(read("k"), std::nullopt);
+}
+
+TEST_P(KvConformance, EightThreadsIncrementOneCounterExactly) {
+  EngineOptions o;
+  o.sync_commits = false;  // this test is about isolation; durability has its own tests
+  reopen(o);
+  constexpr int kThreads = 8, kIncrements = 10000;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      for (int j = 0; j < kIncrements; ++j) {
+        Status s = runTransaction(
+            *engine_,
+            [](Transaction& t) -> Status {
+              auto v = t.get("counter");
+              RETURN_ON_ERROR(v);
+              uint64_t n = *v ? std::stoull(**v) : 0;
+              t.set("counter", std::to_string(n + 1));
+              return Status::OK();
+            },
+            {.attempts_max = 100000, .backoff_ms_initial = 0, .backoff_ms_max = 1});
+        if (!s.ok()) failures++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(read("counter"), std::to_string(kThreads * kIncrements));
+}
+
+TEST_P(KvConformance, ConcurrentTransfersKeepTheTotalForEveryReader) {
+  EngineOptions o;
+  o.sync_commits = false;
+  reopen(o);
+  constexpr int kAccounts = 10, kStart = 100;
+  for (int i = 0; i < kAccounts; ++i) put("acct/" + std::to_string(i), std::to_string(kStart));
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad_sums{0}, reads{0};
+  std::thread reader([&] {
+    while (!stop) {
+      auto t = engine_->beginRead();
+      auto rows = t->getRange("acct/", "acct0");
+      int sum = 0;
+      for (auto& kv : rows->kvs) sum += std::stoi(kv.value);
+      if (sum != kAccounts * kStart || rows->kvs.size() != kAccounts) bad_sums++;
+      reads++;
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 4; ++w) {
+    writers.emplace_back([&, w] {
+      Xoshiro256 rng(w);
+      for (int i = 0; i < 500; ++i) {
+        std::string a = "acct/" + std::to_string(rng.uniform(kAccounts));
+        std::string b = "acct/" + std::to_string(rng.uniform(kAccounts));
+        Status s = runTransaction(*engine_, [&](Transaction& t) -> Status {
+          auto va = t.get(a);
+          RETURN_ON_ERROR(va);
+          auto vb = t.get(b);
+          RETURN_ON_ERROR(vb);
+          if (a == b) return Status::OK();
+          t.set(a, std::to_string(std::stoi(**va) - 7));
+          t.set(b, std::to_string(std::stoi(**vb) + 7));
+          return Status::OK();
+        }, {.attempts_max = 10000, .backoff_ms_initial = 0, .backoff_ms_max = 1});
+        ASSERT_TRUE(s.ok()) << s.toString();
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  stop = true;
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(bad_sums.load(), 0);
+}
+
+// Random single-threaded operations compared with a std::map model, including
+// read-your-writes inside open transactions and every range-read variant.
+TEST_P(KvConformance, RandomOperationsMatchAModel) {
+  Xoshiro256 rng(12345);
+  std::map<std::string, std::string> model;
+  auto randomKey = [&] { return std::string(1, static_cast<char>('a' + rng.uniform(20))); };
+  for (int round = 0; round < 300; ++round) {
+    auto t = engine_->begin();
+    std::map<std::string, std::string> local = model;
+    for (int op = 0; op < 10; ++op) {
+      switch (rng.uniform(5)) {
+        case 0: {
+          std::string k = randomKey(), v = std::to_string(rng.next() % 1000);
+          t->set(k, v);
+          local[k] = v;
+          break;
+        }
+        case 1: {
+          std::string k = randomKey();
+          t->clear(k);
+          local.erase(k);
+          break;
+        }
+        case 2: {
+          std::string b = randomKey(), e = randomKey();
+          t->clearRange(b, e);
+          if (b < e) local.erase(local.lower_bound(b), local.lower_bound(e));
+          break;
+        }
+        case 3: {
+          std::string k = randomKey();
+          auto got = t->get(k);
+          auto it = local.find(k);
+          ASSERT_EQ(*got, it == local.end() ? std::nullopt : std::optional<std::string>(it->second));
+          break;
+        }
+        case 4: {
+          std::string b = randomKey(), e = randomKey();
+          RangeOptions ro{.limit = static_cast<uint32_t>(rng.uniform(4)), .reverse = rng.oneIn(2)};
+          auto got = t->getRange(b, e, ro);
+          std::vector<KeyValue> want;
+          if (b < e) {
+            for (auto it = local.lower_bound(b); it != local.lower_bound(e); ++it) want.push_back({it->first, it->second});
+          }
+          if (ro.reverse) std::reverse(want.begin(), want.end());
+          if (ro.limit && want.size() > ro.limit) want.resize(ro.limit);
+          ASSERT_EQ(got->kvs, want) << "round " << round;
+          break;
+        }
+      }
+    }
+    if (rng.oneIn(4)) continue;  // abandon: nothing must land
+    ASSERT_TRUE(t->commit().ok());
+    model = local;
+  }
+  auto r = engine_->beginRead();
+  auto all = r->getRange("", "\xff");
+  std::vector<KeyValue> want;
+  for (auto& [k, v] : model) want.push_back({k, v});
+  EXPECT_EQ(all->kvs, want);
+}
+
+TEST_P(KvConformance, FailedApplyStopsTheEngineFromAcceptingWrites) {
+  fault::enable("kv.commit.before_apply", fault::Spec{.code = ErrorCode::kIOError});
+  auto t = engine_->begin();
+  t->set("a", "1");
+  EXPECT_EQ(t->commit().code(), ErrorCode::kIOError);
+  fault::disableAll();
+  auto t2 = engine_->begin();
+  t2->set("b", "1");
+  EXPECT_EQ(t2->commit().code(), ErrorCode::kIOError);
+  EXPECT_EQ(read("a"), std::nullopt);
+}
+
+TEST_P(KvConformance, CommittedDataSurvivesReopen) {
+  if (!GetParam().durable) GTEST_SKIP() << "in-memory engine";
+  put("durable", "yes");
+  {
+    auto t = engine_->begin();
+    t->clearRange("a", "b");
+    t->set("big", std::string(100000, 'x'));
+    ASSERT_TRUE(t->commit().ok());
+  }
+  reopen();
+  EXPECT_EQ(read("durable"), "yes");
+  EXPECT_EQ(read("big"), std::string(100000, 'x'));
+}
+
+TEST(KvRocks, OpenFailureNamesThePath) {
+  RocksEngineOptions o;
+  o.path = "/proc/cistern-cannot-create/db";
+  auto r = openRocksEngine(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.code(), ErrorCode::kIOError);
+  EXPECT_NE(r.status().message().find(o.path), std::string::npos) << r.status().toString();
+}
+
+INSTANTIATE_TEST_SUITE_P(AllEngines, KvConformance, ::testing::ValuesIn(allEngines()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace cistern::kv

@@ -1,0 +1,414 @@
+#include "kv/occ_engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "common/assert.h"
+#include "common/fault.h"
+#include "common/log.h"
+#include "common/metrics.h"
+
+namespace cistern::kv {
+namespace {
+
+std::string keyAfter(std::string_view key) {
+  std::string s(key);
+  s.push_back('\0');
+  return s;
+}
+
+struct KvMetrics {
+  metrics::Counter& commits;
+  metrics::Counter& conflicts;
+  metrics::Counter& too_old;
+  metrics::Histogram& batch_size;
+  metrics::Histogram& commit_us;
+  static KvMetrics& get() {
+    auto& r = metrics::Registry::global();
+    static KvMetrics m{r.counter("kv_commits_total", {}, "Committed read-write transactions"),
+                       r.counter("kv_conflicts_total", {}, "Transactions failed with a conflict"),
+                       r.counter("kv_too_old_total", {}, "Transactions failed as too old"),
+                       r.histogram("kv_commit_batch_size", {}, "Transactions per group commit"),
+                       r.histogram("kv_commit_latency_us", {}, "commit() latency")};
+    return m;
+  }
+};
+
+}  // namespace
+
+void normalizeRanges(std::vector<KeyRange>* ranges) {
+  auto& r = *ranges;
+  std::sort(r.begin(), r.end(), [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
+  size_t out = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r[i].begin >= r[i].end) continue;
+    if (out > 0 && r[i].begin <= r[out - 1].end) {
+      if (r[i].end > r[out - 1].end) r[out - 1].end = std::move(r[i].end);
+    } else {
+      if (out != i) r[out] = std::move(r[i]);
+      ++out;
+    }
+  }
+  r.resize(out);
+}
+
+bool rangesIntersect(const std::vector<KeyRange>& a, const std::vector<KeyRange>& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i].begin < b[j].end && b[j].begin < a[i].end) return true;
+    if (a[i].end <= b[j].end) ++i;
+    else ++j;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+// TxnImpl
+
+class TxnImpl final : public Transaction {
+ public:
+  TxnImpl(OccEngine* engine, std::shared_ptr<StoreSnapshot> snap, uint64_t read_version,
+          bool read_only)
+      : engine_(engine),
+        snap_(std::move(snap)),
+        read_version_(read_version),
+        read_only_(read_only),
+        start_(engine->clock().now()) {}
+
+  ~TxnImpl() override {
+    if (!read_only_) engine_->releaseRead(read_version_);
+  }
+
+  Result<std::optional<std::string>> get(std::string_view key, bool snapshot) override {
+    if (finished_) return Status(ErrorCode::kTxnFinished, "get after commit");
+    if (auto it = writes_.find(key); it != writes_.end()) return it->second;
+    if (coveredByClear(key)) return std::optional<std::string>();
+    if (!snapshot && !read_only_) reads_.push_back({std::string(key), keyAfter(key)});
+    return snap_->get(key);
+  }
+
+  Result<RangeResult> getRange(std::string_view begin, std::string_view end,
+                               const RangeOptions& opts) override;
+
+  uint64_t readVersion() const override { return read_version_; }
+
+  void set(std::string_view key, std::string_view value) override {
+    if (!checkWritable(key)) return;
+    if (value.size() > engine_->options().value_bytes_max) {
+      fail(Status(ErrorCode::kValueTooLarge,
+                  fmt::format("value of {} bytes exceeds {}", value.size(),
+                              engine_->options().value_bytes_max)));
+      return;
+    }
+    if (!account(key.size() + value.size())) return;
+    writes_.insert_or_assign(std::string(key), std::optional<std::string>(value));
+  }
+
+  void clear(std::string_view key) override {
+    if (!checkWritable(key) || !account(key.size())) return;
+    writes_.insert_or_assign(std::string(key), std::optional<std::string>());
+  }
+
+  void clearRange(std::string_view begin, std::string_view end) override {
+    if (!checkWritable(begin) || !checkWritable(end)) return;
+    if (begin >= end) return;
+    if (!account(begin.size() + end.size())) return;
+    writes_.erase(writes_.lower_bound(begin), writes_.lower_bound(end));
+    clears_.push_back({std::string(begin), std::string(end)});
+  }
+
+  Status commit() override {
+    if (!error_.ok()) {
+      finished_ = true;
+      return error_;
+    }
+    if (finished_) return Status(ErrorCode::kTxnFinished, "commit called twice");
+    finished_ = true;
+    if (writes_.empty() && clears_.empty()) {
+      commit_version_ = read_version_;  // a read-only commit has nothing to check
+      return Status::OK();
+    }
+    auto age = engine_->clock().now() - start_;
+    if (age > std::chrono::milliseconds(engine_->options().txn_lifetime_ms_max)) {
+      return Status(ErrorCode::kTxnTooOld, "transaction outlived txn_lifetime_ms_max");
+    }
+    return engine_->commit(*this);
+  }
+
+  uint64_t commitVersion() const override { return commit_version_; }
+
+ private:
+  friend class OccEngine;
+
+  bool coveredByClear(std::string_view key) const {
+    for (const auto& r : clears_) {
+      if (r.begin <= key && key < r.end) return true;
+    }
+    return false;
+  }
+
+  void fail(Status s) {
+    if (error_.ok()) error_ = std::move(s);
+  }
+
+  bool checkWritable(std::string_view key) {
+    if (!error_.ok()) return false;
+    if (read_only_) {
+      fail(Status(ErrorCode::kTxnReadOnly, "write in a read-only transaction"));
+      return false;
+    }
+    if (finished_) {
+      fail(Status(ErrorCode::kTxnFinished, "write after commit"));
+      return false;
+    }
+    if (key.size() > engine_->options().key_bytes_max) {
+      fail(Status(ErrorCode::kKeyTooLarge, fmt::format("key of {} bytes exceeds {}", key.size(),
+                                                       engine_->options().key_bytes_max)));
+      return false;
+    }
+    return true;
+  }
+
+  bool account(size_t n) {
+    bytes_ += n;
+    if (bytes_ > engine_->options().txn_bytes_max) {
+      fail(Status(ErrorCode::kTxnTooLarge, fmt::format("transaction writes exceed {} bytes",
+                                                       engine_->options().txn_bytes_max)));
+      return false;
+    }
+    return true;
+  }
+
+  // The ranges this transaction wrote, normalized.
+  std::vector<KeyRange> writeRanges() const {
+    std::vector<KeyRange> out = clears_;
+    for (const auto& [k, v] : writes_) out.push_back({k, keyAfter(k)});
+    normalizeRanges(&out);
+    return out;
+  }
+
+  void appendOps(WriteBatch* batch) const {
+    for (const auto& r : clears_) batch->push_back({WriteOp::kClearRange, r.begin, r.end});
+    for (const auto& [k, v] : writes_) {
+      if (v) batch->push_back({WriteOp::kSet, k, *v});
+      else batch->push_back({WriteOp::kClear, k, {}});
+    }
+  }
+
+  OccEngine* engine_;
+  std::shared_ptr<StoreSnapshot> snap_;
+  uint64_t read_version_;
+  bool read_only_;
+  SteadyTime start_;
+  std::map<std::string, std::optional<std::string>, std::less<>> writes_;
+  std::vector<KeyRange> clears_;
+  std::vector<KeyRange> reads_;
+  uint64_t bytes_ = 0;
+  Status error_;
+  bool finished_ = false;
+  uint64_t commit_version_ = 0;
+};
+
+Result<RangeResult> TxnImpl::getRange(std::string_view begin, std::string_view end,
+                                      const RangeOptions& opts) {
+  if (finished_) return Status(ErrorCode::kTxnFinished, "getRange after commit");
+  RangeResult out;
+  if (begin >= end) return out;
+  uint32_t limit = opts.limit == 0 ? kRangeLimitMax : std::min(opts.limit, kRangeLimitMax);
+  auto it = snap_->iterate(begin, end);
+  auto lo = writes_.lower_bound(begin);
+  auto hi = writes_.lower_bound(end);
+  bool stopped = false;
+
+  if (!opts.reverse) {
+    it->seek(begin);
+    auto lit = lo;
+    while (true) {
+      bool store_ok = it->valid();
+      bool local_ok = lit != hi;
+      if (!store_ok && !local_ok) break;
+      if (out.kvs.size() >= limit) {
+        stopped = true;
+        break;
+      }
+      int cmp = !store_ok ? 1 : !local_ok ? -1 : it->key().compare(lit->first);
+      if (cmp < 0) {
+        if (!coveredByClear(it->key())) out.kvs.push_back({std::string(it->key()), std::string(it->value())});
+        it->next();
+      } else {
+        if (cmp == 0) it->next();  // the local write shadows the stored row
+        if (lit->second) out.kvs.push_back({lit->first, *lit->second});
+        ++lit;
+      }
+    }
+  } else {
+    it->seekLast();
+    auto lit = hi;
+    while (true) {
+      bool store_ok = it->valid();
+      bool local_ok = lit != lo;
+      if (!store_ok && !local_ok) break;
+      if (out.kvs.size() >= limit) {
+        stopped = true;
+        break;
+      }
+      auto prev = local_ok ? std::prev(lit) : lit;
+      int cmp = !store_ok ? -1 : !local_ok ? 1 : it->key().compare(prev->first);
+      if (cmp > 0) {
+        if (!coveredByClear(it->key())) out.kvs.push_back({std::string(it->key()), std::string(it->value())});
+        it->prev();
+      } else {
+        if (cmp == 0) it->prev();
+        if (prev->second) out.kvs.push_back({prev->first, *prev->second});
+        lit = prev;
+      }
+    }
+  }
+  RETURN_ON_ERROR(it->status());
+  out.more = stopped;
+  if (!opts.snapshot && !read_only_) {
+    if (!stopped) {
+      reads_.push_back({std::string(begin), std::string(end)});
+    } else if (!opts.reverse) {
+      reads_.push_back({std::string(begin), keyAfter(out.kvs.back().key)});
+    } else {
+      reads_.push_back({out.kvs.back().key, std::string(end)});
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// OccEngine
+
+struct OccEngine::Pending {
+  TxnImpl* txn;
+  bool done = false;
+  Status status;
+};
+
+OccEngine::OccEngine(std::unique_ptr<Store> store, const EngineOptions& options)
+    : store_(std::move(store)), options_(options) {}
+
+OccEngine::~OccEngine() {
+  std::lock_guard lock(mu_);
+  CISTERN_CHECK(active_reads_.empty(), "kv engine destroyed with live transactions");
+}
+
+std::unique_ptr<Transaction> OccEngine::begin() {
+  std::lock_guard lock(mu_);
+  active_reads_.insert(committed_version_);
+  return std::make_unique<TxnImpl>(this, store_->snapshot(), committed_version_, false);
+}
+
+std::unique_ptr<ReadTransaction> OccEngine::beginRead() {
+  std::lock_guard lock(mu_);
+  return std::make_unique<TxnImpl>(this, store_->snapshot(), committed_version_, true);
+}
+
+void OccEngine::releaseRead(uint64_t read_version) {
+  std::lock_guard lock(mu_);
+  auto it = active_reads_.find(read_version);
+  CISTERN_CHECK(it != active_reads_.end(), "releasing an unknown read version");
+  active_reads_.erase(it);
+}
+
+Status OccEngine::resolve(const TxnImpl& txn) const {
+  if (txn.read_version_ < forgotten_version_) {
+    return Status(ErrorCode::kTxnTooOld, "conflict history no longer covers the read version");
+  }
+  std::vector<KeyRange> touched = txn.reads_;
+  std::vector<KeyRange> writes = txn.writeRanges();
+  touched.insert(touched.end(), writes.begin(), writes.end());
+  normalizeRanges(&touched);
+  for (auto h = history_.rbegin(); h != history_.rend() && h->version > txn.read_version_; ++h) {
+    if (rangesIntersect(touched, h->writes)) {
+      return Status(ErrorCode::kTxnConflict,
+                    fmt::format("conflicts with the transaction committed at version {}", h->version));
+    }
+  }
+  return Status::OK();
+}
+
+void OccEngine::prune() {
+  uint64_t oldest = active_reads_.empty() ? committed_version_ : *active_reads_.begin();
+  while (!history_.empty() && history_.front().version <= oldest) history_.pop_front();
+  while (history_.size() > options_.conflict_history_max) {
+    forgotten_version_ = history_.front().version;
+    history_.pop_front();
+  }
+}
+
+Status OccEngine::commit(TxnImpl& txn) {
+  SteadyTime t0 = clock().now();
+  Pending p{&txn, false, Status::OK()};
+  std::unique_lock lock(mu_);
+  queue_.push_back(&p);
+  while (!p.done) {
+    if (!leader_active_) {
+      leader_active_ = true;
+      lead(lock);
+      leader_active_ = false;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock);
+    }
+  }
+  lock.unlock();
+  auto& m = KvMetrics::get();
+  m.commit_us.observe(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(clock().now() - t0).count()));
+  if (p.status.ok()) m.commits.inc();
+  else if (p.status.code() == ErrorCode::kTxnConflict) m.conflicts.inc();
+  else if (p.status.code() == ErrorCode::kTxnTooOld) m.too_old.inc();
+  return p.status;
+}
+
+void OccEngine::lead(std::unique_lock<std::mutex>& lock) {
+  while (!queue_.empty()) {
+    std::deque<Pending*> batch;
+    batch.swap(queue_);
+    WriteBatch ops;
+    std::vector<Pending*> accepted;
+    uint64_t version = committed_version_;
+    for (Pending* p : batch) {
+      Status s = failed_.ok() ? resolve(*p->txn) : failed_;
+      if (!s.ok()) {
+        p->status = s;
+        p->done = true;
+        continue;
+      }
+      ++version;
+      history_.push_back({version, p->txn->writeRanges()});
+      p->txn->appendOps(&ops);
+      p->txn->commit_version_ = version;
+      accepted.push_back(p);
+    }
+    if (accepted.empty()) continue;
+    KvMetrics::get().batch_size.observe(accepted.size());
+
+    lock.unlock();
+    Status s = CISTERN_FAULT("kv.commit.before_apply");
+    if (s.ok()) s = store_->apply(ops, version, options_.sync_commits);
+    lock.lock();
+
+    if (s.ok()) {
+      committed_version_ = version;
+    } else {
+      // The store may hold part of the batch or all of it; no later commit can
+      // be ordered after it safely, so the engine stops accepting writes.
+      CLOG_ERROR("kv", "{} engine failed applying a commit batch: {}", store_->name(), s.toString());
+      failed_ = Status(ErrorCode::kIOError, fmt::format("kv engine failed: {}", s.toString()));
+    }
+    for (Pending* p : accepted) {
+      p->status = s.ok() ? Status::OK() : failed_;
+      p->done = true;
+    }
+    prune();
+    cv_.notify_all();
+  }
+}
+
+}  // namespace cistern::kv
