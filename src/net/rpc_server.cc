@@ -1,0 +1,497 @@
+#include "net/rpc_server.h"
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <google/protobuf/message.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <unordered_map>
+
+#include "common/crc32c.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "net/buffer_pool.h"
+#include "net/io_pool.h"
+
+namespace cistern::net {
+
+using asio::awaitable;
+using asio::use_awaitable;
+using tcp = asio::ip::tcp;
+
+void ServerOptions::bind(ConfigBinder& b, const std::string& p) {
+  b.bind(p + ".listen_host", &listen_host, "address to listen on");
+  b.bind(p + ".listen_port", &listen_port, "port to listen on; 0 = any free port");
+  b.bind(p + ".threads", &threads, "I/O threads; 0 = one per core");
+  b.bind(p + ".inflight_per_connection_max", &inflight_per_connection_max,
+         "requests read from one connection before their responses are written");
+  b.bind(p + ".connections_max", &connections_max, "open connections; more are refused");
+  b.bind(p + ".stop_grace_ms", &stop_grace_ms, "how long stop() waits for in-flight calls");
+  b.bind(p + ".payload_crc", &payload_crc, "checksum response payloads");
+  b.bind(p + ".message_bytes_max", &limits.message_bytes_max, "largest protobuf message accepted");
+  b.bind(p + ".payload_bytes_max", &limits.payload_bytes_max, "largest raw payload accepted");
+}
+
+namespace {
+
+struct MethodEntry {
+  Method method;
+  const google::protobuf::Message* request;
+  const google::protobuf::Message* response;
+  Handler handler;
+  metrics::Counter* calls;
+  metrics::Counter* errors;
+  metrics::Histogram* latency_us;
+};
+
+struct ServerMetrics {
+  metrics::Counter& bad_frames;
+  metrics::Counter& connections;
+  metrics::Gauge& open_connections;
+  metrics::Gauge& inflight;
+  metrics::Gauge& queued_bytes;
+  static ServerMetrics& get() {
+    auto& r = metrics::Registry::global();
+    static ServerMetrics m{
+        r.counter("rpc_server_bad_frames_total", {}, "Connections closed for a malformed frame"),
+        r.counter("rpc_server_connections_total", {}, "Accepted connections"),
+        r.gauge("rpc_server_open_connections", {}, "Open connections"),
+        r.gauge("rpc_server_inflight_requests", {}, "Requests read whose response is not yet written"),
+        r.gauge("rpc_server_queued_response_bytes", {}, "Response bytes waiting to be written")};
+    return m;
+  }
+};
+
+}  // namespace
+
+struct OutFrame {
+  std::array<uint8_t, kHeaderSize> header;
+  std::string message;
+  std::span<const uint8_t> payload;
+  std::shared_ptr<const void> owner;
+  size_t bytes() const { return kHeaderSize + message.size() + payload.size(); }
+};
+
+class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
+ public:
+  ServerConnection(RpcServer::Impl* server, tcp::socket socket, std::string peer)
+      : server_(server),
+        socket_(std::move(socket)),
+        peer_(std::move(peer)),
+        write_signal_(socket_.get_executor()),
+        slot_signal_(socket_.get_executor()) {}
+
+  void start();
+  // Stops reading new requests; the connection closes once in-flight calls are answered.
+  void drain();
+  void close(std::string_view why);
+  bool closed() const { return closed_; }
+  tcp::socket::executor_type executor() { return socket_.get_executor(); }
+
+ private:
+  awaitable<void> reader();
+  awaitable<void> writer();
+  awaitable<void> serve(const MethodEntry* entry, FrameHeader header,
+                        std::unique_ptr<google::protobuf::Message> request, PooledBuffer payload);
+  void respond(const FrameHeader& req, const Status& status, std::string message,
+               std::span<const uint8_t> payload, std::shared_ptr<const void> owner);
+  void badFrame(const Status& s);
+  void finishOne(size_t bytes);
+
+  RpcServer::Impl* server_;
+  tcp::socket socket_;
+  std::string peer_;
+  asio::steady_timer write_signal_;
+  asio::steady_timer slot_signal_;
+  std::deque<OutFrame> out_;
+  uint32_t inflight_ = 0;
+  bool draining_ = false;
+  bool closed_ = false;
+};
+
+struct RpcServer::Impl {
+  ServerOptions options;
+  std::unique_ptr<IoPool> pool;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  std::unordered_map<uint32_t, MethodEntry> methods;
+  BufferPool buffers;
+  Endpoint bound;
+  bool started = false;
+  bool stopped = false;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::map<ServerConnection*, std::weak_ptr<ServerConnection>> connections;
+
+  awaitable<void> acceptLoop();
+  void onClosed(ServerConnection* c) {
+    {
+      std::lock_guard lock(mu);
+      connections.erase(c);
+    }
+    ServerMetrics::get().open_connections.add(-1);
+    cv.notify_all();
+  }
+};
+
+// --------------------------------------------------------------------------
+
+void ServerConnection::start() {
+  auto self = shared_from_this();
+  asio::co_spawn(socket_.get_executor(), [self]() { return self->reader(); }, asio::detached);
+  asio::co_spawn(socket_.get_executor(), [self]() { return self->writer(); }, asio::detached);
+}
+
+void ServerConnection::drain() {
+  draining_ = true;
+  asio::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_receive, ec);
+  slot_signal_.cancel();
+  if (inflight_ == 0 && out_.empty()) close("server stopping");
+}
+
+void ServerConnection::close(std::string_view why) {
+  if (closed_) return;
+  closed_ = true;
+  CLOG_DEBUG("net", "closing connection from {}: {}", peer_, why);
+  asio::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  write_signal_.cancel();
+  slot_signal_.cancel();
+  for (auto& f : out_) finishOne(f.bytes());
+  out_.clear();
+  server_->onClosed(this);
+}
+
+void ServerConnection::badFrame(const Status& s) {
+  ServerMetrics::get().bad_frames.inc();
+  CLOG_WARN("net", "closing connection from {}: {}", peer_, s.toString());
+  close(s.message());
+}
+
+awaitable<void> ServerConnection::reader() {
+  auto self = shared_from_this();
+  const FrameLimits& limits = server_->options.limits;
+  std::array<uint8_t, kHeaderSize> hbuf;
+  std::string message;
+  asio::error_code ec;
+  while (!closed_ && !draining_) {
+    while (inflight_ >= server_->options.inflight_per_connection_max && !closed_ && !draining_) {
+      slot_signal_.expires_at(asio::steady_timer::time_point::max());
+      co_await slot_signal_.async_wait(asio::redirect_error(use_awaitable, ec));
+    }
+    if (closed_ || draining_) break;
+    size_t n = co_await asio::async_read(socket_, asio::buffer(hbuf),
+                                         asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (closed_ || draining_) break;
+      if (n == 0 && ec == asio::error::eof) {
+        close("closed by peer");
+      } else {
+        badFrame(Status(ErrorCode::kConnectionClosed,
+                        fmt::format("disconnected mid-frame after {} header bytes: {}", n, ec.message())));
+      }
+      co_return;
+    }
+    auto h = decodeHeader(hbuf, limits);
+    if (!h.ok()) {
+      badFrame(h.status());
+      co_return;
+    }
+    if (h->isResponse()) {
+      badFrame(Status(ErrorCode::kBadFrame, "response frame sent to a server"));
+      co_return;
+    }
+    message.resize(h->message_len);
+    PooledBuffer payload;
+    if (h->payload_len > 0) payload = server_->buffers.get(h->payload_len);
+    std::array<asio::mutable_buffer, 2> body{asio::buffer(message), asio::buffer(payload.data(), h->payload_len)};
+    co_await asio::async_read(socket_, body, asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (!closed_) {
+        badFrame(Status(ErrorCode::kConnectionClosed,
+                        fmt::format("disconnected mid-frame in the body: {}", ec.message())));
+      }
+      co_return;
+    }
+    uint32_t crc = crc32c(message.data(), message.size());
+    if (h->payloadChecksummed()) crc = crc32cExtend(crc, payload.data(), h->payload_len);
+    if (crc != h->body_crc) {
+      badFrame(Status(ErrorCode::kBadFrame, "body checksum mismatch"));
+      co_return;
+    }
+    auto it = server_->methods.find(h->method);
+    ++inflight_;
+    ServerMetrics::get().inflight.add(1);
+    if (it == server_->methods.end()) {
+      CLOG_WARN("net", "unknown method {:#x} from {}", h->method, peer_);
+      respond(*h, Status(ErrorCode::kUnknownMethod, fmt::format("method {:#x}", h->method)), {}, {}, nullptr);
+      continue;
+    }
+    std::unique_ptr<google::protobuf::Message> request(it->second.request->New());
+    if (!request->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
+      CLOG_WARN("net", "unparsable {} request from {}", it->second.method.name, peer_);
+      respond(*h, Status(ErrorCode::kBadMessage, fmt::format("cannot parse {}", it->second.method.name)),
+              {}, {}, nullptr);
+      continue;
+    }
+    asio::co_spawn(socket_.get_executor(), serve(&it->second, *h, std::move(request), std::move(payload)),
+                   asio::detached);
+  }
+  if (draining_ && inflight_ == 0 && out_.empty()) close("drained");
+}
+
+awaitable<void> ServerConnection::serve(const MethodEntry* entry, FrameHeader header,
+                                        std::unique_ptr<google::protobuf::Message> request,
+                                        PooledBuffer payload) {
+  auto self = shared_from_this();
+  SteadyTime start = std::chrono::steady_clock::now();
+  CallContext ctx;
+  ctx.header_ = header;
+  ctx.peer_ = peer_;
+  ctx.request_payload_ = {payload.data(), header.payload_len};
+  if (header.deadline_ms) ctx.deadline_ = start + std::chrono::milliseconds(header.deadline_ms);
+  std::unique_ptr<google::protobuf::Message> response(entry->response->New());
+  Status status;
+  try {
+    status = co_await entry->handler(ctx, *request, *response);
+  } catch (const std::exception& e) {
+    status = Status(ErrorCode::kInternal, fmt::format("handler threw: {}", e.what()));
+    CLOG_ERROR("net", "{} handler threw: {}", entry->method.name, e.what());
+  }
+  entry->calls->inc();
+  if (!status.ok()) entry->errors->inc();
+  entry->latency_us->observe(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count()));
+  if (closed_) {
+    finishOne(0);
+    co_return;
+  }
+  if (status.ok()) {
+    respond(header, status, response->SerializeAsString(), ctx.response_payload_, std::move(ctx.response_owner_));
+  } else {
+    respond(header, status, std::string(status.message()), {}, nullptr);
+  }
+}
+
+void ServerConnection::respond(const FrameHeader& req, const Status& status, std::string message,
+                               std::span<const uint8_t> payload, std::shared_ptr<const void> owner) {
+  if (closed_) return;
+  FrameHeader h;
+  h.flags = kFlagResponse;
+  h.status = static_cast<uint16_t>(status.code());
+  h.request_id = req.request_id;
+  h.method = req.method;
+  h.priority = req.priority;
+  h.message_len = static_cast<uint32_t>(message.size());
+  h.payload_len = static_cast<uint32_t>(payload.size());
+  uint32_t crc = crc32c(message.data(), message.size());
+  if (server_->options.payload_crc && !payload.empty()) {
+    h.flags |= kFlagPayloadCrc;
+    crc = crc32cExtend(crc, payload.data(), payload.size());
+  }
+  h.body_crc = crc;
+  OutFrame f;
+  encodeHeader(h, f.header.data());
+  f.message = std::move(message);
+  f.payload = payload;
+  f.owner = std::move(owner);
+  ServerMetrics::get().queued_bytes.add(static_cast<int64_t>(f.bytes()));
+  out_.push_back(std::move(f));
+  write_signal_.cancel();
+}
+
+void ServerConnection::finishOne(size_t bytes) {
+  ServerMetrics::get().queued_bytes.add(-static_cast<int64_t>(bytes));
+  ServerMetrics::get().inflight.add(-1);
+  --inflight_;
+  slot_signal_.cancel();
+}
+
+awaitable<void> ServerConnection::writer() {
+  auto self = shared_from_this();
+  asio::error_code ec;
+  std::vector<asio::const_buffer> bufs;
+  std::deque<OutFrame> writing;
+  while (!closed_) {
+    if (out_.empty()) {
+      if (draining_ && inflight_ == 0) {
+        close("drained");
+        break;
+      }
+      write_signal_.expires_at(asio::steady_timer::time_point::max());
+      co_await write_signal_.async_wait(asio::redirect_error(use_awaitable, ec));
+      continue;
+    }
+    // Gather several responses into one write.
+    bufs.clear();
+    size_t total = 0;
+    while (!out_.empty() && writing.size() < 32 && total < (8u << 20)) {
+      writing.push_back(std::move(out_.front()));
+      out_.pop_front();
+      OutFrame& f = writing.back();
+      bufs.emplace_back(f.header.data(), f.header.size());
+      if (!f.message.empty()) bufs.emplace_back(f.message.data(), f.message.size());
+      if (!f.payload.empty()) bufs.emplace_back(f.payload.data(), f.payload.size());
+      total += f.bytes();
+    }
+    co_await asio::async_write(socket_, bufs, asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      close(fmt::format("write failed: {}", ec.message()));
+      break;
+    }
+    for (auto& f : writing) finishOne(f.bytes());
+    writing.clear();
+  }
+  for (auto& f : writing) finishOne(f.bytes());
+  // Connections closed with calls in flight: those calls still hold slots;
+  // the gauge is corrected when their serve() coroutines end (respond is a no-op).
+}
+
+// --------------------------------------------------------------------------
+
+awaitable<void> RpcServer::Impl::acceptLoop() {
+  asio::error_code ec;
+  while (true) {
+    asio::io_context& target = pool->next();
+    tcp::socket socket(target);
+    co_await acceptor->async_accept(socket, asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+      CLOG_WARN("net", "accept failed: {}", ec.message());
+      continue;
+    }
+    std::string peer = "?";
+    auto remote = socket.remote_endpoint(ec);
+    if (!ec) peer = Endpoint{remote.address().to_string(), remote.port()}.toString();
+    socket.set_option(tcp::no_delay(true), ec);
+    ServerMetrics::get().connections.inc();
+    std::shared_ptr<ServerConnection> conn;
+    {
+      std::lock_guard lock(mu);
+      if (stopped || connections.size() >= options.connections_max) {
+        CLOG_WARN("net", "refusing connection from {}: {} connections open", peer, connections.size());
+        socket.close(ec);
+        continue;
+      }
+      conn = std::make_shared<ServerConnection>(this, std::move(socket), peer);
+      connections[conn.get()] = conn;
+    }
+    ServerMetrics::get().open_connections.add(1);
+    CLOG_DEBUG("net", "accepted connection from {}", peer);
+    asio::post(target, [conn] { conn->start(); });
+  }
+}
+
+RpcServer::RpcServer(const ServerOptions& options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = options;
+}
+
+RpcServer::~RpcServer() { stop(); }
+
+void RpcServer::handleRaw(const Method& method, const google::protobuf::Message& request,
+                          const google::protobuf::Message& response, Handler handler) {
+  CISTERN_CHECK(!impl_->started, "register methods before start()");
+  CISTERN_CHECK(request.GetDescriptor() == method.input, method.name);
+  CISTERN_CHECK(response.GetDescriptor() == method.output, method.name);
+  auto& r = metrics::Registry::global();
+  metrics::Labels labels{{"method", method.name}};
+  bool inserted = impl_->methods
+                      .emplace(method.id, MethodEntry{method, &request, &response, std::move(handler),
+                                                      &r.counter("rpc_server_calls_total", labels, "Calls served"),
+                                                      &r.counter("rpc_server_errors_total", labels, "Calls that failed"),
+                                                      &r.histogram("rpc_server_latency_us", labels, "Handler latency")})
+                      .second;
+  CISTERN_CHECK(inserted, "method registered twice");
+}
+
+Status RpcServer::start() {
+  CISTERN_CHECK(!impl_->started, "start() twice");
+  impl_->started = true;
+  impl_->pool = std::make_unique<IoPool>(impl_->options.threads, "rpc-srv");
+  asio::error_code ec;
+  auto addr = asio::ip::make_address(impl_->options.listen_host, ec);
+  std::string where = fmt::format("{}:{}", impl_->options.listen_host, impl_->options.listen_port);
+  if (impl_->options.listen_port > 65535) {
+    impl_->stopped = true;
+    impl_->pool.reset();
+    return Status(ErrorCode::kInvalidArgument, fmt::format("listen port {} out of range", where));
+  }
+  if (ec) {
+    impl_->stopped = true;
+    impl_->pool.reset();
+    return Status(ErrorCode::kInvalidArgument, fmt::format("listen address {}: {}", where, ec.message()));
+  }
+  auto acceptor = std::make_unique<tcp::acceptor>(impl_->pool->at(0));
+  tcp::endpoint ep(addr, static_cast<uint16_t>(impl_->options.listen_port));
+  acceptor->open(ep.protocol(), ec);
+  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(ep, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    impl_->stopped = true;
+    impl_->pool.reset();
+    return Status(ErrorCode::kIOError, fmt::format("listen on {}: {}", where, ec.message()));
+  }
+  auto local = acceptor->local_endpoint(ec);
+  impl_->bound = Endpoint{local.address().to_string(), local.port()};
+  impl_->acceptor = std::move(acceptor);
+  asio::co_spawn(impl_->pool->at(0), impl_->acceptLoop(), asio::detached);
+  CLOG_INFO("net", "rpc server listening on {}", impl_->bound.toString());
+  return Status::OK();
+}
+
+void RpcServer::stop() {
+  Impl& s = *impl_;
+  if (!s.started || s.stopped) return;
+  std::vector<std::shared_ptr<ServerConnection>> conns;
+  {
+    std::lock_guard lock(s.mu);
+    s.stopped = true;
+    for (auto& [p, w] : s.connections) {
+      if (auto c = w.lock()) conns.push_back(std::move(c));
+    }
+  }
+  asio::post(s.pool->at(0), [&s] {
+    asio::error_code ec;
+    s.acceptor->close(ec);
+  });
+  // Each connection stops reading and closes itself once its calls are answered.
+  for (auto& c : conns) asio::post(c->executor(), [c] { c->drain(); });
+  {
+    std::unique_lock lock(s.mu);
+    if (!s.cv.wait_for(lock, std::chrono::milliseconds(s.options.stop_grace_ms),
+                       [&] { return s.connections.empty(); })) {
+      CLOG_WARN("net", "rpc server stop: {} connections still busy after {} ms; closing them",
+                s.connections.size(), s.options.stop_grace_ms);
+    }
+  }
+  for (auto& c : conns) asio::post(c->executor(), [c] { c->close("server stopped"); });
+  {
+    std::unique_lock lock(s.mu);
+    s.cv.wait_for(lock, std::chrono::seconds(1), [&] { return s.connections.empty(); });
+  }
+  conns.clear();
+  s.pool->stop();
+  s.acceptor.reset();
+  s.pool.reset();  // destroys any coroutine frames still parked in the contexts
+  CLOG_INFO("net", "rpc server on {} stopped", s.bound.toString());
+}
+
+Endpoint RpcServer::endpoint() const { return impl_->bound; }
+
+size_t RpcServer::connectionCount() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->connections.size();
+}
+
+}  // namespace cistern::net

@@ -1,0 +1,419 @@
+// RPC server and client behaviour, including hostile and broken peers.
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "common/crc32c.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "net/rpc_client.h"
+#include "net/rpc_server.h"
+#include "test_rpc.pb.h"
+
+namespace cistern::net {
+namespace {
+
+using test::EchoRequest;
+using test::EchoResponse;
+
+const Method& kEcho() {
+  static const Method m = Method::of("cistern.test.EchoService.Echo");
+  return m;
+}
+const Method& kSlow() {
+  static const Method m = Method::of("cistern.test.EchoService.Slow");
+  return m;
+}
+const Method& kMissing() {
+  static const Method m = Method::of("cistern.test.MissingService.Nothing");
+  return m;
+}
+
+// Captures warnings so tests can check that bad peers are named in the log.
+struct LogCapture {
+  static std::mutex mu;
+  static std::vector<std::string> lines;
+  static void sink(log::Level l, std::string_view c, std::string_view m) {
+    std::lock_guard lock(mu);
+    lines.push_back(std::string(c) + ": " + std::string(m));
+  }
+  static bool contains(std::string_view needle) {
+    std::lock_guard lock(mu);
+    for (auto& l : lines) {
+      if (l.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+std::mutex LogCapture::mu;
+std::vector<std::string> LogCapture::lines;
+
+asio::awaitable<Status> echo(CallContext& ctx, const EchoRequest& req, EchoResponse& resp) {
+  if (req.sleep_ms()) {
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    t.expires_after(std::chrono::milliseconds(req.sleep_ms()));
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  if (req.fail_code()) co_return Status(static_cast<ErrorCode>(req.fail_code()), "requested failure");
+  resp.set_text(req.text());
+  auto in = ctx.requestPayload();
+  resp.set_request_payload_bytes(static_cast<uint32_t>(in.size()));
+  resp.set_request_payload_crc(crc32c(in));
+  if (req.echo_payload()) {
+    auto copy = std::make_shared<std::vector<uint8_t>>(in.begin(), in.end());
+    ctx.setResponsePayload(*copy, copy);
+  } else if (req.payload_bytes()) {
+    auto out = std::make_shared<std::vector<uint8_t>>(req.payload_bytes());
+    for (size_t i = 0; i < out->size(); ++i) (*out)[i] = static_cast<uint8_t>(i % 251);
+    ctx.setResponsePayload(*out, out);
+  }
+  co_return Status::OK();
+}
+
+class RpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    log::setTestSink(&LogCapture::sink);
+    startServer();
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    log::setTestSink(nullptr);
+  }
+
+  void startServer(ServerOptions o = {}) {
+    o.threads = 2;
+    o.listen_port = port_;
+    server_ = std::make_unique<RpcServer>(o);
+    server_->handle<EchoRequest, EchoResponse>(kEcho(), echo);
+    server_->handle<EchoRequest, EchoResponse>(kSlow(), echo);
+    ASSERT_TRUE(server_->start().ok());
+    port_ = server_->endpoint().port;
+  }
+
+  RpcClient& client(ClientOptions o = {}) {
+    if (!client_) client_ = std::make_unique<RpcClient>(o);
+    return *client_;
+  }
+
+  Status echoCall(const std::string& text, EchoResponse* resp, CallOptions opts = {}) {
+    EchoRequest req;
+    req.set_text(text);
+    return client().callSync(Endpoint{"127.0.0.1", port_}, kEcho(), req, resp, opts);
+  }
+
+  // A raw socket to the server, for sending bytes no client would.
+  asio::ip::tcp::socket rawConnect(asio::io_context& io) {
+    asio::ip::tcp::socket s(io);
+    s.connect({asio::ip::make_address("127.0.0.1"), server_->endpoint().port});
+    return s;
+  }
+
+  // True when the server closes the raw socket (read returns EOF) within 5 s.
+  bool serverCloses(asio::ip::tcp::socket& s) {
+    timeval tv{5, 0};
+    setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    ssize_t n = ::recv(s.native_handle(), &c, 1, 0);
+    return n == 0;
+  }
+
+  std::string validRequestFrame(uint32_t method, const std::string& msg, uint64_t id = 1) {
+    FrameHeader h;
+    h.request_id = id;
+    h.method = method;
+    h.message_len = static_cast<uint32_t>(msg.size());
+    h.body_crc = crc32c(msg);
+    std::string out(kHeaderSize, '\0');
+    encodeHeader(h, reinterpret_cast<uint8_t*>(out.data()));
+    return out + msg;
+  }
+
+  uint16_t port_ = 0;
+  std::unique_ptr<RpcServer> server_;
+  std::unique_ptr<RpcClient> client_;
+};
+
+TEST_F(RpcTest, EchoRoundTripsMessage) {
+  EchoResponse resp;
+  ASSERT_TRUE(echoCall("hello", &resp).ok());
+  EXPECT_EQ(resp.text(), "hello");
+  EXPECT_EQ(resp.request_payload_bytes(), 0u);
+}
+
+TEST_F(RpcTest, PayloadsTravelBothWaysIntoCallerBuffers) {
+  std::vector<uint8_t> out(3 << 20), in(4 << 20, 0);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(i * 7);
+  EchoRequest req;
+  req.set_echo_payload(true);
+  EchoResponse resp;
+  size_t got = 0;
+  Status s = client().callSync(server_->endpoint(), kEcho(), req, &resp,
+                               {.request_payload = out, .response_payload = in, .response_payload_len = &got});
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(resp.request_payload_bytes(), out.size());
+  EXPECT_EQ(resp.request_payload_crc(), crc32c(out));
+  ASSERT_EQ(got, out.size());
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), in.begin()));
+}
+
+TEST_F(RpcTest, HandlerErrorsReachTheCallerWithCodeAndMessage) {
+  EchoRequest req;
+  req.set_fail_code(static_cast<uint32_t>(ErrorCode::kNotFound));
+  EchoResponse resp;
+  Status s = client().callSync(server_->endpoint(), kEcho(), req, &resp);
+  EXPECT_EQ(s.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s.message(), "requested failure");
+}
+
+TEST_F(RpcTest, UnknownMethodIsAnsweredAndTheConnectionStaysUsable) {
+  EchoRequest req;
+  EchoResponse resp;
+  Status s = client().callSync(server_->endpoint(), kMissing(), req, &resp);
+  EXPECT_EQ(s.code(), ErrorCode::kUnknownMethod);
+  EXPECT_TRUE(LogCapture::contains("unknown method 0xff020001 from 127.0.0.1:"));
+  EXPECT_TRUE(echoCall("still there", &resp).ok());
+  EXPECT_EQ(server_->connectionCount(), 1u);
+}
+
+TEST_F(RpcTest, UnparsableMessageIsAnsweredWithBadMessage) {
+  asio::io_context io;
+  auto s = rawConnect(io);
+  asio::write(s, asio::buffer(validRequestFrame(kEcho().id, "\xff\xff\xff")));
+  uint8_t hbuf[kHeaderSize];
+  asio::read(s, asio::buffer(hbuf));
+  auto h = decodeHeader(hbuf, {});
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->status, static_cast<uint16_t>(ErrorCode::kBadMessage));
+}
+
+TEST_F(RpcTest, DeadlineExpiresAndLaterCallsStillWork) {
+  EchoRequest req;
+  req.set_sleep_ms(1000);
+  EchoResponse resp;
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = client().callSync(server_->endpoint(), kSlow(), req, &resp, {.timeout_ms = 100});
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(s.code(), ErrorCode::kDeadlineExceeded);
+  EXPECT_LT(took, std::chrono::milliseconds(900));
+  EXPECT_TRUE(echoCall("after", &resp).ok());
+  EXPECT_EQ(resp.text(), "after");
+}
+
+TEST_F(RpcTest, CancelFromAnotherThreadEndsTheCall) {
+  auto token = std::make_shared<CancelToken>();
+  std::thread canceller([token] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    token->cancel();
+  });
+  EchoRequest req;
+  req.set_sleep_ms(2000);
+  EchoResponse resp;
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = client().callSync(server_->endpoint(), kSlow(), req, &resp, {.cancel = token});
+  canceller.join();
+  EXPECT_EQ(s.code(), ErrorCode::kCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
+  // A call with an already cancelled token fails at once.
+  EXPECT_EQ(client().callSync(server_->endpoint(), kEcho(), req, &resp, {.cancel = token}).code(),
+            ErrorCode::kCancelled);
+}
+
+TEST_F(RpcTest, ThousandConcurrentCallsOnOneConnection) {
+  ClientOptions o;
+  o.connections_per_endpoint = 1;
+  o.inflight_per_connection_max = 64;
+  RpcClient& c = client(o);
+  asio::io_context io;
+  std::atomic<int> ok{0}, wrong{0};
+  Endpoint ep = server_->endpoint();
+  for (int i = 0; i < 1000; ++i) {
+    asio::co_spawn(io, [&, i]() -> asio::awaitable<void> {
+      EchoRequest req;
+      req.set_text("call-" + std::to_string(i));
+      req.set_sleep_ms(i % 3);
+      EchoResponse resp;
+      Status s = co_await c.call(ep, kEcho(), req, &resp);
+      if (s.ok() && resp.text() == req.text()) ok++;
+      else wrong++;
+    }, asio::detached);
+  }
+  io.run();
+  EXPECT_EQ(ok.load(), 1000);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(server_->connectionCount(), 1u);
+}
+
+TEST_F(RpcTest, GarbageFromAPeerClosesOnlyThatConnection) {
+  EchoResponse resp;
+  ASSERT_TRUE(echoCall("warm", &resp).ok());
+  asio::io_context io;
+  auto s = rawConnect(io);
+  std::string garbage(200, 'G');
+  asio::write(s, asio::buffer(garbage));
+  EXPECT_TRUE(serverCloses(s));
+  EXPECT_TRUE(LogCapture::contains("bad magic"));
+  EXPECT_TRUE(LogCapture::contains("closing connection from 127.0.0.1:"));
+  ASSERT_TRUE(echoCall("unaffected", &resp).ok());
+  EXPECT_EQ(resp.text(), "unaffected");
+}
+
+TEST_F(RpcTest, OversizedLengthIsRejectedBeforeAllocating) {
+  asio::io_context io;
+  auto s = rawConnect(io);
+  FrameHeader h;
+  h.method = kEcho().id;
+  h.message_len = 0x7fffffff;  // 2 GiB: must be refused, not allocated
+  uint8_t buf[kHeaderSize];
+  encodeHeader(h, buf);
+  asio::write(s, asio::buffer(buf));
+  EXPECT_TRUE(serverCloses(s));
+  EXPECT_TRUE(LogCapture::contains("message of 2147483647 bytes exceeds"));
+  EchoResponse resp;
+  EXPECT_TRUE(echoCall("fine", &resp).ok());
+}
+
+TEST_F(RpcTest, BodyChecksumMismatchClosesTheConnection) {
+  asio::io_context io;
+  auto s = rawConnect(io);
+  std::string frame = validRequestFrame(kEcho().id, "\x0a\x02hi");
+  frame.back() ^= 1;
+  asio::write(s, asio::buffer(frame));
+  EXPECT_TRUE(serverCloses(s));
+  EXPECT_TRUE(LogCapture::contains("body checksum mismatch"));
+}
+
+TEST_F(RpcTest, PeerDisconnectingMidFrameIsLoggedAndSurvived) {
+  {
+    asio::io_context io;
+    auto s = rawConnect(io);
+    std::string frame = validRequestFrame(kEcho().id, "\x0a\x02hi");
+    asio::write(s, asio::buffer(frame.data(), 20));  // half a header
+  }
+  {
+    asio::io_context io;
+    auto s = rawConnect(io);
+    std::string frame = validRequestFrame(kEcho().id, "\x0a\x05hello");
+    asio::write(s, asio::buffer(frame.data(), kHeaderSize + 2));  // header and part of the body
+  }
+  for (int i = 0; i < 50 && !(LogCapture::contains("mid-frame after 20 header bytes") &&
+                               LogCapture::contains("mid-frame in the body")); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(LogCapture::contains("mid-frame after 20 header bytes"));
+  EXPECT_TRUE(LogCapture::contains("mid-frame in the body"));
+  EchoResponse resp;
+  EXPECT_TRUE(echoCall("alive", &resp).ok());
+}
+
+TEST_F(RpcTest, SlowReaderIsThrottledNotBuffered) {
+  server_.reset();
+  ServerOptions o;
+  o.inflight_per_connection_max = 4;
+  startServer(o);
+  auto& queued = metrics::Registry::global().gauge("rpc_server_queued_response_bytes");
+  asio::io_context io;
+  auto s = rawConnect(io);
+  // Ask for 200 responses of 1 MiB each and never read them.
+  EchoRequest req;
+  req.set_payload_bytes(1 << 20);
+  std::string msg = req.SerializeAsString();
+  int sent = 0;
+  s.non_blocking(true);
+  for (int i = 0; i < 200; ++i) {
+    std::string frame = validRequestFrame(kEcho().id, msg, static_cast<uint64_t>(i + 1));
+    asio::error_code ec;
+    size_t n = s.write_some(asio::buffer(frame), ec);
+    if (ec || n != frame.size()) break;  // the server stopped reading: backpressure reached us
+    ++sent;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // At most `inflight_per_connection_max` responses are held, whatever was sent.
+  EXPECT_LE(queued.value(), 4 * ((1 << 20) + 200));
+  // Other clients are served meanwhile.
+  EchoResponse resp;
+  EXPECT_TRUE(echoCall("other client", &resp).ok());
+  EXPECT_GT(sent, 4);
+}
+
+TEST_F(RpcTest, ResponsePayloadLargerThanTheBufferFailsCleanly) {
+  EchoRequest req;
+  req.set_payload_bytes(10000);
+  EchoResponse resp;
+  std::vector<uint8_t> small(100);
+  Status s = client().callSync(server_->endpoint(), kEcho(), req, &resp, {.response_payload = small});
+  EXPECT_EQ(s.code(), ErrorCode::kPayloadTooLarge);
+  EXPECT_TRUE(echoCall("next", &resp).ok());
+}
+
+TEST_F(RpcTest, UnreachableServerFailsFastNamingTheEndpoint) {
+  Endpoint ep = server_->endpoint();
+  server_.reset();
+  EchoRequest req;
+  EchoResponse resp;
+  Status s = client().callSync(ep, kEcho(), req, &resp, {.timeout_ms = 2000});
+  EXPECT_EQ(s.code(), ErrorCode::kConnectionFailed);
+  EXPECT_NE(s.message().find(ep.toString()), std::string::npos) << s.toString();
+}
+
+TEST_F(RpcTest, ClientReconnectsAfterServerRestart) {
+  EchoResponse resp;
+  ASSERT_TRUE(echoCall("before", &resp).ok());
+  server_.reset();
+  Status during = echoCall("during", &resp, {.timeout_ms = 500});
+  EXPECT_FALSE(during.ok());
+  startServer();  // same port
+  Status after = echoCall("after", &resp);
+  ASSERT_TRUE(after.ok()) << after.toString();
+  EXPECT_EQ(resp.text(), "after");
+}
+
+TEST_F(RpcTest, StopLetsInFlightCallsFinish) {
+  EchoRequest req;
+  req.set_sleep_ms(300);
+  req.set_text("finishing");
+  EchoResponse resp;
+  Status result;
+  std::thread caller([&] { result = client().callSync(server_->endpoint(), kSlow(), req, &resp); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server_->stop();
+  caller.join();
+  EXPECT_TRUE(result.ok()) << result.toString();
+  EXPECT_EQ(resp.text(), "finishing");
+  EXPECT_EQ(server_->connectionCount(), 0u);
+}
+
+TEST_F(RpcTest, ServerMetricsCountCalls) {
+  auto& calls = metrics::Registry::global().counter("rpc_server_calls_total",
+                                                    {{"method", "cistern.test.EchoService.Echo"}});
+  uint64_t before = calls.value();
+  EchoResponse resp;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(echoCall("x", &resp).ok());
+  EXPECT_EQ(calls.value(), before + 5);
+  std::string text = metrics::Registry::global().renderPrometheus();
+  EXPECT_NE(text.find("rpc_server_latency_us_count{method=\"cistern.test.EchoService.Echo\"}"), std::string::npos);
+}
+
+TEST(RpcServerStart, BindFailureNamesTheAddress) {
+  RpcServer a(ServerOptions{.threads = 1});
+  ASSERT_TRUE(a.start().ok());
+  RpcServer b(ServerOptions{.listen_port = a.endpoint().port, .threads = 1});
+  Status s = b.start();
+  EXPECT_EQ(s.code(), ErrorCode::kIOError);
+  EXPECT_NE(s.message().find(std::to_string(a.endpoint().port)), std::string::npos) << s.toString();
+}
+
+}  // namespace
+}  // namespace cistern::net
