@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "net/io_pool.h"
+#include "net/read_checksummed.h"
 
 namespace cistern::net {
 
@@ -399,12 +400,11 @@ awaitable<void> ClientConnection::reader(uint64_t generation) {
     if (h->payload_len > 0) {
       if (into_caller) {
         p->receiving = true;
-        co_await asio::async_read(socket_, asio::buffer(p->payload_dest.data(), h->payload_len),
-                                  asio::redirect_error(use_awaitable, ec));
+        ec = co_await readChecksummed(socket_, p->payload_dest.first(h->payload_len),
+                                      h->payloadChecksummed() ? &crc : nullptr);
         p->receiving = false;
         if (generation != generation_) co_return;
         if (ec) co_return broken("read from");
-        if (h->payloadChecksummed()) crc = crc32cExtend(crc, p->payload_dest.data(), h->payload_len);
       } else {
         // Nobody wants these bytes (late response, error, too large): drain them.
         scratch.resize(std::min<size_t>(h->payload_len, 256 * 1024));

@@ -20,6 +20,7 @@
 #include "common/metrics.h"
 #include "net/buffer_pool.h"
 #include "net/io_pool.h"
+#include "net/read_checksummed.h"
 
 namespace cistern::net {
 
@@ -214,8 +215,12 @@ awaitable<void> ServerConnection::reader() {
     message.resize(h->message_len);
     PooledBuffer payload;
     if (h->payload_len > 0) payload = server_->buffers.get(h->payload_len);
-    std::array<asio::mutable_buffer, 2> body{asio::buffer(message), asio::buffer(payload.data(), h->payload_len)};
-    co_await asio::async_read(socket_, body, asio::redirect_error(use_awaitable, ec));
+    co_await asio::async_read(socket_, asio::buffer(message), asio::redirect_error(use_awaitable, ec));
+    uint32_t crc = crc32c(message.data(), message.size());
+    if (!ec && h->payload_len > 0) {
+      ec = co_await readChecksummed(socket_, std::span<uint8_t>(payload.data(), h->payload_len),
+                                    h->payloadChecksummed() ? &crc : nullptr);
+    }
     if (ec) {
       if (!closed_) {
         badFrame(Status(ErrorCode::kConnectionClosed,
@@ -223,8 +228,6 @@ awaitable<void> ServerConnection::reader() {
       }
       co_return;
     }
-    uint32_t crc = crc32c(message.data(), message.size());
-    if (h->payloadChecksummed()) crc = crc32cExtend(crc, payload.data(), h->payload_len);
     if (crc != h->body_crc) {
       badFrame(Status(ErrorCode::kBadFrame, "body checksum mismatch"));
       co_return;

@@ -1,0 +1,60 @@
+# cistern — top-level entry points. See README.md.
+#
+#   make run     install deps, build, start the one-machine cluster
+#   make test    install deps, build, run every test
+#   make build   optimized build with debug info into build/ (CLI at build/cistern)
+#   make asan    ASan+UBSan build into build-asan/, runs the unit tests
+#   make fuzz    clang + libFuzzer build into build-fuzz/, runs each target FUZZ_SECONDS
+#   make bench   every benchmark under bench/ (bench/run NAME for one)
+
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 60
+CTEST_ARGS ?=
+PYTHON ?= /usr/bin/python3
+
+.PHONY: all deps build test run asan fuzz bench clean format
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build/build.ninja:
+	cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: build/build.ninja
+	cmake --build build -j $(JOBS)
+
+test: deps
+	@$(MAKE) --no-print-directory build
+	cd build && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+run: deps
+	@$(MAKE) --no-print-directory build
+	./build/cistern up --data ./cistern-data
+
+build-asan/build.ninja:
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCISTERN_SANITIZE=address,undefined
+
+asan: deps build-asan/build.ninja
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+build-fuzz/build.ninja:
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCISTERN_FUZZ=ON -DCISTERN_WERROR=OFF
+
+fuzz: deps build-fuzz/build.ninja
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_targets
+	tests/fuzz/run-all build-fuzz $(FUZZ_SECONDS)
+
+bench: deps
+	@for b in $$(bench/run --list); do bench/run $$b || exit 1; done
+
+format:
+	git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf build build-asan build-fuzz

@@ -1,0 +1,149 @@
+// bench/run rpc — RPC throughput next to a raw TCP socket on loopback.
+//
+// Figures:
+//   rpc_empty_calls_per_s    empty Echo calls/s, 64 in flight on one connection
+//   rpc_1mib_gbps            GB/s of 1 MiB request payloads, 8 in flight
+//   tcp_1mib_gbps            GB/s of the same bytes over one plain TCP socket
+//   rpc_1mib_vs_tcp          the ratio of the two (x)
+//   rpc_bench_peak_rss_mib   peak RSS of the process (server + client)
+// Server and client each get one I/O thread, the TCP baseline one sender and
+// one receiver thread: two busy threads on each side of the comparison.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "common/log.h"
+#include "net/rpc_client.h"
+#include "net/rpc_server.h"
+#include "test_rpc.pb.h"
+
+using namespace cistern;
+using namespace cistern::net;
+
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+
+double seconds(int argc, char** argv) { return argc > 1 ? std::atof(argv[1]) : 3.0; }
+
+// Runs `inflight` coroutines that each call until `secs` pass; returns calls done.
+uint64_t drive(RpcClient& client, const Endpoint& ep, const Method& m, int inflight, double secs,
+               std::span<const uint8_t> payload) {
+  asio::io_context io;
+  std::atomic<uint64_t> done{0};
+  std::atomic<bool> failed{false};
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < inflight; ++i) {
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+      test::EchoRequest req;
+      test::EchoResponse resp;
+      while (bench::secondsSince(t0) < secs) {
+        Status s = co_await client.call(ep, m, req, &resp, {.request_payload = payload});
+        if (!s.ok()) {
+          std::fprintf(stderr, "rpc bench: call failed: %s\n", s.toString().c_str());
+          failed = true;
+          co_return;
+        }
+        done++;
+      }
+    }, asio::detached);
+  }
+  io.run();
+  if (failed) std::exit(1);
+  return done.load();
+}
+
+double tcpBaselineGBps(double secs) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  listen(lfd, 1);
+  socklen_t len = sizeof addr;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::atomic<uint64_t> received{0};
+  std::thread receiver([&] {
+    int fd = accept(lfd, nullptr, nullptr);
+    std::vector<uint8_t> buf(kMiB);
+    while (true) {
+      ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      received += static_cast<uint64_t>(n);
+    }
+    close(fd);
+  });
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  std::vector<uint8_t> block(kMiB, 0x5a);
+  auto t0 = std::chrono::steady_clock::now();
+  while (bench::secondsSince(t0) < secs) {
+    size_t off = 0;
+    while (off < block.size()) {
+      ssize_t n = send(fd, block.data() + off, block.size() - off, 0);
+      if (n <= 0) std::exit(1);
+      off += static_cast<size_t>(n);
+    }
+  }
+  shutdown(fd, SHUT_WR);
+  receiver.join();
+  double took = bench::secondsSince(t0);
+  close(fd);
+  close(lfd);
+  return static_cast<double>(received.load()) / took / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  log::setLevel(log::Level::kWarn);
+  double secs = seconds(argc, argv);
+  Method echo = Method::of("cistern.test.EchoService.Echo");
+  RpcServer server(ServerOptions{.threads = 1});
+  server.handle<test::EchoRequest, test::EchoResponse>(
+      echo, [](CallContext&, const test::EchoRequest&, test::EchoResponse&) -> asio::awaitable<Status> {
+        co_return Status::OK();
+      });
+  if (Status s = server.start(); !s.ok()) {
+    std::fprintf(stderr, "rpc bench: %s\n", s.toString().c_str());
+    return 1;
+  }
+  RpcClient client(ClientOptions{.threads = 1, .payload_crc = getenv("NOCRC") == nullptr});
+  Endpoint ep = server.endpoint();
+
+  drive(client, ep, echo, 16, 0.3, {});  // warm up
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t calls = drive(client, ep, echo, 64, secs, {});
+  double calls_per_s = static_cast<double>(calls) / bench::secondsSince(t0);
+
+  std::vector<uint8_t> payload(kMiB, 0xa5);
+  drive(client, ep, echo, 8, 0.3, payload);
+  t0 = std::chrono::steady_clock::now();
+  uint64_t big = drive(client, ep, echo, 8, secs, payload);
+  double rpc_gbps = static_cast<double>(big * kMiB) / bench::secondsSince(t0) / 1e9;
+
+  double tcp_gbps = tcpBaselineGBps(secs);
+
+  std::printf("rpc: %.0f empty calls/s; 1 MiB payloads %.2f GB/s; raw TCP %.2f GB/s\n", calls_per_s,
+              rpc_gbps, tcp_gbps);
+  bench::figure("rpc_empty_calls_per_s", calls_per_s, "calls/s");
+  bench::figure("rpc_1mib_gbps", rpc_gbps, "GB/s");
+  bench::figure("tcp_1mib_gbps", tcp_gbps, "GB/s");
+  bench::figure("rpc_bench_peak_rss_mib", bench::peakRssMiB(), "MiB");
+  bench::figure("rpc_1mib_vs_tcp", rpc_gbps / tcp_gbps, "x");
+  return 0;
+}

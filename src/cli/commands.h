@@ -1,0 +1,22 @@
+// Subcommands of the `cistern` binary. Each add* registers one subcommand
+// whose callback runs the command and records its exit code.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace cistern::cli {
+
+std::string versionString();
+void addVersion(CLI::App& app);
+void addConfig(CLI::App& app);
+void addUp(CLI::App& app);
+
+// Exit code recorded by the subcommand that ran (0 when none failed).
+int exitCode();
+void setExitCode(int code);
+
+}  // namespace cistern::cli
