@@ -82,6 +82,47 @@ Status typeError(const std::string& where, const char* want, const toml::node& n
                 fmt::format("{}: expected {}, got {}", where, want, typeName(n.type())));
 }
 
+// toml++ 3.3 reaches __builtin_unreachable() on some non-ASCII code points
+// where it expects whitespace (found by tests/fuzz/config_fuzz.cc). TOML only
+// allows non-ASCII text inside strings and comments, so anything else is
+// rejected here before toml++ sees it.
+Status rejectNonAsciiOutsideStrings(std::string_view text, std::string_view source) {
+  size_t line = 1;
+  size_t i = 0;
+  auto startsWith = [&](std::string_view p) { return text.substr(i, p.size()) == p; };
+  while (i < text.size()) {
+    char c = text[i];
+    if (c == '\n') {
+      ++line;
+      ++i;
+    } else if (c == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (startsWith(R"(""")") || startsWith("'''")) {
+      std::string_view close = text.substr(i, 3);
+      i += 3;
+      while (i < text.size() && !startsWith(close)) {
+        if (text[i] == '\n') ++line;
+        if (close[0] == '"' && text[i] == '\\') ++i;
+        ++i;
+      }
+      i += 3;
+    } else if (c == '"' || c == '\'') {
+      ++i;
+      while (i < text.size() && text[i] != c && text[i] != '\n') {
+        if (c == '"' && text[i] == '\\') ++i;
+        ++i;
+      }
+      ++i;
+    } else if (static_cast<unsigned char>(c) >= 0x80) {
+      return Status(ErrorCode::kConfigInvalid,
+                    fmt::format("{}:{}: non-ASCII character outside a string or comment", source, line));
+    } else {
+      ++i;
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 void ConfigBinder::add(std::string key, Ptr field, std::string doc) {
@@ -120,6 +161,7 @@ Status ConfigBinder::loadFile(const std::string& path) {
 }
 
 Status ConfigBinder::loadString(std::string_view text, std::string_view source) {
+  RETURN_ON_ERROR(rejectNonAsciiOutsideStrings(text, source));
   toml::table parsed;
   try {
     parsed = toml::parse(text, std::string(source));
@@ -132,7 +174,9 @@ Status ConfigBinder::loadString(std::string_view text, std::string_view source) 
   Status status;
   std::function<void(const toml::table&, const std::string&)> walk =
       [&](const toml::table& table, const std::string& prefix) {
-        for (const auto& [k, node] : table) {
+        for (const auto& entry : table) {
+          const auto& k = entry.first;
+          const toml::node& node = entry.second;
           if (!status.ok()) return;
           std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
           const Entry* e = find(key);

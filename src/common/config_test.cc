@@ -96,6 +96,21 @@ TEST(Config, SyntaxErrorNamesFileAndLine) {
   EXPECT_NE(s.message().find("bad.toml:1"), std::string::npos) << s.toString();
 }
 
+// Regression: tests/fuzz/config_fuzz found toml++ reaching __builtin_unreachable
+// on U+FEBF where it expected whitespace.
+TEST(Config, NonAsciiOutsideStringsIsRejectedNotUndefined) {
+  Opts o;
+  ConfigBinder b;
+  o.bind(b);
+  Status s = b.loadString("name .\xef\xba\xbf = 1\n", "u.toml");
+  EXPECT_EQ(s.code(), ErrorCode::kConfigInvalid);
+  EXPECT_NE(s.message().find("u.toml:1: non-ASCII"), std::string::npos) << s.toString();
+  // Inside strings and comments it is fine.
+  EXPECT_TRUE(b.loadString("name = \"caf\xc3\xa9 \xef\xba\xbf\"  # \xef\xba\xbf\n").ok());
+  EXPECT_EQ(o.name, "caf\xc3\xa9 \xef\xba\xbf");
+  EXPECT_TRUE(b.loadString("name = '''multi\n\xef\xba\xbf'''\n").ok());
+}
+
 TEST(Config, LoadFileAndMissingFile) {
   std::string path = ::testing::TempDir() + "/cistern_config_test.toml";
   {
