@@ -96,19 +96,21 @@ TEST(Config, SyntaxErrorNamesFileAndLine) {
   EXPECT_NE(s.message().find("bad.toml:1"), std::string::npos) << s.toString();
 }
 
-// Regression: tests/fuzz/config_fuzz found toml++ reaching __builtin_unreachable
-// on U+FEBF where it expected whitespace.
-TEST(Config, NonAsciiOutsideStringsIsRejectedNotUndefined) {
+// Regression: tests/fuzz/config_fuzz found toml++ 3.3 reaching
+// __builtin_unreachable on code points such as U+FEBF and U+037B.
+TEST(Config, CodePointsTomlppMishandlesAreRejectedWithAnEscapeHint) {
   Opts o;
   ConfigBinder b;
   o.bind(b);
-  Status s = b.loadString("name .\xef\xba\xbf = 1\n", "u.toml");
-  EXPECT_EQ(s.code(), ErrorCode::kConfigInvalid);
-  EXPECT_NE(s.message().find("u.toml:1: non-ASCII"), std::string::npos) << s.toString();
-  // Inside strings and comments it is fine.
-  EXPECT_TRUE(b.loadString("name = \"caf\xc3\xa9 \xef\xba\xbf\"  # \xef\xba\xbf\n").ok());
-  EXPECT_EQ(o.name, "caf\xc3\xa9 \xef\xba\xbf");
-  EXPECT_TRUE(b.loadString("name = '''multi\n\xef\xba\xbf'''\n").ok());
+  for (const char* bad : {"name .\xef\xba\xbf = 1\n", "name = \"caf\xc3\xa9\"\n",
+                          "\"\"\"'a.b \\\xef\xbb\x86\n", "# \xcd\xbb\n"}) {
+    Status s = b.loadString(bad, "u.toml");
+    EXPECT_EQ(s.code(), ErrorCode::kConfigInvalid) << bad;
+    EXPECT_NE(s.message().find("u.toml:1: character U+"), std::string::npos) << s.toString();
+  }
+  // Other non-ASCII text, and escapes of the rejected characters, load fine.
+  ASSERT_TRUE(b.loadString("name = \"\xe6\x97\xa5\xe6\x9c\xac caf\\u00E9\"  # \xe2\x82\xac\n").ok());
+  EXPECT_EQ(o.name, "\xe6\x97\xa5\xe6\x9c\xac caf\xc3\xa9");
 }
 
 TEST(Config, LoadFileAndMissingFile) {
