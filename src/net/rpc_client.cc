@@ -460,6 +460,17 @@ RpcClient::~RpcClient() {
     });
   }
   for (auto& f : done) f.wait();
+  // Let the calls woken by shutdown() run to completion (their resumptions are
+  // queued behind the shutdown handlers) before the contexts stop.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::future<void>> barrier;
+    for (size_t i = 0; i < impl_->pool->size(); ++i) {
+      auto promise = std::make_shared<std::promise<void>>();
+      barrier.push_back(promise->get_future());
+      asio::post(impl_->pool->at(i), [promise] { promise->set_value(); });
+    }
+    for (auto& f : barrier) f.wait();
+  }
   impl_->pool->stop();
   all.clear();
   {

@@ -16,8 +16,10 @@
 // or kDeadlineExceeded, kCancelled, kConnectionFailed (cannot connect),
 // kConnectionClosed (the connection broke during the call), kBadFrame,
 // kBadMessage, kPayloadTooLarge (response payload larger than the buffer).
-// Thread-safe: call from any thread or coroutine. The destructor fails calls
-// still in flight with kShuttingDown and joins the client's I/O threads.
+// Thread-safe: call from any thread or coroutine. REQUIRES: no thread is
+// inside call()/callSync() when the destructor runs; coroutine calls still
+// parked on the client's I/O threads are failed with kShuttingDown and the
+// I/O threads are joined.
 #pragma once
 
 #include <asio/awaitable.hpp>
