@@ -62,7 +62,8 @@ double run(double secs, const std::function<bool(Random&)>& op) {
 
 int main(int argc, char** argv) {
   double secs = argc > 1 ? std::atof(argv[1]) : 3.0;
-  std::string dir = std::filesystem::absolute("build/bench-kv-" + std::to_string(getpid())).string();
+  std::string dir =
+      std::filesystem::absolute("build/bench-kv-" + std::to_string(getpid())).string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
 
@@ -84,16 +85,25 @@ int main(int argc, char** argv) {
     }
     kv::RetryOptions retry{.attempts_max = 1000};
     txn1 = run(secs, [&](Random& rng) {
-      return kv::runTransaction(e, [&](kv::Transaction& t) {
-        t.set(key(rng.uniform(kKeys)), std::string(100, 'w'));
-        return Status::OK();
-      }, retry).ok();
+      return kv::runTransaction(
+                 e,
+                 [&](kv::Transaction& t) {
+                   t.set(key(rng.uniform(kKeys)), std::string(100, 'w'));
+                   return Status::OK();
+                 },
+                 retry)
+          .ok();
     });
     txn10 = run(secs, [&](Random& rng) {
-      return kv::runTransaction(e, [&](kv::Transaction& t) {
-        for (int i = 0; i < 10; ++i) t.set(key(rng.uniform(kKeys)), std::string(100, 'x'));
-        return Status::OK();
-      }, retry).ok();
+      return kv::runTransaction(
+                 e,
+                 [&](kv::Transaction& t) {
+                   for (int i = 0; i < 10; ++i)
+                     t.set(key(rng.uniform(kKeys)), std::string(100, 'x'));
+                   return Status::OK();
+                 },
+                 retry)
+          .ok();
     });
     reads = run(secs, [&](Random& rng) {
       auto t = e.beginRead();
@@ -114,8 +124,10 @@ int main(int argc, char** argv) {
   }
   std::filesystem::remove_all(dir);
 
-  std::printf("kv (rocksdb, %d threads, synced): %.0f txn/s (1 write), %.0f txn/s (10 writes), "
-              "%.0f reads/s; raw rocksdb synced puts %.0f/s\n", kThreads, txn1, txn10, reads, raw);
+  std::printf(
+      "kv (rocksdb, %d threads, synced): %.0f txn/s (1 write), %.0f txn/s (10 writes), "
+      "%.0f reads/s; raw rocksdb synced puts %.0f/s\n",
+      kThreads, txn1, txn10, reads, raw);
   bench::figure("kv_txn_1write_per_s", txn1, "txn/s");
   bench::figure("kv_txn_10write_per_s", txn10, "txn/s");
   bench::figure("kv_point_read_per_s", reads, "txn/s");

@@ -46,19 +46,22 @@ uint64_t drive(RpcClient& client, const Endpoint& ep, const Method& m, int infli
   std::atomic<bool> failed{false};
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < inflight; ++i) {
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-      test::EchoRequest req;
-      test::EchoResponse resp;
-      while (bench::secondsSince(t0) < secs) {
-        Status s = co_await client.call(ep, m, req, &resp, {.request_payload = payload});
-        if (!s.ok()) {
-          std::fprintf(stderr, "rpc bench: call failed: %s\n", s.toString().c_str());
-          failed = true;
-          co_return;
-        }
-        done++;
-      }
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          test::EchoRequest req;
+          test::EchoResponse resp;
+          while (bench::secondsSince(t0) < secs) {
+            Status s = co_await client.call(ep, m, req, &resp, {.request_payload = payload});
+            if (!s.ok()) {
+              std::fprintf(stderr, "rpc bench: call failed: %s\n", s.toString().c_str());
+              failed = true;
+              co_return;
+            }
+            done++;
+          }
+        },
+        asio::detached);
   }
   io.run();
   if (failed) std::exit(1);
@@ -115,7 +118,8 @@ int main(int argc, char** argv) {
   Method echo = Method::of("cistern.test.EchoService.Echo");
   RpcServer server(ServerOptions{.threads = 1});
   server.handle<test::EchoRequest, test::EchoResponse>(
-      echo, [](CallContext&, const test::EchoRequest&, test::EchoResponse&) -> asio::awaitable<Status> {
+      echo,
+      [](CallContext&, const test::EchoRequest&, test::EchoResponse&) -> asio::awaitable<Status> {
         co_return Status::OK();
       });
   if (Status s = server.start(); !s.ok()) {

@@ -1,7 +1,7 @@
 // `cistern config --defaults`: every configuration key with its default and
 // meaning; `cistern config --check FILE`: validates a config file.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "common/config.h"

@@ -2,8 +2,8 @@
 // embedded KV). The services it runs are being built issue by issue; until
 // they exist the command says so and exits with EX_UNAVAILABLE (69), rather
 // than pretend to serve.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 

@@ -1,5 +1,5 @@
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 
@@ -14,7 +14,9 @@ void setExitCode(int code) { g_exit_code = code; }
 std::string versionString() { return "cistern 0.1.0 (frame v1)"; }
 
 void addVersion(CLI::App& app) {
-  app.add_subcommand("version", "print the version")->callback([] { fmt::print("{}\n", versionString()); });
+  app.add_subcommand("version", "print the version")->callback([] {
+    fmt::print("{}\n", versionString());
+  });
 }
 
 }  // namespace cistern::cli

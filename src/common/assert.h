@@ -13,11 +13,11 @@ namespace cistern {
                                std::string_view message);
 }
 
-#define CISTERN_CHECK(cond, ...)                                                        \
-  do {                                                                                  \
-    if (__builtin_expect(!(cond), 0)) {                                                 \
+#define CISTERN_CHECK(cond, ...)                                                           \
+  do {                                                                                     \
+    if (__builtin_expect(!(cond), 0)) {                                                    \
       ::cistern::assertFailed(__FILE__, __LINE__, #cond, ::std::string_view{__VA_ARGS__}); \
-    }                                                                                   \
+    }                                                                                      \
   } while (0)
 
 #if !defined(NDEBUG) || defined(CISTERN_DEBUG_CHECKS)

@@ -38,7 +38,8 @@ class SystemClock final : public Clock {
 // another thread advances the clock past the wake-up time.
 class ManualClock final : public Clock {
  public:
-  explicit ManualClock(int64_t wall_micros_start = 1'700'000'000'000'000) : wall_start_(wall_micros_start) {}
+  explicit ManualClock(int64_t wall_micros_start = 1'700'000'000'000'000)
+      : wall_start_(wall_micros_start) {}
   SteadyTime now() const override;
   int64_t wallMicros() const override;
   void sleepFor(Duration d) override;

@@ -2,14 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <functional>
 #include <limits>
-#include <toml++/toml.h>
+#include <sstream>
 
 #include "common/assert.h"
 
@@ -42,13 +42,20 @@ std::string defaultText(T* p) {
 
 const char* typeName(toml::node_type t) {
   switch (t) {
-    case toml::node_type::string: return "string";
-    case toml::node_type::integer: return "integer";
-    case toml::node_type::floating_point: return "float";
-    case toml::node_type::boolean: return "boolean";
-    case toml::node_type::array: return "array";
-    case toml::node_type::table: return "table";
-    default: return "date/time";
+    case toml::node_type::string:
+      return "string";
+    case toml::node_type::integer:
+      return "integer";
+    case toml::node_type::floating_point:
+      return "float";
+    case toml::node_type::boolean:
+      return "boolean";
+    case toml::node_type::array:
+      return "array";
+    case toml::node_type::table:
+      return "table";
+    default:
+      return "date/time";
   }
 }
 
@@ -56,7 +63,8 @@ const char* typeName(toml::node_type t) {
 using Apply = std::function<void()>;
 
 template <typename Int>
-Status convertInt(const toml::node& n, Int* field, std::vector<Apply>* out, const std::string& where) {
+Status convertInt(const toml::node& n, Int* field, std::vector<Apply>* out,
+                  const std::string& where) {
   auto v = n.value<int64_t>();
   if (!n.is_integer() || !v) {
     return Status(ErrorCode::kConfigInvalid,
@@ -134,13 +142,27 @@ void ConfigBinder::add(std::string key, Ptr field, std::string doc) {
   entries_.push_back(Entry{std::move(key), field, std::move(doc), std::move(def)});
 }
 
-void ConfigBinder::bind(std::string k, bool* f, std::string d) { add(std::move(k), f, std::move(d)); }
-void ConfigBinder::bind(std::string k, int64_t* f, std::string d) { add(std::move(k), f, std::move(d)); }
-void ConfigBinder::bind(std::string k, int32_t* f, std::string d) { add(std::move(k), f, std::move(d)); }
-void ConfigBinder::bind(std::string k, uint64_t* f, std::string d) { add(std::move(k), f, std::move(d)); }
-void ConfigBinder::bind(std::string k, uint32_t* f, std::string d) { add(std::move(k), f, std::move(d)); }
-void ConfigBinder::bind(std::string k, double* f, std::string d) { add(std::move(k), f, std::move(d)); }
-void ConfigBinder::bind(std::string k, std::string* f, std::string d) { add(std::move(k), f, std::move(d)); }
+void ConfigBinder::bind(std::string k, bool* f, std::string d) {
+  add(std::move(k), f, std::move(d));
+}
+void ConfigBinder::bind(std::string k, int64_t* f, std::string d) {
+  add(std::move(k), f, std::move(d));
+}
+void ConfigBinder::bind(std::string k, int32_t* f, std::string d) {
+  add(std::move(k), f, std::move(d));
+}
+void ConfigBinder::bind(std::string k, uint64_t* f, std::string d) {
+  add(std::move(k), f, std::move(d));
+}
+void ConfigBinder::bind(std::string k, uint32_t* f, std::string d) {
+  add(std::move(k), f, std::move(d));
+}
+void ConfigBinder::bind(std::string k, double* f, std::string d) {
+  add(std::move(k), f, std::move(d));
+}
+void ConfigBinder::bind(std::string k, std::string* f, std::string d) {
+  add(std::move(k), f, std::move(d));
+}
 void ConfigBinder::bind(std::string k, std::vector<std::string>* f, std::string d) {
   add(std::move(k), f, std::move(d));
 }
@@ -181,7 +203,8 @@ Status ConfigBinder::loadString(std::string_view text, std::string_view source) 
           const auto& k = entry.first;
           const toml::node& node = entry.second;
           if (!status.ok()) return;
-          std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+          std::string key =
+              prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
           const Entry* e = find(key);
           if (e == nullptr && node.is_table()) {
             walk(*node.as_table(), key);

@@ -5,7 +5,8 @@
 //
 //   struct ServerOptions {
 //     uint32_t threads = 0;  // 0 = one per core
-//     void bind(ConfigBinder& b) { b.bind("rpc.threads", &threads, "I/O threads; 0 = one per core"); }
+//     void bind(ConfigBinder& b) { b.bind("rpc.threads", &threads, "I/O threads; 0 = one per
+//     core"); }
 //   };
 //
 // ConfigBinder::loadFile() then sets the bound fields from a file. A key that

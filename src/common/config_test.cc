@@ -109,7 +109,8 @@ TEST(Config, CodePointsTomlppMishandlesAreRejectedWithAnEscapeHint) {
     EXPECT_NE(s.message().find("u.toml:1: character U+"), std::string::npos) << s.toString();
   }
   // Other non-ASCII text, and escapes of the rejected characters, load fine.
-  ASSERT_TRUE(b.loadString("name = \"\xe6\x97\xa5\xe6\x9c\xac caf\\u00E9\"  # \xe2\x82\xac\n").ok());
+  ASSERT_TRUE(
+      b.loadString("name = \"\xe6\x97\xa5\xe6\x9c\xac caf\\u00E9\"  # \xe2\x82\xac\n").ok());
   EXPECT_EQ(o.name, "\xe6\x97\xa5\xe6\x9c\xac caf\xc3\xa9");
 }
 

@@ -94,10 +94,14 @@ Status parseEntry(std::string_view entry, std::string* name, Spec* spec) {
     while (i < arg.size() && arg[i] >= '0' && arg[i] <= '9') ++i;
     if (i == 0 || !parseU64(arg.substr(0, i), &n)) return bad("delay needs a number");
     unit = arg.substr(i);
-    if (unit == "ms") spec->delay = std::chrono::milliseconds(n);
-    else if (unit == "us") spec->delay = std::chrono::microseconds(n);
-    else if (unit == "s") spec->delay = std::chrono::seconds(n);
-    else return bad("delay unit must be us, ms or s");
+    if (unit == "ms")
+      spec->delay = std::chrono::milliseconds(n);
+    else if (unit == "us")
+      spec->delay = std::chrono::microseconds(n);
+    else if (unit == "s")
+      spec->delay = std::chrono::seconds(n);
+    else
+      return bad("delay unit must be us, ms or s");
   } else {
     return bad("action must be error, delay or crash");
   }

@@ -57,7 +57,7 @@ extern std::atomic<int> g_enabled_count;
 
 }  // namespace cistern::fault
 
-#define CISTERN_FAULT(name)                                                       \
+#define CISTERN_FAULT(name)                                                                    \
   (__builtin_expect(::cistern::fault::g_enabled_count.load(std::memory_order_relaxed) == 0, 1) \
-       ? ::cistern::Status()                                                      \
+       ? ::cistern::Status()                                                                   \
        : ::cistern::fault::check(name))

@@ -32,11 +32,11 @@ void setTestSink(Sink sink);
 
 }  // namespace cistern::log
 
-#define CLOG(lvl, component, ...)                                              \
-  do {                                                                         \
-    if (::cistern::log::enabled(lvl)) {                                        \
-      ::cistern::log::write(lvl, component, ::fmt::format(__VA_ARGS__));       \
-    }                                                                          \
+#define CLOG(lvl, component, ...)                                        \
+  do {                                                                   \
+    if (::cistern::log::enabled(lvl)) {                                  \
+      ::cistern::log::write(lvl, component, ::fmt::format(__VA_ARGS__)); \
+    }                                                                    \
   } while (0)
 #define CLOG_TRACE(c, ...) CLOG(::cistern::log::Level::kTrace, c, __VA_ARGS__)
 #define CLOG_DEBUG(c, ...) CLOG(::cistern::log::Level::kDebug, c, __VA_ARGS__)

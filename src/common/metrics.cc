@@ -23,10 +23,14 @@ bool validName(const std::string& n) {
 std::string escapeLabelValue(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -34,9 +38,12 @@ std::string escapeLabelValue(const std::string& v) {
 std::string escapeHelp(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -153,11 +160,13 @@ std::string Registry::renderPrometheus() const {
     switch (f.kind) {
       case Kind::kCounter:
         header(name, f, "counter");
-        for (const auto& [labels, c] : f.counters) out += fmt::format("{}{} {}\n", name, labels, c->value());
+        for (const auto& [labels, c] : f.counters)
+          out += fmt::format("{}{} {}\n", name, labels, c->value());
         break;
       case Kind::kGauge:
         header(name, f, "gauge");
-        for (const auto& [labels, g] : f.gauges) out += fmt::format("{}{} {}\n", name, labels, g->value());
+        for (const auto& [labels, g] : f.gauges)
+          out += fmt::format("{}{} {}\n", name, labels, g->value());
         break;
       case Kind::kHistogram: {
         header(name, f, "histogram");
@@ -167,9 +176,10 @@ std::string Registry::renderPrometheus() const {
             uint64_t n = h->buckets_[b].load(std::memory_order_relaxed);
             if (n == 0) continue;
             cumulative += n;
-            out += fmt::format("{}_bucket{} {}\n", name,
-                               withLabel(labels, "le", std::to_string(Histogram::bucketUpperBound(b))),
-                               cumulative);
+            out +=
+                fmt::format("{}_bucket{} {}\n", name,
+                            withLabel(labels, "le", std::to_string(Histogram::bucketUpperBound(b))),
+                            cumulative);
           }
           out += fmt::format("{}_bucket{} {}\n", name, withLabel(labels, "le", "+Inf"), h->count());
           out += fmt::format("{}_sum{} {}\n", name, labels, h->sum());
@@ -178,8 +188,10 @@ std::string Registry::renderPrometheus() const {
         std::string qname = name + "_quantile";
         out += fmt::format("# TYPE {} gauge\n", qname);
         for (const auto& [labels, h] : f.histograms) {
-          out += fmt::format("{}{} {}\n", qname, withLabel(labels, "quantile", "0.5"), h->quantile(0.5));
-          out += fmt::format("{}{} {}\n", qname, withLabel(labels, "quantile", "0.99"), h->quantile(0.99));
+          out += fmt::format("{}{} {}\n", qname, withLabel(labels, "quantile", "0.5"),
+                             h->quantile(0.5));
+          out += fmt::format("{}{} {}\n", qname, withLabel(labels, "quantile", "0.99"),
+                             h->quantile(0.99));
         }
         break;
       }

@@ -74,7 +74,8 @@ class Registry {
 
   // `help` is recorded the first time the name is seen. Names follow
   // Prometheus rules ([a-zA-Z_:][a-zA-Z0-9_:]*); a bad name aborts (a bug).
-  Counter& counter(const std::string& name, const Labels& labels = {}, const std::string& help = "");
+  Counter& counter(const std::string& name, const Labels& labels = {},
+                   const std::string& help = "");
   Gauge& gauge(const std::string& name, const Labels& labels = {}, const std::string& help = "");
   Histogram& histogram(const std::string& name, const Labels& labels = {},
                        const std::string& help = "");

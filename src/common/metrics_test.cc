@@ -8,8 +8,8 @@ namespace cistern::metrics {
 namespace {
 
 TEST(Histogram, BucketsAreMonotoneAndCoverValues) {
-  for (uint64_t v : {0ull, 1ull, 3ull, 4ull, 5ull, 7ull, 8ull, 9ull, 1000ull, 123456789ull,
-                     ~0ull}) {
+  for (uint64_t v :
+       {0ull, 1ull, 3ull, 4ull, 5ull, 7ull, 8ull, 9ull, 1000ull, 123456789ull, ~0ull}) {
     int b = Histogram::bucketOf(v);
     ASSERT_LT(b, Histogram::kBuckets);
     EXPECT_LE(v, Histogram::bucketUpperBound(b)) << v;
@@ -45,7 +45,10 @@ TEST(Registry, CountersAreExactUnderConcurrency) {
   Registry r;
   Counter& c = r.counter("x_total");
   std::vector<std::thread> ts;
-  for (int t = 0; t < 4; ++t) ts.emplace_back([&] { for (int i = 0; i < 100000; ++i) c.inc(); });
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      for (int i = 0; i < 100000; ++i) c.inc();
+    });
   for (auto& t : ts) t.join();
   EXPECT_EQ(c.value(), 400000u);
 }

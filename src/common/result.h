@@ -16,7 +16,7 @@ namespace cistern {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     CISTERN_CHECK(!std::get<Status>(v_).ok(), "Result constructed from an ok Status");
   }
@@ -61,12 +61,12 @@ Status toStatus(const Result<T>& r) {
 }  // namespace cistern
 
 #define CISTERN_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr, ret) \
-  auto tmp = (expr);                                      \
-  if (!tmp.ok()) ret tmp.status();                        \
+  auto tmp = (expr);                                       \
+  if (!tmp.ok()) ret tmp.status();                         \
   lhs = std::move(tmp).value()
 
 // ASSIGN_OR_RETURN(auto x, f()); — declares x from a Result or returns its error.
 #define ASSIGN_OR_RETURN(lhs, expr) \
-  CISTERN_ASSIGN_OR_RETURN_IMPL(CISTERN_CONCAT(_cistern_r_, __LINE__), lhs, expr, return)
+  CISTERN_ASSIGN_OR_RETURN_IMPL(CISTERN_CONCAT(_cistern_r_, __LINE__), lhs, expr, return )
 #define CO_ASSIGN_OR_RETURN(lhs, expr) \
-  CISTERN_ASSIGN_OR_RETURN_IMPL(CISTERN_CONCAT(_cistern_r_, __LINE__), lhs, expr, co_return)
+  CISTERN_ASSIGN_OR_RETURN_IMPL(CISTERN_CONCAT(_cistern_r_, __LINE__), lhs, expr, co_return )

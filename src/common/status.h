@@ -77,14 +77,14 @@ inline Status toStatus(Status&& s) { return std::move(s); }
 #define CISTERN_CONCAT_INNER(a, b) a##b
 #define CISTERN_CONCAT(a, b) CISTERN_CONCAT_INNER(a, b)
 
-#define RETURN_ON_ERROR(expr)                     \
-  do {                                            \
+#define RETURN_ON_ERROR(expr)                                 \
+  do {                                                        \
     ::cistern::Status _cistern_s = ::cistern::toStatus(expr); \
-    if (!_cistern_s.ok()) return _cistern_s;      \
+    if (!_cistern_s.ok()) return _cistern_s;                  \
   } while (0)
 
-#define CO_RETURN_ON_ERROR(expr)                  \
-  do {                                            \
+#define CO_RETURN_ON_ERROR(expr)                              \
+  do {                                                        \
     ::cistern::Status _cistern_s = ::cistern::toStatus(expr); \
-    if (!_cistern_s.ok()) co_return _cistern_s;   \
+    if (!_cistern_s.ok()) co_return _cistern_s;               \
   } while (0)

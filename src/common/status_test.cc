@@ -36,9 +36,9 @@ TEST(Status, CarriesCodeMessageAndErrno) {
 }
 
 TEST(Status, EveryCodeHasANameAndErrnoAndIsKnown) {
-#define CISTERN_X(name, value, err, desc)                          \
-  EXPECT_EQ(errorCodeName(ErrorCode::name), #name);                \
-  EXPECT_EQ(errorCodeToErrno(ErrorCode::name), err);               \
+#define CISTERN_X(name, value, err, desc)            \
+  EXPECT_EQ(errorCodeName(ErrorCode::name), #name);  \
+  EXPECT_EQ(errorCodeToErrno(ErrorCode::name), err); \
   EXPECT_TRUE(isKnownErrorCode(value));
   CISTERN_ERROR_CODES(CISTERN_X)
 #undef CISTERN_X

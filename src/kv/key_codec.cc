@@ -21,7 +21,8 @@ std::string_view prefixName(Prefix p) {
 
 KeyWriter& KeyWriter::u64(uint64_t v) {
   key_.push_back(static_cast<char>(kTypeU64));
-  for (int shift = 56; shift >= 0; shift -= 8) key_.push_back(static_cast<char>((v >> shift) & 0xff));
+  for (int shift = 56; shift >= 0; shift -= 8)
+    key_.push_back(static_cast<char>((v >> shift) & 0xff));
   return *this;
 }
 

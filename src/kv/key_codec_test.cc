@@ -26,7 +26,8 @@ TEST(KeyCodec, OrderOfKeysIsOrderOfTuples) {
   std::vector<std::pair<uint64_t, std::string>> tuples;
   for (int i = 0; i < 2000; ++i) {
     std::string s;
-    for (uint64_t n = rng.uniform(5); n > 0; --n) s.push_back(static_cast<char>(rng.uniform(4) == 0 ? 0 : rng.uniform(256)));
+    for (uint64_t n = rng.uniform(5); n > 0; --n)
+      s.push_back(static_cast<char>(rng.uniform(4) == 0 ? 0 : rng.uniform(256)));
     tuples.emplace_back(rng.uniform(4), s);
   }
   for (auto& a : tuples) {
@@ -43,9 +44,15 @@ TEST(KeyCodec, OrderOfKeysIsOrderOfTuples) {
 TEST(KeyCodec, MalformedKeysAreRejected) {
   EXPECT_EQ(KeyReader("").prefix().code(), ErrorCode::kKeyDecode);
   EXPECT_EQ(KeyReader("\xee").prefix().code(), ErrorCode::kKeyDecode);
-  EXPECT_EQ(KeyReader("\x15\x00\x01").u64().code(), ErrorCode::kKeyDecode);       // short u64
-  EXPECT_EQ(KeyReader(std::string("\x01" "abc", 4)).bytes().code(), ErrorCode::kKeyDecode);  // unterminated
-  EXPECT_EQ(KeyReader(std::string("\x02x\0", 3)).bytes().code(), ErrorCode::kKeyDecode);     // wrong type
+  EXPECT_EQ(KeyReader("\x15\x00\x01").u64().code(), ErrorCode::kKeyDecode);  // short u64
+  EXPECT_EQ(KeyReader(std::string("\x01"
+                                  "abc",
+                                  4))
+                .bytes()
+                .code(),
+            ErrorCode::kKeyDecode);  // unterminated
+  EXPECT_EQ(KeyReader(std::string("\x02x\0", 3)).bytes().code(),
+            ErrorCode::kKeyDecode);  // wrong type
   EXPECT_EQ(KeyReader(std::string("\x01\0", 2)).u64().code(), ErrorCode::kKeyDecode);
 }
 
@@ -61,8 +68,8 @@ TEST(KeyCodec, StrincGivesPrefixUpperBound) {
 
 TEST(KeyPrefixes, AreUniqueAndNamed) {
   std::set<int> seen;
-#define CISTERN_X(name, value, desc)                            \
-  EXPECT_TRUE(seen.insert(value).second) << #name;              \
+#define CISTERN_X(name, value, desc)               \
+  EXPECT_TRUE(seen.insert(value).second) << #name; \
   EXPECT_EQ(prefixName(Prefix::name), #name);
   CISTERN_KV_PREFIXES(CISTERN_X)
 #undef CISTERN_X

@@ -103,8 +103,8 @@ TEST_P(KvConformance, RangeReadsOrderLimitReverseAndMore) {
 TEST_P(KvConformance, RangeReadsMergeOwnSetsClearsAndClearRanges) {
   for (std::string k : {"a", "b", "c", "d", "e", "f"}) put(k, "old");
   auto t = engine_->begin();
-  t->clearRange("b", "e");   // removes b c d
-  t->set("c", "new");        // set after the clear survives
+  t->clearRange("b", "e");  // removes b c d
+  t->set("c", "new");       // set after the clear survives
   t->clear("f");
   t->set("bb", "ins");
   EXPECT_EQ(keys(*t->getRange("a", "z")), (Keys{"a", "bb", "c", "e"}));
@@ -245,16 +245,15 @@ TEST_P(KvConformance, RunTransactionRetriesConflictsThenSucceeds) {
 
 TEST_P(KvConformance, RunTransactionGivesUpAfterAttemptsMax) {
   int calls = 0;
-  Status s = runTransaction(
-      *engine_,
-      [&](Transaction& t) -> Status {
-        ++calls;
-        RETURN_ON_ERROR(t.get("n"));
-        put("n", std::to_string(calls));
-        t.set("n", "mine");
-        return Status::OK();
-      },
-      {.attempts_max = 3, .backoff_ms_initial = 1, .backoff_ms_max = 1});
+  Status s = runTransaction(*engine_,
+                            [&](Transaction& t) -> Status {
+                              ++calls;
+                              RETURN_ON_ERROR(t.get("n"));
+                              put("n", std::to_string(calls));
+                              t.set("n", "mine");
+                              return Status::OK();
+                            },
+                            {.attempts_max = 3, .backoff_ms_initial = 1, .backoff_ms_max = 1});
   EXPECT_EQ(s.code(), ErrorCode::kTxnRetriesExhausted);
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(read("n"), "3");
@@ -279,16 +278,16 @@ TEST_P(KvConformance, EightThreadsIncrementOneCounterExactly) {
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&] {
       for (int j = 0; j < kIncrements; ++j) {
-        Status s = runTransaction(
-            *engine_,
-            [](Transaction& t) -> Status {
-              auto v = t.get("counter");
-              RETURN_ON_ERROR(v);
-              uint64_t n = *v ? std::stoull(**v) : 0;
-              t.set("counter", std::to_string(n + 1));
-              return Status::OK();
-            },
-            {.attempts_max = 100000, .backoff_ms_initial = 0, .backoff_ms_max = 1});
+        Status s =
+            runTransaction(*engine_,
+                           [](Transaction& t) -> Status {
+                             auto v = t.get("counter");
+                             RETURN_ON_ERROR(v);
+                             uint64_t n = *v ? std::stoull(**v) : 0;
+                             t.set("counter", std::to_string(n + 1));
+                             return Status::OK();
+                           },
+                           {.attempts_max = 100000, .backoff_ms_initial = 0, .backoff_ms_max = 1});
         if (!s.ok()) failures++;
       }
     });
@@ -323,16 +322,19 @@ TEST_P(KvConformance, ConcurrentTransfersKeepTheTotalForEveryReader) {
       for (int i = 0; i < 500; ++i) {
         std::string a = "acct/" + std::to_string(rng.uniform(kAccounts));
         std::string b = "acct/" + std::to_string(rng.uniform(kAccounts));
-        Status s = runTransaction(*engine_, [&](Transaction& t) -> Status {
-          auto va = t.get(a);
-          RETURN_ON_ERROR(va);
-          auto vb = t.get(b);
-          RETURN_ON_ERROR(vb);
-          if (a == b) return Status::OK();
-          t.set(a, std::to_string(std::stoi(**va) - 7));
-          t.set(b, std::to_string(std::stoi(**vb) + 7));
-          return Status::OK();
-        }, {.attempts_max = 10000, .backoff_ms_initial = 0, .backoff_ms_max = 1});
+        Status s =
+            runTransaction(*engine_,
+                           [&](Transaction& t) -> Status {
+                             auto va = t.get(a);
+                             RETURN_ON_ERROR(va);
+                             auto vb = t.get(b);
+                             RETURN_ON_ERROR(vb);
+                             if (a == b) return Status::OK();
+                             t.set(a, std::to_string(std::stoi(**va) - 7));
+                             t.set(b, std::to_string(std::stoi(**vb) + 7));
+                             return Status::OK();
+                           },
+                           {.attempts_max = 10000, .backoff_ms_initial = 0, .backoff_ms_max = 1});
         ASSERT_TRUE(s.ok()) << s.toString();
       }
     });
@@ -377,7 +379,8 @@ TEST_P(KvConformance, RandomOperationsMatchAModel) {
           std::string k = randomKey();
           auto got = t->get(k);
           auto it = local.find(k);
-          ASSERT_EQ(*got, it == local.end() ? std::nullopt : std::optional<std::string>(it->second));
+          ASSERT_EQ(*got,
+                    it == local.end() ? std::nullopt : std::optional<std::string>(it->second));
           break;
         }
         case 4: {
@@ -386,7 +389,8 @@ TEST_P(KvConformance, RandomOperationsMatchAModel) {
           auto got = t->getRange(b, e, ro);
           std::vector<KeyValue> want;
           if (b < e) {
-            for (auto it = local.lower_bound(b); it != local.lower_bound(e); ++it) want.push_back({it->first, it->second});
+            for (auto it = local.lower_bound(b); it != local.lower_bound(e); ++it)
+              want.push_back({it->first, it->second});
           }
           if (ro.reverse) std::reverse(want.begin(), want.end());
           if (ro.limit && want.size() > ro.limit) want.resize(ro.limit);
@@ -418,8 +422,10 @@ TEST_P(KvConformance, FailedApplyStopsTheEngineFromAcceptingWrites) {
   EXPECT_EQ(read("a"), std::nullopt);
 }
 
-TEST_P(KvConformance, CommittedDataSurvivesReopen) {
-  if (!GetParam().durable) GTEST_SKIP() << "in-memory engine";
+// Engines that keep data across reopen.
+class KvDurable : public KvConformance {};
+
+TEST_P(KvDurable, CommittedDataSurvivesReopen) {
   put("durable", "yes");
   {
     auto t = engine_->begin();
@@ -442,6 +448,16 @@ TEST(KvRocks, OpenFailureNamesThePath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllEngines, KvConformance, ::testing::ValuesIn(allEngines()),
+                         [](const auto& info) { return info.param.name; });
+
+std::vector<EngineFactory> durableEngines() {
+  std::vector<EngineFactory> out;
+  for (auto& e : allEngines()) {
+    if (e.durable) out.push_back(e);
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(DurableEngines, KvDurable, ::testing::ValuesIn(durableEngines()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   for (long i = std::atol(argv[2]);; ++i) {
     auto t = (*engine)->begin();
     std::string payload(1000 + (i % 7) * 500, static_cast<char>('a' + i % 26));
-    for (int j = 0; j < 10; ++j) t->set("txn/" + std::to_string(i) + "/" + std::to_string(j), payload);
+    for (int j = 0; j < 10; ++j)
+      t->set("txn/" + std::to_string(i) + "/" + std::to_string(j), payload);
     t->set("last", std::to_string(i));
     cistern::Status s = t->commit();
     if (!s.ok()) {

@@ -78,7 +78,8 @@ TEST(KvCrash, SigkillDuringCommitsLeavesEveryTransactionWholeOrAbsent) {
       ASSERT_EQ(kv.value[0], static_cast<char>('a' + id % 26));
     }
     for (auto& [id, n] : parts) ASSERT_EQ(n, 10) << "transaction " << id << " is torn";
-    for (long id : all_acked) ASSERT_TRUE(parts.count(id)) << "acknowledged transaction " << id << " lost";
+    for (long id : all_acked)
+      ASSERT_TRUE(parts.count(id)) << "acknowledged transaction " << id << " lost";
     long last_present = parts.empty() ? -1 : parts.rbegin()->first;
     // Committed transactions form a prefix: the child commits one at a time.
     ASSERT_EQ(static_cast<long>(parts.size()), last_present + 1);

@@ -56,7 +56,8 @@ class MemStore final : public Store {
           break;
         case WriteOp::kClearRange: {
           std::vector<std::string> keys;
-          for (auto it = rows_.lower_bound(op.key); it != rows_.end() && it->first < op.value; ++it) {
+          for (auto it = rows_.lower_bound(op.key); it != rows_.end() && it->first < op.value;
+               ++it) {
             keys.push_back(it->first);
           }
           for (const auto& k : keys) put(k, version, std::nullopt);
@@ -71,7 +72,8 @@ class MemStore final : public Store {
   std::string_view name() const override { return "mem"; }
 
   // Visible value of `key` at `version`; REQUIRES: mu_ held (shared).
-  const std::optional<std::string>* visible(const std::vector<Version>& versions, uint64_t v) const {
+  const std::optional<std::string>* visible(const std::vector<Version>& versions,
+                                            uint64_t v) const {
     for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
       if (it->version <= v) return &it->value;
     }

@@ -40,7 +40,8 @@ struct KvMetrics {
 
 void normalizeRanges(std::vector<KeyRange>* ranges) {
   auto& r = *ranges;
-  std::sort(r.begin(), r.end(), [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
+  std::sort(r.begin(), r.end(),
+            [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
   size_t out = 0;
   for (size_t i = 0; i < r.size(); ++i) {
     if (r[i].begin >= r[i].end) continue;
@@ -58,8 +59,10 @@ bool rangesIntersect(const std::vector<KeyRange>& a, const std::vector<KeyRange>
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
     if (a[i].begin < b[j].end && b[j].begin < a[i].end) return true;
-    if (a[i].end <= b[j].end) ++i;
-    else ++j;
+    if (a[i].end <= b[j].end)
+      ++i;
+    else
+      ++j;
   }
   return false;
 }
@@ -192,8 +195,10 @@ class TxnImpl final : public Transaction {
   void appendOps(WriteBatch* batch) const {
     for (const auto& r : clears_) batch->push_back({WriteOp::kClearRange, r.begin, r.end});
     for (const auto& [k, v] : writes_) {
-      if (v) batch->push_back({WriteOp::kSet, k, *v});
-      else batch->push_back({WriteOp::kClear, k, {}});
+      if (v)
+        batch->push_back({WriteOp::kSet, k, *v});
+      else
+        batch->push_back({WriteOp::kClear, k, {}});
     }
   }
 
@@ -235,7 +240,8 @@ Result<RangeResult> TxnImpl::getRange(std::string_view begin, std::string_view e
       }
       int cmp = !store_ok ? 1 : !local_ok ? -1 : it->key().compare(lit->first);
       if (cmp < 0) {
-        if (!coveredByClear(it->key())) out.kvs.push_back({std::string(it->key()), std::string(it->value())});
+        if (!coveredByClear(it->key()))
+          out.kvs.push_back({std::string(it->key()), std::string(it->value())});
         it->next();
       } else {
         if (cmp == 0) it->next();  // the local write shadows the stored row
@@ -257,7 +263,8 @@ Result<RangeResult> TxnImpl::getRange(std::string_view begin, std::string_view e
       auto prev = local_ok ? std::prev(lit) : lit;
       int cmp = !store_ok ? -1 : !local_ok ? 1 : it->key().compare(prev->first);
       if (cmp > 0) {
-        if (!coveredByClear(it->key())) out.kvs.push_back({std::string(it->key()), std::string(it->value())});
+        if (!coveredByClear(it->key()))
+          out.kvs.push_back({std::string(it->key()), std::string(it->value())});
         it->prev();
       } else {
         if (cmp == 0) it->prev();
@@ -325,8 +332,9 @@ Status OccEngine::resolve(const TxnImpl& txn) const {
   normalizeRanges(&touched);
   for (auto h = history_.rbegin(); h != history_.rend() && h->version > txn.read_version_; ++h) {
     if (rangesIntersect(touched, h->writes)) {
-      return Status(ErrorCode::kTxnConflict,
-                    fmt::format("conflicts with the transaction committed at version {}", h->version));
+      return Status(
+          ErrorCode::kTxnConflict,
+          fmt::format("conflicts with the transaction committed at version {}", h->version));
     }
   }
   return Status::OK();
@@ -360,9 +368,12 @@ Status OccEngine::commit(TxnImpl& txn) {
   auto& m = KvMetrics::get();
   m.commit_us.observe(static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(clock().now() - t0).count()));
-  if (p.status.ok()) m.commits.inc();
-  else if (p.status.code() == ErrorCode::kTxnConflict) m.conflicts.inc();
-  else if (p.status.code() == ErrorCode::kTxnTooOld) m.too_old.inc();
+  if (p.status.ok())
+    m.commits.inc();
+  else if (p.status.code() == ErrorCode::kTxnConflict)
+    m.conflicts.inc();
+  else if (p.status.code() == ErrorCode::kTxnTooOld)
+    m.too_old.inc();
   return p.status;
 }
 
@@ -399,7 +410,8 @@ void OccEngine::lead(std::unique_lock<std::mutex>& lock) {
     } else {
       // The store may hold part of the batch or all of it; no later commit can
       // be ordered after it safely, so the engine stops accepting writes.
-      CLOG_ERROR("kv", "{} engine failed applying a commit batch: {}", store_->name(), s.toString());
+      CLOG_ERROR("kv", "{} engine failed applying a commit batch: {}", store_->name(),
+                 s.toString());
       failed_ = Status(ErrorCode::kIOError, fmt::format("kv engine failed: {}", s.toString()));
     }
     for (Pending* p : accepted) {

@@ -17,7 +17,7 @@ namespace {
 
 Status fromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return Status::OK();
-  ErrorCode code = s.IsNoSpace() ? ErrorCode::kNoSpace
+  ErrorCode code = s.IsNoSpace()      ? ErrorCode::kNoSpace
                    : s.IsCorruption() ? ErrorCode::kCorruption
                                       : ErrorCode::kIOError;
   return Status(code, fmt::format("rocksdb {}: {}", what, s.ToString()));
@@ -102,9 +102,15 @@ class RocksStore final : public Store {
     for (const WriteOp& op : batch) {
       rocksdb::Status s;
       switch (op.kind) {
-        case WriteOp::kSet: s = wb.Put(slice(op.key), slice(op.value)); break;
-        case WriteOp::kClear: s = wb.Delete(slice(op.key)); break;
-        case WriteOp::kClearRange: s = wb.DeleteRange(slice(op.key), slice(op.value)); break;
+        case WriteOp::kSet:
+          s = wb.Put(slice(op.key), slice(op.value));
+          break;
+        case WriteOp::kClear:
+          s = wb.Delete(slice(op.key));
+          break;
+        case WriteOp::kClearRange:
+          s = wb.DeleteRange(slice(op.key), slice(op.value));
+          break;
       }
       RETURN_ON_ERROR(fromRocks(s, "batch"));
     }

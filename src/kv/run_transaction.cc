@@ -26,8 +26,8 @@ Status runTransaction(Engine& engine, const std::function<Status(Transaction&)>&
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
     backoff_ms = std::min(retry.backoff_ms_max, backoff_ms * 2);
   }
-  return Status(ErrorCode::kTxnRetriesExhausted,
-                fmt::format("gave up after {} attempts; last: {}", retry.attempts_max, last.toString()));
+  return Status(ErrorCode::kTxnRetriesExhausted, fmt::format("gave up after {} attempts; last: {}",
+                                                             retry.attempts_max, last.toString()));
 }
 
 Status runReadTransaction(Engine& engine, const std::function<Status(ReadTransaction&)>& body) {

@@ -9,7 +9,8 @@ struct PooledBuffer::State {
   size_t cached_bytes_max;
   size_t cached_bytes = 0;
   // free_[c] holds buffers of capacity 4 KiB << c.
-  std::vector<std::vector<std::unique_ptr<uint8_t[]>>> free = std::vector<std::vector<std::unique_ptr<uint8_t[]>>>(40);
+  std::vector<std::vector<std::unique_ptr<uint8_t[]>>> free =
+      std::vector<std::vector<std::unique_ptr<uint8_t[]>>>(40);
 };
 
 namespace {

@@ -13,7 +13,8 @@ Result<Endpoint> Endpoint::parse(std::string_view text) {
   size_t colon = text.rfind(':');
   if (colon == std::string_view::npos) return bad("expected host:port");
   std::string_view host = text.substr(0, colon), port = text.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   if (host.empty()) return bad("empty host");
   unsigned value = 0;
   auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);

@@ -11,7 +11,8 @@ namespace {
 
 template <typename T>
 void put(uint8_t* p, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
+  for (size_t i = 0; i < sizeof(T); ++i)
+    p[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
 }
 
 template <typename T>
@@ -64,10 +65,12 @@ Result<FrameHeader> decodeHeader(std::span<const uint8_t> bytes, const FrameLimi
   h.body_crc = get<uint32_t>(p + 40);
   h.priority = p[44];
   if (h.message_len > limits.message_bytes_max) {
-    return bad(fmt::format("message of {} bytes exceeds {}", h.message_len, limits.message_bytes_max));
+    return bad(
+        fmt::format("message of {} bytes exceeds {}", h.message_len, limits.message_bytes_max));
   }
   if (h.payload_len > limits.payload_bytes_max) {
-    return bad(fmt::format("payload of {} bytes exceeds {}", h.payload_len, limits.payload_bytes_max));
+    return bad(
+        fmt::format("payload of {} bytes exceeds {}", h.payload_len, limits.payload_bytes_max));
   }
   return h;
 }

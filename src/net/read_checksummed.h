@@ -15,7 +15,8 @@ namespace cistern::net {
 
 // Reads exactly buf.size() bytes. When `crc` is set, extends it over the bytes.
 template <typename Socket>
-asio::awaitable<asio::error_code> readChecksummed(Socket& socket, std::span<uint8_t> buf, uint32_t* crc) {
+asio::awaitable<asio::error_code> readChecksummed(Socket& socket, std::span<uint8_t> buf,
+                                                  uint32_t* crc) {
   asio::error_code ec;
   size_t done = 0;
   while (done < buf.size()) {

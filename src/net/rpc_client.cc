@@ -1,5 +1,6 @@
 #include "net/rpc_client.h"
 
+#include <google/protobuf/message.h>
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
 #include <asio/detached.hpp>
@@ -9,7 +10,6 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
-#include <google/protobuf/message.h>
 
 #include <deque>
 #include <future>
@@ -124,7 +124,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection> {
   uint32_t inflight_ = 0;
   std::unordered_map<uint64_t, std::shared_ptr<PendingCall>> pending_;
   std::deque<std::unique_ptr<OutFrame>> out_;  // unique_ptr: buffers must not move during a write
-  std::vector<uint64_t> writing_;  // request ids in the write now in progress
+  std::vector<uint64_t> writing_;              // request ids in the write now in progress
 };
 
 struct RpcClient::Impl {
@@ -161,7 +161,8 @@ awaitable<Status> ClientConnection::ensureConnected(SteadyTime deadline) {
   while (state_ != State::kConnected) {
     if (state_ == State::kConnecting) {
       if (!co_await waitSignal(state_signal_, deadline) && state_ != State::kConnected) {
-        co_return Status(ErrorCode::kDeadlineExceeded, fmt::format("connecting to {}", endpoint_.toString()));
+        co_return Status(ErrorCode::kDeadlineExceeded,
+                         fmt::format("connecting to {}", endpoint_.toString()));
       }
       continue;
     }
@@ -173,7 +174,8 @@ awaitable<Status> ClientConnection::ensureConnected(SteadyTime deadline) {
     if (!ec) {
       // A timer closes the socket if the connect takes too long.
       SteadyTime connect_deadline =
-          std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.connect_timeout_ms));
+          std::min(deadline, std::chrono::steady_clock::now() +
+                                 std::chrono::milliseconds(options_.connect_timeout_ms));
       asio::steady_timer guard(ex_);
       guard.expires_at(connect_deadline);
       bool timed_out = false;
@@ -201,8 +203,10 @@ awaitable<Status> ClientConnection::ensureConnected(SteadyTime deadline) {
     ++generation_;
     auto self = shared_from_this();
     uint64_t gen = generation_;
-    asio::co_spawn(ex_, [self, gen] { return self->reader(gen); }, asio::detached);
-    asio::co_spawn(ex_, [self, gen] { return self->writer(gen); }, asio::detached);
+    asio::co_spawn(
+        ex_, [self, gen] { return self->reader(gen); }, asio::detached);
+    asio::co_spawn(
+        ex_, [self, gen] { return self->writer(gen); }, asio::detached);
     state_signal_.cancel();
   }
   co_return Status::OK();
@@ -232,7 +236,8 @@ void ClientConnection::fail(const Status& status) {
   state_signal_.cancel();
 }
 
-awaitable<Status> ClientConnection::call(const Method& method, const google::protobuf::Message& request,
+awaitable<Status> ClientConnection::call(const Method& method,
+                                         const google::protobuf::Message& request,
                                          google::protobuf::Message* response, CallOptions options) {
   auto self = shared_from_this();
   uint32_t timeout_ms = options.timeout_ms ? options.timeout_ms : options_.call_timeout_ms;
@@ -240,16 +245,20 @@ awaitable<Status> ClientConnection::call(const Method& method, const google::pro
   CISTERN_CHECK(request.GetDescriptor() == method.input, method.name);
   CISTERN_CHECK(response == nullptr || response->GetDescriptor() == method.output, method.name);
   if (options.request_payload.size() > options_.limits.payload_bytes_max) {
-    co_return Status(ErrorCode::kPayloadTooLarge, fmt::format("request payload of {} bytes exceeds {}",
-                                                              options.request_payload.size(),
-                                                              options_.limits.payload_bytes_max));
+    co_return Status(
+        ErrorCode::kPayloadTooLarge,
+        fmt::format("request payload of {} bytes exceeds {}", options.request_payload.size(),
+                    options_.limits.payload_bytes_max));
   }
-  if (options.cancel && options.cancel->cancelled()) co_return Status(ErrorCode::kCancelled, method.name);
+  if (options.cancel && options.cancel->cancelled())
+    co_return Status(ErrorCode::kCancelled, method.name);
 
   CO_RETURN_ON_ERROR(co_await ensureConnected(deadline));
   while (inflight_ >= options_.inflight_per_connection_max) {
-    if (!co_await waitSignal(slot_signal_, deadline) && inflight_ >= options_.inflight_per_connection_max) {
-      co_return Status(ErrorCode::kDeadlineExceeded, fmt::format("{}: waiting for a free slot", method.name));
+    if (!co_await waitSignal(slot_signal_, deadline) &&
+        inflight_ >= options_.inflight_per_connection_max) {
+      co_return Status(ErrorCode::kDeadlineExceeded,
+                       fmt::format("{}: waiting for a free slot", method.name));
     }
   }
   if (state_ != State::kConnected) CO_RETURN_ON_ERROR(co_await ensureConnected(deadline));
@@ -314,7 +323,8 @@ awaitable<Status> ClientConnection::call(const Method& method, const google::pro
     if (p->receiving || in_write) {
       // Bytes are moving to or from the caller's buffers: only closing the
       // connection stops that. Other calls on it fail with kConnectionClosed.
-      fail(Status(ErrorCode::kConnectionClosed, fmt::format("connection reset: {} abandoned mid-transfer", method.name)));
+      fail(Status(ErrorCode::kConnectionClosed,
+                  fmt::format("connection reset: {} abandoned mid-transfer", method.name)));
     } else {
       std::erase_if(out_, [id](const auto& o) { return o->request_id == id; });
     }
@@ -324,7 +334,8 @@ awaitable<Status> ClientConnection::call(const Method& method, const google::pro
   if (options.cancel && cancel_sub) options.cancel->unsubscribe(cancel_sub);
   --inflight_;
   slot_signal_.cancel_one();
-  if (p->result.ok() && options.response_payload_len) *options.response_payload_len = p->payload_len;
+  if (p->result.ok() && options.response_payload_len)
+    *options.response_payload_len = p->payload_len;
   co_return p->result;
 }
 
@@ -353,7 +364,8 @@ awaitable<void> ClientConnection::writer(uint64_t generation) {
     co_await asio::async_write(socket_, bufs, asio::redirect_error(use_awaitable, ec));
     if (generation != generation_) co_return;
     if (ec) {
-      fail(Status(ErrorCode::kConnectionClosed, fmt::format("write to {}: {}", endpoint_.toString(), ec.message())));
+      fail(Status(ErrorCode::kConnectionClosed,
+                  fmt::format("write to {}: {}", endpoint_.toString(), ec.message())));
       co_return;
     }
     out_.erase(out_.begin(), out_.begin() + static_cast<long>(n));
@@ -369,7 +381,8 @@ awaitable<void> ClientConnection::reader(uint64_t generation) {
   asio::error_code ec;
   auto broken = [&](std::string_view what) {
     if (generation == generation_) {
-      fail(Status(ErrorCode::kConnectionClosed, fmt::format("{} {}: {}", what, endpoint_.toString(), ec.message())));
+      fail(Status(ErrorCode::kConnectionClosed,
+                  fmt::format("{} {}: {}", what, endpoint_.toString(), ec.message())));
     }
   };
   while (generation == generation_) {
@@ -386,16 +399,19 @@ awaitable<void> ClientConnection::reader(uint64_t generation) {
     std::shared_ptr<PendingCall> p;
     if (auto it = pending_.find(h->request_id); it != pending_.end()) p = it->second;
     message.resize(h->message_len);
-    co_await asio::async_read(socket_, asio::buffer(message), asio::redirect_error(use_awaitable, ec));
+    co_await asio::async_read(socket_, asio::buffer(message),
+                              asio::redirect_error(use_awaitable, ec));
     if (generation != generation_) co_return;
     if (ec) co_return broken("read from");
     uint32_t crc = crc32c(message.data(), message.size());
     Status result;
     if (h->status != 0) result = Status(static_cast<ErrorCode>(h->status), message);
-    bool into_caller = p && !p->abandoned && h->status == 0 && h->payload_len <= p->payload_dest.size();
+    bool into_caller =
+        p && !p->abandoned && h->status == 0 && h->payload_len <= p->payload_dest.size();
     if (p && !p->abandoned && h->payload_len > p->payload_dest.size()) {
-      result = Status(ErrorCode::kPayloadTooLarge, fmt::format("response payload of {} bytes exceeds the {} byte buffer",
-                                                               h->payload_len, p->payload_dest.size()));
+      result = Status(ErrorCode::kPayloadTooLarge,
+                      fmt::format("response payload of {} bytes exceeds the {} byte buffer",
+                                  h->payload_len, p->payload_dest.size()));
     }
     if (h->payload_len > 0) {
       if (into_caller) {
@@ -410,7 +426,8 @@ awaitable<void> ClientConnection::reader(uint64_t generation) {
         scratch.resize(std::min<size_t>(h->payload_len, 256 * 1024));
         for (size_t left = h->payload_len; left > 0;) {
           size_t n = std::min(left, scratch.size());
-          co_await asio::async_read(socket_, asio::buffer(scratch.data(), n), asio::redirect_error(use_awaitable, ec));
+          co_await asio::async_read(socket_, asio::buffer(scratch.data(), n),
+                                    asio::redirect_error(use_awaitable, ec));
           if (generation != generation_) co_return;
           if (ec) co_return broken("read from");
           if (h->payloadChecksummed()) crc = crc32cExtend(crc, scratch.data(), n);
@@ -485,12 +502,14 @@ awaitable<Status> RpcClient::call(const Endpoint& to, const Method& method,
                                   google::protobuf::Message* response, CallOptions options) {
   auto conn = impl_->pick(to);
   impl_->calls->inc();
-  Status s = co_await asio::co_spawn(conn->executor(), conn->call(method, request, response, options), use_awaitable);
+  Status s = co_await asio::co_spawn(conn->executor(),
+                                     conn->call(method, request, response, options), use_awaitable);
   if (!s.ok()) impl_->errors->inc();
   co_return s;
 }
 
-Status RpcClient::callSync(const Endpoint& to, const Method& method, const google::protobuf::Message& request,
+Status RpcClient::callSync(const Endpoint& to, const Method& method,
+                           const google::protobuf::Message& request,
                            google::protobuf::Message* response, CallOptions options) {
   auto conn = impl_->pick(to);
   impl_->calls->inc();

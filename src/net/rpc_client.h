@@ -100,8 +100,9 @@ class RpcClient {
                                const google::protobuf::Message& request,
                                google::protobuf::Message* response, CallOptions options = {});
   // Blocks the calling thread (must not be one of this client's I/O threads).
-  Status callSync(const Endpoint& to, const Method& method, const google::protobuf::Message& request,
-                  google::protobuf::Message* response, CallOptions options = {});
+  Status callSync(const Endpoint& to, const Method& method,
+                  const google::protobuf::Message& request, google::protobuf::Message* response,
+                  CallOptions options = {});
 
   struct Impl;
 

@@ -1,5 +1,6 @@
 #include "net/rpc_server.h"
 
+#include <google/protobuf/message.h>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/ip/tcp.hpp>
@@ -8,7 +9,6 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
-#include <google/protobuf/message.h>
 
 #include <condition_variable>
 #include <deque>
@@ -65,7 +65,8 @@ struct ServerMetrics {
         r.counter("rpc_server_bad_frames_total", {}, "Connections closed for a malformed frame"),
         r.counter("rpc_server_connections_total", {}, "Accepted connections"),
         r.gauge("rpc_server_open_connections", {}, "Open connections"),
-        r.gauge("rpc_server_inflight_requests", {}, "Requests read whose response is not yet written"),
+        r.gauge("rpc_server_inflight_requests", {},
+                "Requests read whose response is not yet written"),
         r.gauge("rpc_server_queued_response_bytes", {}, "Response bytes waiting to be written")};
     return m;
   }
@@ -147,8 +148,10 @@ struct RpcServer::Impl {
 
 void ServerConnection::start() {
   auto self = shared_from_this();
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->reader(); }, asio::detached);
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->writer(); }, asio::detached);
+  asio::co_spawn(
+      socket_.get_executor(), [self]() { return self->reader(); }, asio::detached);
+  asio::co_spawn(
+      socket_.get_executor(), [self]() { return self->writer(); }, asio::detached);
 }
 
 void ServerConnection::drain() {
@@ -198,8 +201,9 @@ awaitable<void> ServerConnection::reader() {
       if (n == 0 && ec == asio::error::eof) {
         close("closed by peer");
       } else {
-        badFrame(Status(ErrorCode::kConnectionClosed,
-                        fmt::format("disconnected mid-frame after {} header bytes: {}", n, ec.message())));
+        badFrame(Status(
+            ErrorCode::kConnectionClosed,
+            fmt::format("disconnected mid-frame after {} header bytes: {}", n, ec.message())));
       }
       co_return;
     }
@@ -215,7 +219,8 @@ awaitable<void> ServerConnection::reader() {
     message.resize(h->message_len);
     PooledBuffer payload;
     if (h->payload_len > 0) payload = server_->buffers.get(h->payload_len);
-    co_await asio::async_read(socket_, asio::buffer(message), asio::redirect_error(use_awaitable, ec));
+    co_await asio::async_read(socket_, asio::buffer(message),
+                              asio::redirect_error(use_awaitable, ec));
     uint32_t crc = crc32c(message.data(), message.size());
     if (!ec && h->payload_len > 0) {
       ec = co_await readChecksummed(socket_, std::span<uint8_t>(payload.data(), h->payload_len),
@@ -237,18 +242,21 @@ awaitable<void> ServerConnection::reader() {
     ServerMetrics::get().inflight.add(1);
     if (it == server_->methods.end()) {
       CLOG_WARN("net", "unknown method {:#x} from {}", h->method, peer_);
-      respond(*h, Status(ErrorCode::kUnknownMethod, fmt::format("method {:#x}", h->method)), {}, {}, nullptr);
+      respond(*h, Status(ErrorCode::kUnknownMethod, fmt::format("method {:#x}", h->method)), {}, {},
+              nullptr);
       continue;
     }
     std::unique_ptr<google::protobuf::Message> request(it->second.request->New());
     if (!request->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
       CLOG_WARN("net", "unparsable {} request from {}", it->second.method.name, peer_);
-      respond(*h, Status(ErrorCode::kBadMessage, fmt::format("cannot parse {}", it->second.method.name)),
-              {}, {}, nullptr);
+      respond(
+          *h,
+          Status(ErrorCode::kBadMessage, fmt::format("cannot parse {}", it->second.method.name)),
+          {}, {}, nullptr);
       continue;
     }
-    asio::co_spawn(socket_.get_executor(), serve(&it->second, *h, std::move(request), std::move(payload)),
-                   asio::detached);
+    asio::co_spawn(socket_.get_executor(),
+                   serve(&it->second, *h, std::move(request), std::move(payload)), asio::detached);
   }
   if (draining_ && inflight_ == 0 && out_.empty()) close("drained");
 }
@@ -273,21 +281,25 @@ awaitable<void> ServerConnection::serve(const MethodEntry* entry, FrameHeader he
   }
   entry->calls->inc();
   if (!status.ok()) entry->errors->inc();
-  entry->latency_us->observe(static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count()));
+  entry->latency_us->observe(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count()));
   if (closed_) {
     finishOne(0);
     co_return;
   }
   if (status.ok()) {
-    respond(header, status, response->SerializeAsString(), ctx.response_payload_, std::move(ctx.response_owner_));
+    respond(header, status, response->SerializeAsString(), ctx.response_payload_,
+            std::move(ctx.response_owner_));
   } else {
     respond(header, status, std::string(status.message()), {}, nullptr);
   }
 }
 
 void ServerConnection::respond(const FrameHeader& req, const Status& status, std::string message,
-                               std::span<const uint8_t> payload, std::shared_ptr<const void> owner) {
+                               std::span<const uint8_t> payload,
+                               std::shared_ptr<const void> owner) {
   if (closed_) return;
   FrameHeader h;
   h.flags = kFlagResponse;
@@ -382,7 +394,8 @@ awaitable<void> RpcServer::Impl::acceptLoop() {
     {
       std::lock_guard lock(mu);
       if (stopped || connections.size() >= options.connections_max) {
-        CLOG_WARN("net", "refusing connection from {}: {} connections open", peer, connections.size());
+        CLOG_WARN("net", "refusing connection from {}: {} connections open", peer,
+                  connections.size());
         socket.close(ec);
         continue;
       }
@@ -408,46 +421,45 @@ void RpcServer::handleRaw(const Method& method, const google::protobuf::Message&
   CISTERN_CHECK(response.GetDescriptor() == method.output, method.name);
   auto& r = metrics::Registry::global();
   metrics::Labels labels{{"method", method.name}};
-  bool inserted = impl_->methods
-                      .emplace(method.id, MethodEntry{method, &request, &response, std::move(handler),
-                                                      &r.counter("rpc_server_calls_total", labels, "Calls served"),
-                                                      &r.counter("rpc_server_errors_total", labels, "Calls that failed"),
-                                                      &r.histogram("rpc_server_latency_us", labels, "Handler latency")})
-                      .second;
+  bool inserted =
+      impl_->methods
+          .emplace(method.id,
+                   MethodEntry{method, &request, &response, std::move(handler),
+                               &r.counter("rpc_server_calls_total", labels, "Calls served"),
+                               &r.counter("rpc_server_errors_total", labels, "Calls that failed"),
+                               &r.histogram("rpc_server_latency_us", labels, "Handler latency")})
+          .second;
   CISTERN_CHECK(inserted, "method registered twice");
 }
 
 Status RpcServer::start() {
   CISTERN_CHECK(!impl_->started, "start() twice");
   impl_->started = true;
-  impl_->pool = std::make_unique<IoPool>(impl_->options.threads, "rpc-srv");
+  std::string where = fmt::format("{}:{}", impl_->options.listen_host, impl_->options.listen_port);
   asio::error_code ec;
   auto addr = asio::ip::make_address(impl_->options.listen_host, ec);
-  std::string where = fmt::format("{}:{}", impl_->options.listen_host, impl_->options.listen_port);
-  if (impl_->options.listen_port > 65535) {
+  if (ec || impl_->options.listen_port > 65535) {
     impl_->stopped = true;
-    impl_->pool.reset();
-    return Status(ErrorCode::kInvalidArgument, fmt::format("listen port {} out of range", where));
+    return Status(
+        ErrorCode::kInvalidArgument,
+        fmt::format("listen address {}: {}", where, ec ? ec.message() : "port out of range"));
   }
-  if (ec) {
-    impl_->stopped = true;
-    impl_->pool.reset();
-    return Status(ErrorCode::kInvalidArgument, fmt::format("listen address {}: {}", where, ec.message()));
-  }
-  auto acceptor = std::make_unique<tcp::acceptor>(impl_->pool->at(0));
+  impl_->pool = std::make_unique<IoPool>(impl_->options.threads, "rpc-srv");
+  impl_->acceptor = std::make_unique<tcp::acceptor>(impl_->pool->at(0));
+  tcp::acceptor& acceptor = *impl_->acceptor;
   tcp::endpoint ep(addr, static_cast<uint16_t>(impl_->options.listen_port));
-  acceptor->open(ep.protocol(), ec);
-  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor->bind(ep, ec);
-  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     impl_->stopped = true;
+    impl_->acceptor.reset();  // before the pool that owns its io_context
     impl_->pool.reset();
     return Status(ErrorCode::kIOError, fmt::format("listen on {}: {}", where, ec.message()));
   }
-  auto local = acceptor->local_endpoint(ec);
+  auto local = acceptor.local_endpoint(ec);
   impl_->bound = Endpoint{local.address().to_string(), local.port()};
-  impl_->acceptor = std::move(acceptor);
   asio::co_spawn(impl_->pool->at(0), impl_->acceptLoop(), asio::detached);
   CLOG_INFO("net", "rpc server listening on {}", impl_->bound.toString());
   return Status::OK();

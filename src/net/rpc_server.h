@@ -2,7 +2,8 @@
 //
 //   RpcServer server(options);
 //   server.handle<EchoRequest, EchoResponse>(kEcho,
-//       [](CallContext& ctx, const EchoRequest& req, EchoResponse& resp) -> asio::awaitable<Status> {
+//       [](CallContext& ctx, const EchoRequest& req, EchoResponse& resp) -> asio::awaitable<Status>
+//       {
 //         resp.set_text(req.text());
 //         co_return Status::OK();
 //       });

@@ -1,4 +1,5 @@
 // RPC server and client behaviour, including hostile and broken peers.
+#include <gtest/gtest.h>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
@@ -8,7 +9,6 @@
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <mutex>
@@ -65,7 +65,8 @@ asio::awaitable<Status> echo(CallContext& ctx, const EchoRequest& req, EchoRespo
     t.expires_after(std::chrono::milliseconds(req.sleep_ms()));
     co_await t.async_wait(asio::use_awaitable);
   }
-  if (req.fail_code()) co_return Status(static_cast<ErrorCode>(req.fail_code()), "requested failure");
+  if (req.fail_code())
+    co_return Status(static_cast<ErrorCode>(req.fail_code()), "requested failure");
   resp.set_text(req.text());
   auto in = ctx.requestPayload();
   resp.set_request_payload_bytes(static_cast<uint32_t>(in.size()));
@@ -160,8 +161,9 @@ TEST_F(RpcTest, PayloadsTravelBothWaysIntoCallerBuffers) {
   req.set_echo_payload(true);
   EchoResponse resp;
   size_t got = 0;
-  Status s = client().callSync(server_->endpoint(), kEcho(), req, &resp,
-                               {.request_payload = out, .response_payload = in, .response_payload_len = &got});
+  Status s = client().callSync(
+      server_->endpoint(), kEcho(), req, &resp,
+      {.request_payload = out, .response_payload = in, .response_payload_len = &got});
   ASSERT_TRUE(s.ok()) << s.toString();
   EXPECT_EQ(resp.request_payload_bytes(), out.size());
   EXPECT_EQ(resp.request_payload_crc(), crc32c(out));
@@ -240,15 +242,20 @@ TEST_F(RpcTest, ThousandConcurrentCallsOnOneConnection) {
   std::atomic<int> ok{0}, wrong{0};
   Endpoint ep = server_->endpoint();
   for (int i = 0; i < 1000; ++i) {
-    asio::co_spawn(io, [&, i]() -> asio::awaitable<void> {
-      EchoRequest req;
-      req.set_text("call-" + std::to_string(i));
-      req.set_sleep_ms(i % 3);
-      EchoResponse resp;
-      Status s = co_await c.call(ep, kEcho(), req, &resp);
-      if (s.ok() && resp.text() == req.text()) ok++;
-      else wrong++;
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&, i]() -> asio::awaitable<void> {
+          EchoRequest req;
+          req.set_text("call-" + std::to_string(i));
+          req.set_sleep_ms(i % 3);
+          EchoResponse resp;
+          Status s = co_await c.call(ep, kEcho(), req, &resp);
+          if (s.ok() && resp.text() == req.text())
+            ok++;
+          else
+            wrong++;
+        },
+        asio::detached);
   }
   io.run();
   EXPECT_EQ(ok.load(), 1000);
@@ -309,7 +316,8 @@ TEST_F(RpcTest, PeerDisconnectingMidFrameIsLoggedAndSurvived) {
     asio::write(s, asio::buffer(frame.data(), kHeaderSize + 2));  // header and part of the body
   }
   for (int i = 0; i < 50 && !(LogCapture::contains("mid-frame after 20 header bytes") &&
-                               LogCapture::contains("mid-frame in the body")); ++i) {
+                              LogCapture::contains("mid-frame in the body"));
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(LogCapture::contains("mid-frame after 20 header bytes"));
@@ -353,7 +361,8 @@ TEST_F(RpcTest, ResponsePayloadLargerThanTheBufferFailsCleanly) {
   req.set_payload_bytes(10000);
   EchoResponse resp;
   std::vector<uint8_t> small(100);
-  Status s = client().callSync(server_->endpoint(), kEcho(), req, &resp, {.response_payload = small});
+  Status s =
+      client().callSync(server_->endpoint(), kEcho(), req, &resp, {.response_payload = small});
   EXPECT_EQ(s.code(), ErrorCode::kPayloadTooLarge);
   EXPECT_TRUE(echoCall("next", &resp).ok());
 }
@@ -403,7 +412,8 @@ TEST_F(RpcTest, ServerMetricsCountCalls) {
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(echoCall("x", &resp).ok());
   EXPECT_EQ(calls.value(), before + 5);
   std::string text = metrics::Registry::global().renderPrometheus();
-  EXPECT_NE(text.find("rpc_server_latency_us_count{method=\"cistern.test.EchoService.Echo\"}"), std::string::npos);
+  EXPECT_NE(text.find("rpc_server_latency_us_count{method=\"cistern.test.EchoService.Echo\"}"),
+            std::string::npos);
 }
 
 TEST(RpcServerStart, BindFailureNamesTheAddress) {
@@ -413,6 +423,10 @@ TEST(RpcServerStart, BindFailureNamesTheAddress) {
   Status s = b.start();
   EXPECT_EQ(s.code(), ErrorCode::kIOError);
   EXPECT_NE(s.message().find(std::to_string(a.endpoint().port)), std::string::npos) << s.toString();
+  RpcServer c(ServerOptions{.listen_host = "not-an-address", .threads = 1});
+  EXPECT_EQ(c.start().code(), ErrorCode::kInvalidArgument);
+  RpcServer d(ServerOptions{.listen_port = 70000, .threads = 1});
+  EXPECT_EQ(d.start().code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

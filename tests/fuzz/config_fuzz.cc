@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   binder.bind("d", &d, "");
   binder.bind("s", &s, "");
   binder.bind("v", &v, "");
-  Status st = binder.loadString(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
+  Status st =
+      binder.loadString(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
   if (!st.ok() && st.code() != ErrorCode::kConfigInvalid) std::abort();
   return 0;
 }

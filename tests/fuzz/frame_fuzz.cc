@@ -31,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto h = net::decodeHeader(hdr, limits);
   if (!h.ok()) return 0;
-  if (h->message_len > limits.message_bytes_max || h->payload_len > limits.payload_bytes_max) std::abort();
+  if (h->message_len > limits.message_bytes_max || h->payload_len > limits.payload_bytes_max)
+    std::abort();
   // Re-encoding a decoded header gives back the same bytes.
   uint8_t again[net::kHeaderSize];
   net::encodeHeader(*h, again);
