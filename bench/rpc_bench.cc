@@ -4,7 +4,7 @@
 //   rpc_empty_calls_per_s    empty Echo calls/s, 64 in flight on one connection
 //   rpc_1mib_gbps            GB/s of 1 MiB request payloads, 8 in flight
 //   tcp_1mib_gbps            GB/s of the same bytes over one plain TCP socket
-//   rpc_1mib_vs_tcp          the ratio of the two (x)
+//   rpc_1mib_vs_tcp          median over 5 alternating rounds of rpc/tcp (x)
 //   rpc_bench_peak_rss_mib   peak RSS of the process (server + client)
 // Server and client each get one I/O thread, the TCP baseline one sender and
 // one receiver thread: two busy threads on each side of the comparison.
@@ -18,6 +18,7 @@
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/use_awaitable.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -36,7 +37,7 @@ namespace {
 
 constexpr size_t kMiB = 1 << 20;
 
-double seconds(int argc, char** argv) { return argc > 1 ? std::atof(argv[1]) : 3.0; }
+double seconds(int argc, char** argv) { return argc > 1 ? std::atof(argv[1]) : 5.0; }
 
 // Runs `inflight` coroutines that each call until `secs` pass; returns calls done.
 uint64_t drive(RpcClient& client, const Endpoint& ep, const Method& m, int inflight, double secs,
@@ -134,13 +135,26 @@ int main(int argc, char** argv) {
   uint64_t calls = drive(client, ep, echo, 64, secs, {});
   double calls_per_s = static_cast<double>(calls) / bench::secondsSince(t0);
 
+  // RPC and raw TCP run in alternating rounds, so that load from other tenants
+  // of the machine hits both alike; the figure is the median round ratio.
   std::vector<uint8_t> payload(kMiB, 0xa5);
   drive(client, ep, echo, 8, 0.3, payload);
-  t0 = std::chrono::steady_clock::now();
-  uint64_t big = drive(client, ep, echo, 8, secs, payload);
-  double rpc_gbps = static_cast<double>(big * kMiB) / bench::secondsSince(t0) / 1e9;
-
-  double tcp_gbps = tcpBaselineGBps(secs);
+  constexpr int kRounds = 5;
+  std::vector<double> ratios;
+  double rpc_total = 0, tcp_total = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    t0 = std::chrono::steady_clock::now();
+    uint64_t big = drive(client, ep, echo, 8, secs / kRounds, payload);
+    double rpc = static_cast<double>(big * kMiB) / bench::secondsSince(t0) / 1e9;
+    double tcp = tcpBaselineGBps(secs / kRounds);
+    std::printf("round %d: rpc %.2f GB/s, tcp %.2f GB/s, ratio %.3f\n", round, rpc, tcp, rpc / tcp);
+    ratios.push_back(rpc / tcp);
+    rpc_total += rpc;
+    tcp_total += tcp;
+  }
+  std::sort(ratios.begin(), ratios.end());
+  double rpc_gbps = rpc_total / kRounds, tcp_gbps = tcp_total / kRounds;
+  double ratio = ratios[kRounds / 2];
 
   std::printf("rpc: %.0f empty calls/s; 1 MiB payloads %.2f GB/s; raw TCP %.2f GB/s\n", calls_per_s,
               rpc_gbps, tcp_gbps);
@@ -148,6 +162,6 @@ int main(int argc, char** argv) {
   bench::figure("rpc_1mib_gbps", rpc_gbps, "GB/s");
   bench::figure("tcp_1mib_gbps", tcp_gbps, "GB/s");
   bench::figure("rpc_bench_peak_rss_mib", bench::peakRssMiB(), "MiB");
-  bench::figure("rpc_1mib_vs_tcp", rpc_gbps / tcp_gbps, "x");
+  bench::figure("rpc_1mib_vs_tcp", ratio, "x");
   return 0;
 }
