@@ -46,5 +46,14 @@
   X(kTxnFinished,          205, EINVAL,       "transaction already committed")      \
   X(kKeyTooLarge,          206, ENAMETOOLONG, "key too large")                      \
   X(kValueTooLarge,        207, E2BIG,        "value too large")                    \
-  X(kKeyDecode,            208, EINVAL,       "malformed key")
+  X(kKeyDecode,            208, EINVAL,       "malformed key")                      \
+  /* meta */                                                                          \
+  X(kNotDirectory,         300, ENOTDIR,      "not a directory")                    \
+  X(kIsDirectory,          301, EISDIR,       "is a directory")                     \
+  X(kNotEmpty,             302, ENOTEMPTY,    "directory not empty")                \
+  X(kNameTooLong,          303, ENAMETOOLONG, "file name too long")                 \
+  X(kNotPermitted,         304, EPERM,        "operation not permitted")            \
+  X(kTooManyLinks,         305, EMLINK,       "too many links")                     \
+  X(kNoAttribute,          306, ENODATA,      "no such attribute")                  \
+  X(kRangeError,           307, ERANGE,       "result does not fit")
 // clang-format on

@@ -1,0 +1,106 @@
+// MetaStore: the POSIX namespace on the transactional KV (DESIGN.md §2–3).
+//
+// Each operation runs as one serializable KV transaction (retried on
+// conflict), so it is atomic and isolated from every other operation, on this
+// process or any other meta server sharing the KV: meta servers are
+// stateless. Operations take directory inode numbers plus names, as FUSE
+// lowlevel does; the caller resolves paths one component at a time with
+// lookup(), which checks search permission on the directory.
+//
+// Mutations take a RequestId. When its client id is set, the outcome is
+// recorded in the same transaction, and a retry of the same id (a client that
+// lost the reply) returns the recorded outcome instead of acting again.
+//
+// Directory mtime/ctime are not updated by entry creation and removal: that
+// would make every create in a directory conflict with every other one. This
+// is a documented deviation from POSIX (docs/meta_kv_schema.md).
+// Thread-safe; one MetaStore per process is enough.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/result.h"
+#include "kv/engine.h"
+#include "meta.pb.h"
+#include "meta/inode_allocator.h"
+
+namespace cistern::meta {
+
+struct MetaOptions {
+  // Chunk size of new files when no directory sets one. Default: 1 MiB.
+  uint32_t chunk_size_default = 1u << 20;
+  // Chains a new file is striped over; 0 = all chains. Default: 0.
+  uint32_t stripe_width_default = 0;
+  // Inode numbers leased per allocator transaction. Default: 1024.
+  uint32_t inode_alloc_block = 1024;
+  // Most entries one readdir call returns. Default: 1000.
+  uint32_t readdir_limit_max = 1000;
+};
+
+struct RequestId {
+  std::string client;  // empty: not idempotent (the request is not retried)
+  uint64_t seq = 0;
+};
+
+struct DirListing {
+  struct Entry {
+    std::string name;
+    DirEntry entry;
+    Inode inode;  // filled by readdirplus only
+  };
+  std::vector<Entry> entries;
+  // Pass back as `cookie` to continue after the last entry; empty when done.
+  std::string next_cookie;
+};
+
+// Flags of rename(), as renameat2(2).
+inline constexpr uint32_t kRenameNoReplace = 1;
+inline constexpr uint32_t kRenameExchange = 2;
+
+class MetaStore {
+ public:
+  MetaStore(kv::Engine& engine, const MetaOptions& options = {}, Clock& clock = SystemClock::instance());
+
+  // Creates the root directory (inode 1, mode 0755, owned by root) if absent.
+  Status init();
+
+  Result<Inode> lookup(const Caller& c, uint64_t parent, std::string_view name);
+  Result<Inode> getattr(uint64_t ino);
+  Result<Inode> mkdir(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
+                      const RequestId& rid = {});
+  // Creates a regular file; with `exclusive` false an existing regular file is
+  // returned as is (O_CREAT without O_EXCL).
+  Result<Inode> create(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
+                       bool exclusive, const RequestId& rid = {});
+  Status unlink(const Caller& c, uint64_t parent, std::string_view name, const RequestId& rid = {});
+  Status rmdir(const Caller& c, uint64_t parent, std::string_view name, const RequestId& rid = {});
+  Status rename(const Caller& c, uint64_t src_parent, std::string_view src_name, uint64_t dst_parent,
+                std::string_view dst_name, uint32_t flags = 0, const RequestId& rid = {});
+  // Entries after `cookie` in name order; at most min(limit, readdir_limit_max).
+  Result<DirListing> readdir(const Caller& c, uint64_t ino, std::string_view cookie, uint32_t limit,
+                             bool plus = false);
+
+  kv::Engine& engine() { return engine_; }
+  const MetaOptions& options() const { return options_; }
+
+  // Internal helpers shared by the operation files (src/meta/ops/*.cc).
+  int64_t nowNs() const { return clock_.wallMicros() * 1000; }
+  InodeAllocator& allocator() { return allocator_; }
+  // Runs `body` in a retried transaction; with a request id, returns the
+  // recorded result of an earlier commit of the same id instead. `body`
+  // returns the serialized result to record (may be empty).
+  Result<std::string> mutate(const RequestId& rid,
+                             const std::function<Result<std::string>(kv::Transaction&)>& body);
+
+ private:
+  kv::Engine& engine_;
+  MetaOptions options_;
+  Clock& clock_;
+  InodeAllocator allocator_;
+};
+
+}  // namespace cistern::meta

@@ -1,0 +1,464 @@
+// MetaStore behaviour on every KV engine: each operation's success and error
+// cases with their errno, a permission matrix, concurrency, and replays.
+#include "meta/meta_store.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "common/random.h"
+#include "kv/kv_test_util.h"
+#include "meta/schema.h"
+
+namespace cistern::meta {
+namespace {
+
+Caller who(uint32_t uid, uint32_t gid, std::vector<uint32_t> groups = {}) {
+  Caller c;
+  c.set_uid(uid);
+  c.set_gid(gid);
+  for (uint32_t g : groups) c.add_groups(g);
+  return c;
+}
+const Caller kRoot = who(0, 0);
+const Caller kAlice = who(1000, 1000);
+const Caller kBob = who(1001, 1001);
+const Caller kCarol = who(1002, 1002, {1000});  // in alice's group
+
+class MetaTest : public ::testing::TestWithParam<kv::EngineFactory> {
+ protected:
+  void SetUp() override {
+    kv::EngineOptions o;
+    o.sync_commits = false;  // these tests are about semantics; kv tests cover durability
+    engine_ = GetParam().open(dir_.path(), o);
+    // Four storage chains, as mgmtd will register them.
+    ASSERT_TRUE(kv::runTransaction(*engine_, [](kv::Transaction& t) {
+                  for (uint32_t id = 1; id <= 4; ++id) t.set(chainKey(id), "");
+                  return Status::OK();
+                }).ok());
+    store_ = std::make_unique<MetaStore>(*engine_);
+    ASSERT_TRUE(store_->init().ok());
+  }
+  void TearDown() override {
+    store_.reset();
+    engine_.reset();
+  }
+
+  // A directory under root owned by `owner` with `mode`.
+  uint64_t dirOwnedBy(const Caller& owner, uint32_t mode, const std::string& name = "d") {
+    auto d = store_->mkdir(kRoot, kRootIno, name, mode);
+    EXPECT_TRUE(d.ok()) << d.status().toString();
+    // Hand the directory to `owner` (setattr lands with its own operation; write directly).
+    Inode n = *d;
+    n.set_uid(owner.uid());
+    n.set_gid(owner.gid());
+    EXPECT_TRUE(kv::runTransaction(*engine_, [&](kv::Transaction& t) {
+                  storeInode(t, n);
+                  return Status::OK();
+                }).ok());
+    return n.ino();
+  }
+
+  std::set<std::string> names(uint64_t dir) {
+    std::set<std::string> out;
+    std::string cookie;
+    do {
+      auto page = store_->readdir(kRoot, dir, cookie, 0);
+      EXPECT_TRUE(page.ok()) << page.status().toString();
+      for (auto& e : page->entries) EXPECT_TRUE(out.insert(e.name).second) << "twice: " << e.name;
+      cookie = page->next_cookie;
+    } while (!cookie.empty());
+    return out;
+  }
+
+  kv::TempDir dir_;
+  std::unique_ptr<kv::Engine> engine_;
+  std::unique_ptr<MetaStore> store_;
+};
+
+TEST_P(MetaTest, InitCreatesTheRootOnce) {
+  auto root = store_->getattr(kRootIno);
+  ASSERT_TRUE(root.ok());
+  EXPECT_EQ(root->type(), DIRECTORY);
+  EXPECT_EQ(root->mode(), 0755u);
+  EXPECT_EQ(root->parent(), kRootIno);
+  ASSERT_TRUE(store_->mkdir(kRoot, kRootIno, "keep", 0755).ok());
+  ASSERT_TRUE(store_->init().ok());
+  EXPECT_TRUE(store_->lookup(kRoot, kRootIno, "keep").ok());
+}
+
+TEST_P(MetaTest, MkdirThenLookupAndGetattr) {
+  auto d = store_->mkdir(kAlice, kRootIno, "x", 0755);
+  EXPECT_EQ(d.code(), ErrorCode::kPermissionDenied);  // root dir is 0755 root:root
+  d = store_->mkdir(kRoot, kRootIno, "x", 040755);    // type bits are dropped
+  ASSERT_TRUE(d.ok()) << d.status().toString();
+  EXPECT_EQ(d->mode(), 0755u);
+  EXPECT_GE(d->ino(), kFirstAllocatedIno);
+  auto l = store_->lookup(kAlice, kRootIno, "x");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->ino(), d->ino());
+  EXPECT_EQ(store_->lookup(kAlice, d->ino(), "..")->ino(), kRootIno);
+  EXPECT_EQ(store_->lookup(kAlice, d->ino(), ".")->ino(), d->ino());
+  EXPECT_EQ(store_->mkdir(kRoot, kRootIno, "x", 0755).code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(store_->getattr(999999).code(), ErrorCode::kNotFound);
+}
+
+TEST_P(MetaTest, NamesAreChecked) {
+  EXPECT_EQ(store_->mkdir(kRoot, kRootIno, "", 0755).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->mkdir(kRoot, kRootIno, std::string(256, 'n'), 0755).code(), ErrorCode::kNameTooLong);
+  EXPECT_TRUE(store_->mkdir(kRoot, kRootIno, std::string(255, 'n'), 0755).ok());
+  EXPECT_EQ(store_->mkdir(kRoot, kRootIno, "a/b", 0755).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->create(kRoot, kRootIno, std::string("a\0b", 3), 0644, true).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->mkdir(kRoot, kRootIno, ".", 0755).code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(store_->mkdir(kRoot, kRootIno, "..", 0755).code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(store_->lookup(kRoot, kRootIno, "").code(), ErrorCode::kNotFound);
+}
+
+TEST_P(MetaTest, CreateFixesTheLayoutAndHonoursExclusive) {
+  auto f = store_->create(kRoot, kRootIno, "f", 0644, true);
+  ASSERT_TRUE(f.ok()) << f.status().toString();
+  EXPECT_EQ(f->type(), REGULAR);
+  EXPECT_EQ(f->layout().chunk_size(), 1u << 20);
+  EXPECT_EQ(f->layout().stripe_width(), 4u);
+  ASSERT_EQ(f->layout().chains_size(), 4);
+  std::set<uint32_t> chains(f->layout().chains().begin(), f->layout().chains().end());
+  EXPECT_EQ(chains, (std::set<uint32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(f->layout().chains(0), 1 + f->ino() % 4);
+  EXPECT_EQ(store_->create(kRoot, kRootIno, "f", 0644, true).code(), ErrorCode::kAlreadyExists);
+  auto again = store_->create(kRoot, kRootIno, "f", 0600, false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->ino(), f->ino());
+  EXPECT_EQ(again->mode(), 0644u);
+  ASSERT_TRUE(store_->mkdir(kRoot, kRootIno, "d", 0755).ok());
+  EXPECT_EQ(store_->create(kRoot, kRootIno, "d", 0644, false).code(), ErrorCode::kIsDirectory);
+  auto nf = store_->create(kRoot, f->ino(), "x", 0644, true);
+  EXPECT_EQ(nf.code(), ErrorCode::kNotDirectory);
+}
+
+TEST_P(MetaTest, DirectoryLayoutIsInherited) {
+  auto d = store_->mkdir(kRoot, kRootIno, "ckpt", 0755);
+  ASSERT_TRUE(d.ok());
+  Inode n = *d;
+  n.mutable_dir_layout()->set_chunk_size(4u << 20);
+  n.mutable_dir_layout()->set_stripe_width(2);
+  ASSERT_TRUE(kv::runTransaction(*engine_, [&](kv::Transaction& t) {
+                storeInode(t, n);
+                return Status::OK();
+              }).ok());
+  auto sub = store_->mkdir(kRoot, n.ino(), "sub", 0755);
+  ASSERT_TRUE(sub.ok());
+  auto f = store_->create(kRoot, sub->ino(), "shard", 0644, true);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->layout().chunk_size(), 4u << 20);
+  EXPECT_EQ(f->layout().stripe_width(), 2u);
+  EXPECT_EQ(f->layout().chains_size(), 2);
+}
+
+TEST_P(MetaTest, CreateWithoutChainsFailsClearly) {
+  ASSERT_TRUE(kv::runTransaction(*engine_, [](kv::Transaction& t) {
+                t.clearRange(chainBegin(), chainEnd());
+                return Status::OK();
+              }).ok());
+  auto f = store_->create(kRoot, kRootIno, "f", 0644, true);
+  EXPECT_EQ(f.code(), ErrorCode::kResourceExhausted);
+  EXPECT_EQ(store_->lookup(kRoot, kRootIno, "f").code(), ErrorCode::kNotFound);
+}
+
+TEST_P(MetaTest, UnlinkRemovesFilesAndQueuesTheirChunks) {
+  auto f = store_->create(kRoot, kRootIno, "f", 0644, true);
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(store_->mkdir(kRoot, kRootIno, "d", 0755).ok());
+  EXPECT_EQ(store_->unlink(kRoot, kRootIno, "d").code(), ErrorCode::kIsDirectory);
+  EXPECT_EQ(store_->unlink(kRoot, kRootIno, "missing").code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->unlink(kRoot, kRootIno, ".").code(), ErrorCode::kIsDirectory);
+  EXPECT_EQ(store_->unlink(kAlice, kRootIno, "f").code(), ErrorCode::kPermissionDenied);
+  ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "f").ok());
+  EXPECT_EQ(store_->lookup(kRoot, kRootIno, "f").code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->getattr(f->ino()).code(), ErrorCode::kNotFound);
+  auto t = engine_->beginRead();
+  auto gc = t->get(gcKey(f->ino()));
+  ASSERT_TRUE(gc.ok() && gc->has_value());
+  Inode queued;
+  ASSERT_TRUE(queued.ParseFromString(**gc));
+  EXPECT_EQ(queued.layout().chains_size(), 4);
+}
+
+TEST_P(MetaTest, RmdirRemovesOnlyEmptyDirectories) {
+  auto d = store_->mkdir(kRoot, kRootIno, "d", 0755);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(store_->create(kRoot, d->ino(), "f", 0644, true).ok());
+  ASSERT_TRUE(store_->create(kRoot, kRootIno, "file", 0644, true).ok());
+  EXPECT_EQ(store_->rmdir(kRoot, kRootIno, "d").code(), ErrorCode::kNotEmpty);
+  EXPECT_EQ(store_->rmdir(kRoot, kRootIno, "file").code(), ErrorCode::kNotDirectory);
+  EXPECT_EQ(store_->rmdir(kRoot, kRootIno, "nope").code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->rmdir(kRoot, d->ino(), ".").code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->rmdir(kRoot, d->ino(), "..").code(), ErrorCode::kNotEmpty);
+  ASSERT_TRUE(store_->unlink(kRoot, d->ino(), "f").ok());
+  ASSERT_TRUE(store_->rmdir(kRoot, kRootIno, "d").ok());
+  EXPECT_EQ(store_->getattr(d->ino()).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->create(kRoot, d->ino(), "late", 0644, true).code(), ErrorCode::kNotFound);
+}
+
+TEST_P(MetaTest, RenameMovesReplacesAndRefuses) {
+  auto a = store_->mkdir(kRoot, kRootIno, "a", 0755);
+  auto b = store_->mkdir(kRoot, kRootIno, "b", 0755);
+  auto f = store_->create(kRoot, a->ino(), "f", 0644, true);
+  auto g = store_->create(kRoot, b->ino(), "g", 0644, true);
+  ASSERT_TRUE(a.ok() && b.ok() && f.ok() && g.ok());
+  // plain move across directories
+  ASSERT_TRUE(store_->rename(kRoot, a->ino(), "f", b->ino(), "f2").ok());
+  EXPECT_EQ(store_->lookup(kRoot, a->ino(), "f").code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->lookup(kRoot, b->ino(), "f2")->ino(), f->ino());
+  // over an existing file: the old file goes away
+  ASSERT_TRUE(store_->rename(kRoot, b->ino(), "f2", b->ino(), "g").ok());
+  EXPECT_EQ(store_->lookup(kRoot, b->ino(), "g")->ino(), f->ino());
+  EXPECT_EQ(store_->getattr(g->ino()).code(), ErrorCode::kNotFound);
+  // onto itself: nothing happens
+  EXPECT_TRUE(store_->rename(kRoot, b->ino(), "g", b->ino(), "g").ok());
+  // NOREPLACE
+  ASSERT_TRUE(store_->create(kRoot, b->ino(), "h", 0644, true).ok());
+  EXPECT_EQ(store_->rename(kRoot, b->ino(), "g", b->ino(), "h", kRenameNoReplace).code(),
+            ErrorCode::kAlreadyExists);
+  // EXCHANGE
+  auto h = store_->lookup(kRoot, b->ino(), "h");
+  ASSERT_TRUE(store_->rename(kRoot, b->ino(), "g", b->ino(), "h", kRenameExchange).ok());
+  EXPECT_EQ(store_->lookup(kRoot, b->ino(), "g")->ino(), h->ino());
+  EXPECT_EQ(store_->lookup(kRoot, b->ino(), "h")->ino(), f->ino());
+  EXPECT_EQ(store_->rename(kRoot, b->ino(), "g", b->ino(), "nope", kRenameExchange).code(),
+            ErrorCode::kNotFound);
+  EXPECT_EQ(store_->rename(kRoot, b->ino(), "g", b->ino(), "h", kRenameExchange | kRenameNoReplace).code(),
+            ErrorCode::kInvalidArgument);
+  // directories: over an empty one, not over a non-empty one, not onto a file, not into itself
+  auto e = store_->mkdir(kRoot, kRootIno, "empty", 0755);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(store_->rename(kRoot, kRootIno, "a", kRootIno, "b").code(), ErrorCode::kNotEmpty);
+  EXPECT_EQ(store_->rename(kRoot, kRootIno, "a", b->ino(), "g").code(), ErrorCode::kNotDirectory);
+  EXPECT_EQ(store_->rename(kRoot, b->ino(), "g", kRootIno, "a").code(), ErrorCode::kIsDirectory);
+  ASSERT_TRUE(store_->rename(kRoot, kRootIno, "a", kRootIno, "empty").ok());
+  EXPECT_EQ(store_->getattr(e->ino()).code(), ErrorCode::kNotFound);
+  auto inner = store_->mkdir(kRoot, a->ino(), "inner", 0755);
+  ASSERT_TRUE(inner.ok());
+  EXPECT_EQ(store_->rename(kRoot, kRootIno, "empty", inner->ino(), "loop").code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->rename(kRoot, kRootIno, "empty", a->ino(), "self").code(), ErrorCode::kInvalidArgument);
+  // a moved directory's ".." follows it
+  ASSERT_TRUE(store_->rename(kRoot, a->ino(), "inner", b->ino(), "inner").ok());
+  EXPECT_EQ(store_->lookup(kRoot, inner->ino(), "..")->ino(), b->ino());
+  EXPECT_EQ(store_->rename(kRoot, kRootIno, ".", kRootIno, "x").code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->rename(kRoot, kRootIno, "missing", kRootIno, "x").code(), ErrorCode::kNotFound);
+}
+
+// Expected outcome of an access with `mask` by `c` on a directory owned by
+// alice:alice with `mode`, computed the way POSIX describes it.
+bool allowed(const Caller& c, uint32_t mode, int mask) {
+  if (c.uid() == 0) return true;
+  uint32_t bits = c.uid() == 1000 ? (mode >> 6) & 7 : (c.gid() == 1000 || c.groups_size() > 0) ? (mode >> 3) & 7 : mode & 7;
+  return (bits & static_cast<uint32_t>(mask)) == static_cast<uint32_t>(mask);
+}
+
+TEST_P(MetaTest, PermissionMatrix) {
+  const std::vector<Caller> callers = {kRoot, kAlice, kCarol, kBob};
+  int checked = 0;
+  for (uint32_t mode : {0700u, 0750u, 0755u, 0770u, 0777u, 0711u, 0300u, 0500u, 0070u, 0007u}) {
+    std::string name = "d" + std::to_string(mode);
+    uint64_t d = dirOwnedBy(kAlice, mode, name);
+    ASSERT_TRUE(store_->create(kRoot, d, "present", 0644, true).ok());
+    for (const Caller& c : callers) {
+      std::string tag = "mode " + std::to_string(mode) + " uid " + std::to_string(c.uid());
+      // lookup needs x
+      EXPECT_EQ(store_->lookup(c, d, "present").ok(), allowed(c, mode, 1)) << tag;
+      // readdir needs r
+      EXPECT_EQ(store_->readdir(c, d, "", 0).ok(), allowed(c, mode, 4)) << tag;
+      // create needs w and x
+      auto f = store_->create(c, d, "new" + std::to_string(c.uid()), 0644, true);
+      EXPECT_EQ(f.ok(), allowed(c, mode, 3)) << tag << " " << f.status().toString();
+      if (!f.ok()) {
+        EXPECT_EQ(f.code(), ErrorCode::kPermissionDenied) << tag;
+        EXPECT_EQ(f.status().toErrno(), EACCES);
+      }
+      checked += 3;
+    }
+  }
+  EXPECT_EQ(checked, 120);
+}
+
+TEST_P(MetaTest, StickyDirectoryProtectsOthersEntries) {
+  uint64_t tmp = dirOwnedBy(kRoot, 01777, "tmp");
+  ASSERT_TRUE(store_->create(kAlice, tmp, "alices", 0644, true).ok());
+  ASSERT_TRUE(store_->create(kBob, tmp, "bobs", 0644, true).ok());
+  EXPECT_EQ(store_->unlink(kBob, tmp, "alices").code(), ErrorCode::kNotPermitted);
+  EXPECT_EQ(store_->rename(kBob, tmp, "alices", tmp, "stolen").code(), ErrorCode::kNotPermitted);
+  EXPECT_TRUE(store_->unlink(kAlice, tmp, "alices").ok());
+  EXPECT_TRUE(store_->unlink(kRoot, tmp, "bobs").ok());
+}
+
+TEST_P(MetaTest, SetgidDirectoryPassesItsGroupOn) {
+  uint64_t shared = dirOwnedBy(kAlice, 02775, "shared");
+  auto f = store_->create(kCarol, shared, "f", 0664, true);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->gid(), 1000u);
+  auto d = store_->mkdir(kCarol, shared, "sub", 0755);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->gid(), 1000u);
+  EXPECT_TRUE(d->mode() & 02000);
+}
+
+TEST_P(MetaTest, ReaddirPagesInNameOrderWithPlus) {
+  auto d = store_->mkdir(kRoot, kRootIno, "big", 0755);
+  ASSERT_TRUE(d.ok());
+  std::set<std::string> want;
+  for (int i = 0; i < 450; ++i) {
+    std::string n = "file" + std::to_string(i);
+    ASSERT_TRUE(store_->create(kRoot, d->ino(), n, 0644, true).ok());
+    want.insert(n);
+  }
+  std::vector<std::string> got;
+  std::string cookie;
+  int pages = 0;
+  do {
+    auto page = store_->readdir(kRoot, d->ino(), cookie, 100, /*plus=*/true);
+    ASSERT_TRUE(page.ok());
+    for (auto& e : page->entries) {
+      got.push_back(e.name);
+      EXPECT_EQ(e.inode.ino(), e.entry.ino());
+      EXPECT_EQ(e.inode.type(), REGULAR);
+    }
+    cookie = page->next_cookie;
+    ++pages;
+  } while (!cookie.empty());
+  EXPECT_EQ(pages, 5);
+  EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+  EXPECT_EQ(std::set<std::string>(got.begin(), got.end()), want);
+  EXPECT_EQ(got.size(), want.size());
+  auto file = store_->lookup(kRoot, d->ino(), "file1");
+  EXPECT_EQ(store_->readdir(kRoot, file->ino(), "", 0).code(), ErrorCode::kNotDirectory);
+}
+
+TEST_P(MetaTest, EightThreadsCreateTenThousandNamesInOneDirectory) {
+  auto d = store_->mkdir(kRoot, kRootIno, "hot", 0777);
+  ASSERT_TRUE(d.ok());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 1250; ++i) {
+        auto f = store_->create(kAlice, d->ino(), "t" + std::to_string(t) + "-" + std::to_string(i), 0644, true);
+        if (!f.ok()) failures++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto all = names(d->ino());
+  EXPECT_EQ(all.size(), 10000u);
+}
+
+TEST_P(MetaTest, ConcurrentRenamesBetweenTwoDirectoriesLoseNothing) {
+  auto a = store_->mkdir(kRoot, kRootIno, "a", 0777);
+  auto b = store_->mkdir(kRoot, kRootIno, "b", 0777);
+  ASSERT_TRUE(a.ok() && b.ok());
+  constexpr int kFiles = 50;
+  for (int i = 0; i < kFiles; ++i) ASSERT_TRUE(store_->create(kRoot, a->ino(), "f" + std::to_string(i), 0644, true).ok());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Xoshiro256 rng(t);
+      for (int i = 0; i < 300; ++i) {
+        std::string n = "f" + std::to_string(rng.uniform(kFiles));
+        bool ab = rng.oneIn(2);
+        Status s = store_->rename(kRoot, ab ? a->ino() : b->ino(), n, ab ? b->ino() : a->ino(), n);
+        if (!s.ok() && s.code() != ErrorCode::kNotFound) ADD_FAILURE() << s.toString();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  auto in_a = names(a->ino()), in_b = names(b->ino());
+  EXPECT_EQ(in_a.size() + in_b.size(), static_cast<size_t>(kFiles));
+  for (auto& n : in_a) EXPECT_EQ(in_b.count(n), 0u) << n << " in both";
+}
+
+TEST_P(MetaTest, ReaddirPagingWhileOthersInsertAndDelete) {
+  auto d = store_->mkdir(kRoot, kRootIno, "churn", 0777);
+  ASSERT_TRUE(d.ok());
+  std::set<std::string> stable;
+  for (int i = 0; i < 300; i += 2) {
+    std::string n = "s" + std::to_string(1000 + i);
+    stable.insert(n);
+    ASSERT_TRUE(store_->create(kRoot, d->ino(), n, 0644, true).ok());
+  }
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    Xoshiro256 rng(9);
+    while (!stop) {
+      std::string n = "s" + std::to_string(1001 + 2 * rng.uniform(150));  // odd: never stable
+      if (rng.oneIn(2)) (void)store_->create(kRoot, d->ino(), n, 0644, false);
+      else (void)store_->unlink(kRoot, d->ino(), n);
+    }
+  });
+  for (int round = 0; round < 5; ++round) {
+    std::set<std::string> seen;
+    std::string cookie;
+    do {
+      auto page = store_->readdir(kRoot, d->ino(), cookie, 7);
+      ASSERT_TRUE(page.ok());
+      for (auto& e : page->entries) EXPECT_TRUE(seen.insert(e.name).second) << "returned twice: " << e.name;
+      cookie = page->next_cookie;
+    } while (!cookie.empty());
+    for (auto& n : stable) EXPECT_TRUE(seen.count(n)) << "missing " << n;
+  }
+  stop = true;
+  churn.join();
+}
+
+TEST_P(MetaTest, ReplayedMutationsReturnTheFirstResult) {
+  RequestId rid{"client-a", 1};
+  auto first = store_->create(kRoot, kRootIno, "f", 0644, true, rid);
+  ASSERT_TRUE(first.ok());
+  auto replay = store_->create(kRoot, kRootIno, "f", 0644, true, rid);  // lost reply, same request
+  ASSERT_TRUE(replay.ok()) << replay.status().toString();
+  EXPECT_EQ(replay->ino(), first->ino());
+  // A new request for the same name is a different create.
+  EXPECT_EQ(store_->create(kRoot, kRootIno, "f", 0644, true, {"client-a", 2}).code(), ErrorCode::kAlreadyExists);
+  RequestId del{"client-a", 3};
+  ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "f", del).ok());
+  EXPECT_TRUE(store_->unlink(kRoot, kRootIno, "f", del).ok());  // not ENOENT
+  EXPECT_EQ(store_->unlink(kRoot, kRootIno, "f", {"client-a", 4}).code(), ErrorCode::kNotFound);
+  RequestId mk{"client-b", 1};
+  auto d1 = store_->mkdir(kRoot, kRootIno, "d", 0755, mk);
+  auto d2 = store_->mkdir(kRoot, kRootIno, "d", 0755, mk);
+  ASSERT_TRUE(d1.ok() && d2.ok());
+  EXPECT_EQ(d1->ino(), d2->ino());
+  RequestId mv{"client-b", 2};
+  ASSERT_TRUE(store_->rename(kRoot, kRootIno, "d", kRootIno, "e", 0, mv).ok());
+  EXPECT_TRUE(store_->rename(kRoot, kRootIno, "d", kRootIno, "e", 0, mv).ok());
+  EXPECT_EQ(store_->lookup(kRoot, kRootIno, "e")->ino(), d1->ino());
+}
+
+TEST_P(MetaTest, InodeNumbersAreUniqueAcrossMetaServers) {
+  MetaStore other(*engine_);
+  std::set<uint64_t> seen;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      MetaStore& s = t % 2 ? other : *store_;
+      for (int i = 0; i < 3000; ++i) {
+        auto ino = s.allocator().next();
+        ASSERT_TRUE(ino.ok());
+        std::lock_guard lock(mu);
+        ASSERT_TRUE(seen.insert(*ino).second) << *ino;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(seen.size(), 12000u);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllEngines, MetaTest, ::testing::ValuesIn(kv::allEngines()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace cistern::meta

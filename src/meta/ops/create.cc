@@ -1,0 +1,62 @@
+// create: a new regular file with its layout fixed now: chunk size and stripe
+// width from the parent directory's layout or the defaults, chains taken from
+// the chain table starting at an offset that depends on the inode number, so
+// files spread over all chains.
+#include <fmt/format.h>
+
+#include "meta/meta_store.h"
+#include "meta/ops/new_inode.h"
+#include "meta/permission.h"
+#include "meta/schema.h"
+
+namespace cistern::meta {
+namespace {
+
+Result<Layout> chooseLayout(kv::ReadTransaction& t, const MetaOptions& o, const Inode& dir, uint64_t ino) {
+  ASSIGN_OR_RETURN(std::vector<uint32_t> chains, loadChainIds(t));
+  if (chains.empty()) return Status(ErrorCode::kResourceExhausted, "no storage chains in the chain table");
+  uint32_t chunk = o.chunk_size_default;
+  uint32_t width = o.stripe_width_default;
+  if (dir.has_dir_layout()) {
+    if (dir.dir_layout().chunk_size()) chunk = dir.dir_layout().chunk_size();
+    if (dir.dir_layout().stripe_width()) width = dir.dir_layout().stripe_width();
+  }
+  if (width == 0 || width > chains.size()) width = static_cast<uint32_t>(chains.size());
+  Layout l;
+  l.set_chunk_size(chunk);
+  l.set_stripe_width(width);
+  size_t start = ino % chains.size();
+  for (uint32_t i = 0; i < width; ++i) l.add_chains(chains[(start + i) % chains.size()]);
+  return l;
+}
+
+}  // namespace
+
+Result<Inode> MetaStore::create(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
+                                bool exclusive, const RequestId& rid) {
+  RETURN_ON_ERROR(checkName(name));
+  if (isDotOrDotDot(name)) return Status(ErrorCode::kIsDirectory, name);
+  ASSIGN_OR_RETURN(uint64_t ino, allocator_.next());
+  ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
+    ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
+    ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
+    if (existing) {
+      if (exclusive) return Status(ErrorCode::kAlreadyExists, name);
+      if (existing->type() == DIRECTORY) return Status(ErrorCode::kIsDirectory, name);
+      ASSIGN_OR_RETURN(Inode old, requireInode(t, existing->ino()));
+      return old.SerializeAsString();
+    }
+    RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
+    Inode n = newInode(ino, REGULAR, mode, c, dir, nowNs());
+    ASSIGN_OR_RETURN(*n.mutable_layout(), chooseLayout(t, options_, dir, ino));
+    storeInode(t, n);
+    DirEntry e;
+    e.set_ino(ino);
+    e.set_type(REGULAR);
+    storeDentry(t, parent, name, e);
+    return n.SerializeAsString();
+  }));
+  return parseInode(bytes);
+}
+
+}  // namespace cistern::meta

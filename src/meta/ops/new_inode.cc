@@ -1,0 +1,46 @@
+#include "meta/ops/new_inode.h"
+
+#include <fmt/format.h>
+
+#include "meta/permission.h"
+#include "meta/schema.h"
+
+namespace cistern::meta {
+
+Result<Inode> searchableDir(kv::ReadTransaction& t, const Caller& c, uint64_t parent) {
+  ASSIGN_OR_RETURN(Inode dir, requireInode(t, parent));
+  if (dir.type() != DIRECTORY) return Status(ErrorCode::kNotDirectory, fmt::format("inode {}", parent));
+  RETURN_ON_ERROR(checkAccess(dir, c, kMayExec));
+  return dir;
+}
+
+Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, const Inode& dir,
+               int64_t now_ns) {
+  Inode n;
+  n.set_ino(ino);
+  n.set_type(type);
+  n.set_mode(mode & 07777);
+  n.set_uid(c.uid());
+  n.set_gid(c.gid());
+  if (dir.mode() & 02000) {
+    n.set_gid(dir.gid());
+    if (type == DIRECTORY) n.set_mode(n.mode() | 02000);
+  }
+  // A non-member may not create a set-group-ID file (it is silently dropped, as on Linux).
+  if (type == REGULAR && (n.mode() & 02000) && c.uid() != 0 && !inGroup(c, n.gid())) {
+    n.set_mode(n.mode() & ~02000u);
+  }
+  n.set_nlink(1);
+  n.set_atime_ns(now_ns);
+  n.set_mtime_ns(now_ns);
+  n.set_ctime_ns(now_ns);
+  return n;
+}
+
+Result<Inode> parseInode(const std::string& bytes) {
+  Inode n;
+  if (!n.ParseFromString(bytes)) return Status(ErrorCode::kCorruption, "inode result does not parse");
+  return n;
+}
+
+}  // namespace cistern::meta

@@ -1,0 +1,22 @@
+// Internal to the create-like operations: checks on the parent directory and
+// the fields every new inode gets.
+#pragma once
+
+#include "meta/meta_store.h"
+
+namespace cistern::meta {
+
+// The directory `parent` after checking that it exists, is a directory, and
+// that `c` may search it (x). Adding or removing entries needs w as well,
+// checked once the operation knows it will change the directory (so that,
+// as on Linux, an existing name gives kAlreadyExists before kPermissionDenied).
+Result<Inode> searchableDir(kv::ReadTransaction& t, const Caller& c, uint64_t parent);
+
+// A new inode owned by `c` in directory `dir`: mode masked to permission
+// bits, gid and S_ISGID inherited from a set-group-ID directory, times now.
+Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, const Inode& dir,
+               int64_t now_ns);
+
+Result<Inode> parseInode(const std::string& bytes);
+
+}  // namespace cistern::meta

@@ -1,0 +1,109 @@
+#include "meta/schema.h"
+
+#include <fmt/format.h>
+
+#include "kv/key_codec.h"
+
+namespace cistern::meta {
+
+using kv::KeyReader;
+using kv::KeyWriter;
+using kv::Prefix;
+
+std::string inodeKey(uint64_t ino) { return KeyWriter(Prefix::kInode).u64(ino).key(); }
+std::string dentryKey(uint64_t parent, std::string_view name) {
+  return KeyWriter(Prefix::kDentry).u64(parent).bytes(name).key();
+}
+std::string dentryBegin(uint64_t parent) { return KeyWriter(Prefix::kDentry).u64(parent).key(); }
+std::string dentryEnd(uint64_t parent) { return kv::strinc(dentryBegin(parent)); }
+std::string allocatorKey() { return KeyWriter(Prefix::kInodeAlloc).key(); }
+std::string mutationKey(std::string_view client, uint64_t seq) {
+  return KeyWriter(Prefix::kIdempotency).bytes(client).u64(seq).key();
+}
+std::string gcKey(uint64_t ino) { return KeyWriter(Prefix::kGcQueue).u64(ino).key(); }
+std::string gcBegin() { return KeyWriter(Prefix::kGcQueue).key(); }
+std::string gcEnd() { return kv::strinc(gcBegin()); }
+std::string chainKey(uint32_t chain_id) { return KeyWriter(Prefix::kChain).u64(chain_id).key(); }
+std::string chainBegin() { return KeyWriter(Prefix::kChain).key(); }
+std::string chainEnd() { return kv::strinc(chainBegin()); }
+
+Result<std::string> dentryName(std::string_view key, uint64_t parent) {
+  KeyReader r(key);
+  ASSIGN_OR_RETURN(Prefix p, r.prefix());
+  ASSIGN_OR_RETURN(uint64_t got_parent, r.u64());
+  ASSIGN_OR_RETURN(std::string name, r.bytes());
+  if (p != Prefix::kDentry || got_parent != parent || !r.done()) {
+    return Status(ErrorCode::kCorruption, "dentry key does not belong to the directory");
+  }
+  return name;
+}
+
+Result<std::optional<Inode>> loadInode(kv::ReadTransaction& txn, uint64_t ino) {
+  ASSIGN_OR_RETURN(auto raw, txn.get(inodeKey(ino)));
+  if (!raw) return std::optional<Inode>();
+  Inode inode;
+  if (!inode.ParseFromString(*raw) || inode.ino() != ino) {
+    return Status(ErrorCode::kCorruption, fmt::format("inode {} record does not parse", ino));
+  }
+  return std::optional<Inode>(std::move(inode));
+}
+
+Result<Inode> requireInode(kv::ReadTransaction& txn, uint64_t ino) {
+  ASSIGN_OR_RETURN(auto inode, loadInode(txn, ino));
+  if (!inode) return Status(ErrorCode::kNotFound, fmt::format("inode {}", ino));
+  return std::move(*inode);
+}
+
+void storeInode(kv::Transaction& txn, const Inode& inode) {
+  txn.set(inodeKey(inode.ino()), inode.SerializeAsString());
+}
+
+Result<std::optional<DirEntry>> loadDentry(kv::ReadTransaction& txn, uint64_t parent,
+                                           std::string_view name) {
+  ASSIGN_OR_RETURN(auto raw, txn.get(dentryKey(parent, name)));
+  if (!raw) return std::optional<DirEntry>();
+  DirEntry e;
+  if (!e.ParseFromString(*raw)) {
+    return Status(ErrorCode::kCorruption, fmt::format("dentry {}/{} does not parse", parent, name));
+  }
+  return std::optional<DirEntry>(std::move(e));
+}
+
+void storeDentry(kv::Transaction& txn, uint64_t parent, std::string_view name, const DirEntry& e) {
+  txn.set(dentryKey(parent, name), e.SerializeAsString());
+}
+
+void dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns) {
+  if (inode.type() == DIRECTORY || inode.nlink() <= 1) {
+    txn.clear(inodeKey(inode.ino()));
+    if (inode.type() == REGULAR) {
+      inode.set_nlink(0);
+      inode.set_ctime_ns(now_ns);
+      txn.set(gcKey(inode.ino()), inode.SerializeAsString());
+    }
+    return;
+  }
+  inode.set_nlink(inode.nlink() - 1);
+  inode.set_ctime_ns(now_ns);
+  storeInode(txn, inode);
+}
+
+Result<bool> hasEntries(kv::ReadTransaction& txn, uint64_t ino) {
+  ASSIGN_OR_RETURN(auto rows, txn.getRange(dentryBegin(ino), dentryEnd(ino), {.limit = 1}));
+  return !rows.kvs.empty();
+}
+
+Result<std::vector<uint32_t>> loadChainIds(kv::ReadTransaction& txn) {
+  ASSIGN_OR_RETURN(auto rows, txn.getRange(chainBegin(), chainEnd(), {.snapshot = true}));
+  std::vector<uint32_t> ids;
+  for (const auto& kv : rows.kvs) {
+    KeyReader r(kv.key);
+    ASSIGN_OR_RETURN(Prefix p, r.prefix());
+    (void)p;
+    ASSIGN_OR_RETURN(uint64_t id, r.u64());
+    ids.push_back(static_cast<uint32_t>(id));
+  }
+  return ids;
+}
+
+}  // namespace cistern::meta

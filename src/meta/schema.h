@@ -1,0 +1,61 @@
+// The metadata tables in the KV (docs/meta_kv_schema.md) and typed accessors.
+//
+//   inode      (kInode, ino)                 -> Inode
+//   dentry     (kDentry, parent ino, name)   -> DirEntry
+//   allocator  (kInodeAlloc)                 -> next unleased inode number (decimal)
+//   mutation   (kIdempotency, client, seq)   -> MutationRecord
+//   gc         (kGcQueue, ino)               -> Inode whose chunks are to be deleted
+//   chains     (kChain, chain id)            -> (chain record; mgmtd owns it)
+//
+// Functions here only read and write keys inside a caller's transaction; they
+// never commit. Thread-safe as the transaction they are given.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "kv/engine.h"
+#include "meta.pb.h"
+
+namespace cistern::meta {
+
+inline constexpr uint64_t kRootIno = 1;
+// Inode numbers below this are reserved; the allocator starts here.
+inline constexpr uint64_t kFirstAllocatedIno = 16;
+
+std::string inodeKey(uint64_t ino);
+std::string dentryKey(uint64_t parent, std::string_view name);
+// [dentryBegin(p), dentryEnd(p)) holds exactly the entries of directory p.
+std::string dentryBegin(uint64_t parent);
+std::string dentryEnd(uint64_t parent);
+// The name stored in a dentry key of directory `parent`.
+Result<std::string> dentryName(std::string_view key, uint64_t parent);
+std::string allocatorKey();
+std::string mutationKey(std::string_view client, uint64_t seq);
+std::string gcKey(uint64_t ino);
+std::string gcBegin();
+std::string gcEnd();
+std::string chainKey(uint32_t chain_id);
+std::string chainBegin();
+std::string chainEnd();
+
+Result<std::optional<Inode>> loadInode(kv::ReadTransaction& txn, uint64_t ino);
+// kNotFound naming the inode when absent.
+Result<Inode> requireInode(kv::ReadTransaction& txn, uint64_t ino);
+void storeInode(kv::Transaction& txn, const Inode& inode);
+Result<std::optional<DirEntry>> loadDentry(kv::ReadTransaction& txn, uint64_t parent,
+                                           std::string_view name);
+void storeDentry(kv::Transaction& txn, uint64_t parent, std::string_view name, const DirEntry& e);
+// Drops one link of `inode` at time `now_ns`: stores it with nlink - 1, or
+// when that reaches 0 removes it and, for a regular file, queues its chunks
+// for deletion in the GC queue.
+void dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns);
+// True when directory `ino` has at least one entry.
+Result<bool> hasEntries(kv::ReadTransaction& txn, uint64_t ino);
+// Chain ids in the chain table, ascending.
+Result<std::vector<uint32_t>> loadChainIds(kv::ReadTransaction& txn);
+
+}  // namespace cistern::meta
