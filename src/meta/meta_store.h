@@ -18,6 +18,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +59,22 @@ struct DirListing {
   std::string next_cookie;
 };
 
+// Changes made by setattr(); unset fields stay as they are.
+struct SetAttr {
+  std::optional<uint32_t> mode;
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  std::optional<uint64_t> size;
+  std::optional<int64_t> atime_ns;  // explicit time (needs ownership)
+  std::optional<int64_t> mtime_ns;
+  bool atime_now = false;           // the current time (ownership or write permission)
+  bool mtime_now = false;
+};
+
+// Flags of setxattr(), as setxattr(2).
+inline constexpr uint32_t kXattrCreate = 1;
+inline constexpr uint32_t kXattrReplace = 2;
+
 // Flags of rename(), as renameat2(2).
 inline constexpr uint32_t kRenameNoReplace = 1;
 inline constexpr uint32_t kRenameExchange = 2;
@@ -80,6 +98,28 @@ class MetaStore {
   Status rmdir(const Caller& c, uint64_t parent, std::string_view name, const RequestId& rid = {});
   Status rename(const Caller& c, uint64_t src_parent, std::string_view src_name, uint64_t dst_parent,
                 std::string_view dst_name, uint32_t flags = 0, const RequestId& rid = {});
+  // chmod, chown, truncate and utimens with POSIX permission rules. Truncating
+  // a file down queues the chunks past the new end for garbage collection.
+  Result<Inode> setattr(const Caller& c, uint64_t ino, const SetAttr& attr, const RequestId& rid = {});
+  // A new name for a non-directory (kNotPermitted for directories).
+  Result<Inode> link(const Caller& c, uint64_t ino, uint64_t new_parent, std::string_view new_name,
+                     const RequestId& rid = {});
+  Result<Inode> symlink(const Caller& c, uint64_t parent, std::string_view name, std::string_view target,
+                        const RequestId& rid = {});
+  Result<std::string> readlink(uint64_t ino);
+  // access(2): ok when `c` may access `ino` with `mask` (kMayRead|kMayWrite|kMayExec; 0 = exists).
+  Status access(const Caller& c, uint64_t ino, int mask);
+  // getattr of many inodes in one snapshot; a missing one is reported in its slot.
+  std::vector<Result<Inode>> batchGetattr(const std::vector<uint64_t>& inos);
+
+  // Extended attributes. Names need a namespace ("user.", "trusted.",
+  // "security."; others are kNotSupported); values are at most 64 KiB.
+  Status setxattr(const Caller& c, uint64_t ino, std::string_view name, std::string_view value,
+                  uint32_t flags, const RequestId& rid = {});
+  Result<std::string> getxattr(const Caller& c, uint64_t ino, std::string_view name);
+  Result<std::vector<std::string>> listxattr(const Caller& c, uint64_t ino);
+  Status removexattr(const Caller& c, uint64_t ino, std::string_view name, const RequestId& rid = {});
+
   // Entries after `cookie` in name order; at most min(limit, readdir_limit_max).
   Result<DirListing> readdir(const Caller& c, uint64_t ino, std::string_view cookie, uint32_t limit,
                              bool plus = false);

@@ -179,7 +179,7 @@ TEST_P(MetaTest, UnlinkRemovesFilesAndQueuesTheirChunks) {
   EXPECT_EQ(store_->lookup(kRoot, kRootIno, "f").code(), ErrorCode::kNotFound);
   EXPECT_EQ(store_->getattr(f->ino()).code(), ErrorCode::kNotFound);
   auto t = engine_->beginRead();
-  auto gc = t->get(gcKey(f->ino()));
+  auto gc = t->get(gcKey(f->ino(), 0));
   ASSERT_TRUE(gc.ok() && gc->has_value());
   Inode queued;
   ASSERT_TRUE(queued.ParseFromString(**gc));
@@ -455,6 +455,142 @@ TEST_P(MetaTest, InodeNumbersAreUniqueAcrossMetaServers) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(seen.size(), 12000u);
+}
+
+TEST_P(MetaTest, ChmodAndChownFollowPosixRules) {
+  uint64_t d = dirOwnedBy(kAlice, 0777, "home");
+  auto f = store_->create(kAlice, d, "f", 0644, true);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(store_->setattr(kBob, f->ino(), {.mode = 0777}).code(), ErrorCode::kNotPermitted);
+  auto m = store_->setattr(kAlice, f->ino(), {.mode = 0100600});
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->mode(), 0600u);
+  EXPECT_GE(m->ctime_ns(), f->ctime_ns());
+  // Only root gives a file away; the owner may change the group to one of its own.
+  EXPECT_EQ(store_->setattr(kAlice, f->ino(), {.uid = 1001}).code(), ErrorCode::kNotPermitted);
+  EXPECT_EQ(store_->setattr(kAlice, f->ino(), {.gid = 1001}).code(), ErrorCode::kNotPermitted);
+  Caller alice_in_1001 = who(1000, 1000, {1001});
+  EXPECT_EQ(store_->setattr(alice_in_1001, f->ino(), {.gid = 1001})->gid(), 1001u);
+  ASSERT_TRUE(store_->setattr(kRoot, f->ino(), {.mode = 06755}).ok());
+  auto owned = store_->setattr(kRoot, f->ino(), {.uid = 1001, .gid = 1001});
+  ASSERT_TRUE(owned.ok());
+  EXPECT_EQ(owned->uid(), 1001u);
+  EXPECT_EQ(owned->mode(), 0755u);  // chown drops set-ID bits
+  // A non-member cannot set the set-group-ID bit.
+  auto g = store_->create(kAlice, d, "g", 0644, true);
+  EXPECT_EQ(store_->setattr(kAlice, g->ino(), {.mode = 02755, .gid = 1000})->mode(), 02755u);
+  ASSERT_TRUE(store_->setattr(kRoot, g->ino(), {.gid = 5}).ok());
+  EXPECT_EQ(store_->setattr(kAlice, g->ino(), {.mode = 02755})->mode(), 0755u);
+  EXPECT_EQ(store_->setattr(kRoot, 999999, {.mode = 0}).code(), ErrorCode::kNotFound);
+}
+
+TEST_P(MetaTest, TruncateNeedsWriteAndQueuesChunksPastTheEnd) {
+  auto f = store_->create(kRoot, kRootIno, "f", 0644, true);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(store_->setattr(kAlice, f->ino(), {.size = 10}).code(), ErrorCode::kPermissionDenied);
+  auto grown = store_->setattr(kRoot, f->ino(), {.size = 5u << 20});
+  ASSERT_TRUE(grown.ok());
+  EXPECT_EQ(grown->size(), 5u << 20);
+  auto shrunk = store_->setattr(kRoot, f->ino(), {.size = (1u << 20) + 1});
+  ASSERT_TRUE(shrunk.ok());
+  EXPECT_EQ(shrunk->size(), (1u << 20) + 1);
+  auto t = engine_->beginRead();
+  auto gc = t->get(gcKey(f->ino(), 2));  // chunks 2..4 are past the end; chunk 1 holds the new end
+  ASSERT_TRUE(gc.ok());
+  EXPECT_TRUE(gc->has_value());
+  auto d = store_->mkdir(kRoot, kRootIno, "d", 0755);
+  EXPECT_EQ(store_->setattr(kRoot, d->ino(), {.size = 0}).code(), ErrorCode::kIsDirectory);
+}
+
+TEST_P(MetaTest, UtimensNeedsOwnershipForExplicitTimesAndWriteForNow) {
+  uint64_t d = dirOwnedBy(kAlice, 0777, "times");
+  auto f = store_->create(kAlice, d, "f", 0666, true);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(store_->setattr(kBob, f->ino(), {.mtime_ns = 42}).code(), ErrorCode::kNotPermitted);
+  EXPECT_TRUE(store_->setattr(kBob, f->ino(), {.mtime_now = true}).ok());  // world-writable
+  auto set = store_->setattr(kAlice, f->ino(), {.atime_ns = 7, .mtime_ns = 42});
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set->atime_ns(), 7);
+  EXPECT_EQ(set->mtime_ns(), 42);
+  ASSERT_TRUE(store_->setattr(kAlice, f->ino(), {.mode = 0644}).ok());
+  EXPECT_EQ(store_->setattr(kBob, f->ino(), {.mtime_now = true}).code(), ErrorCode::kPermissionDenied);
+}
+
+TEST_P(MetaTest, HardLinksShareTheInode) {
+  auto f = store_->create(kRoot, kRootIno, "f", 0644, true);
+  auto d = store_->mkdir(kRoot, kRootIno, "d", 0755);
+  ASSERT_TRUE(f.ok() && d.ok());
+  auto l = store_->link(kRoot, f->ino(), d->ino(), "g");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->nlink(), 2u);
+  EXPECT_EQ(store_->lookup(kRoot, d->ino(), "g")->ino(), f->ino());
+  EXPECT_EQ(store_->link(kRoot, f->ino(), d->ino(), "g").code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(store_->link(kRoot, d->ino(), kRootIno, "dirlink").code(), ErrorCode::kNotPermitted);
+  EXPECT_EQ(store_->link(kAlice, f->ino(), d->ino(), "h").code(), ErrorCode::kPermissionDenied);
+  ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "f").ok());
+  auto still = store_->getattr(f->ino());
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->nlink(), 1u);
+  ASSERT_TRUE(store_->unlink(kRoot, d->ino(), "g").ok());
+  EXPECT_EQ(store_->getattr(f->ino()).code(), ErrorCode::kNotFound);
+}
+
+TEST_P(MetaTest, SymlinksStoreTheirTarget) {
+  auto s = store_->symlink(kRoot, kRootIno, "ln", "../some/where");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->type(), SYMLINK);
+  EXPECT_EQ(s->size(), 13u);
+  EXPECT_EQ(*store_->readlink(s->ino()), "../some/where");
+  EXPECT_EQ(store_->symlink(kRoot, kRootIno, "ln", "x").code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(store_->symlink(kRoot, kRootIno, "e", "").code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->symlink(kRoot, kRootIno, "l", std::string(4096, 'x')).code(), ErrorCode::kNameTooLong);
+  auto f = store_->create(kRoot, kRootIno, "f", 0644, true);
+  EXPECT_EQ(store_->readlink(f->ino()).code(), ErrorCode::kInvalidArgument);
+  ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "ln").ok());
+}
+
+TEST_P(MetaTest, AccessAndBatchGetattr) {
+  auto f = store_->create(kRoot, kRootIno, "f", 0640, true);
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(store_->access(kBob, f->ino(), 0).ok());
+  EXPECT_EQ(store_->access(kBob, f->ino(), 4).code(), ErrorCode::kPermissionDenied);
+  EXPECT_TRUE(store_->access(kRoot, f->ino(), 6).ok());
+  EXPECT_EQ(store_->access(kRoot, f->ino(), 1).code(), ErrorCode::kPermissionDenied);  // no x bit at all
+  EXPECT_EQ(store_->access(kRoot, 999999, 0).code(), ErrorCode::kNotFound);
+  auto many = store_->batchGetattr({kRootIno, f->ino(), 999999});
+  ASSERT_EQ(many.size(), 3u);
+  EXPECT_EQ(many[0]->type(), DIRECTORY);
+  EXPECT_EQ(many[1]->ino(), f->ino());
+  EXPECT_EQ(many[2].code(), ErrorCode::kNotFound);
+}
+
+TEST_P(MetaTest, ExtendedAttributes) {
+  uint64_t dir = dirOwnedBy(kAlice, 0755, "x");
+  auto f = store_->create(kAlice, dir, "f", 0644, true);
+  ASSERT_TRUE(f.ok());
+  uint64_t ino = f->ino();
+  EXPECT_TRUE(store_->setxattr(kAlice, ino, "user.a", "1", kXattrCreate).ok());
+  EXPECT_EQ(store_->setxattr(kAlice, ino, "user.a", "2", kXattrCreate).code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(store_->setxattr(kAlice, ino, "user.b", "2", kXattrReplace).code(), ErrorCode::kNoAttribute);
+  EXPECT_TRUE(store_->setxattr(kAlice, ino, "user.a", "3", kXattrReplace).ok());
+  EXPECT_EQ(*store_->getxattr(kBob, ino, "user.a"), "3");
+  EXPECT_EQ(store_->setxattr(kBob, ino, "user.a", "4", 0).code(), ErrorCode::kPermissionDenied);
+  EXPECT_EQ(store_->setxattr(kAlice, ino, "trusted.t", "x", 0).code(), ErrorCode::kNotPermitted);
+  EXPECT_TRUE(store_->setxattr(kRoot, ino, "trusted.t", "x", 0).ok());
+  EXPECT_EQ(store_->setxattr(kAlice, ino, "weird.ns", "x", 0).code(), ErrorCode::kNotSupported);
+  EXPECT_EQ(store_->setxattr(kAlice, ino, "user.big", std::string(65537, 'v'), 0).code(),
+            ErrorCode::kValueTooLarge);
+  EXPECT_EQ(store_->getxattr(kAlice, ino, "user.none").code(), ErrorCode::kNoAttribute);
+  EXPECT_EQ(store_->getxattr(kAlice, ino, "user.none").status().toErrno(), ENODATA);
+  EXPECT_EQ(*store_->listxattr(kAlice, ino), (std::vector<std::string>{"user.a"}));
+  EXPECT_EQ(*store_->listxattr(kRoot, ino), (std::vector<std::string>{"trusted.t", "user.a"}));
+  EXPECT_TRUE(store_->removexattr(kAlice, ino, "user.a").ok());
+  EXPECT_EQ(store_->removexattr(kAlice, ino, "user.a").code(), ErrorCode::kNoAttribute);
+  // Attributes go with the inode.
+  ASSERT_TRUE(store_->setxattr(kAlice, ino, "user.c", "c", 0).ok());
+  ASSERT_TRUE(store_->unlink(kAlice, dir, "f").ok());
+  auto t = engine_->beginRead();
+  EXPECT_TRUE(t->getRange(xattrBegin(ino), xattrEnd(ino))->kvs.empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllEngines, MetaTest, ::testing::ValuesIn(kv::allEngines()),

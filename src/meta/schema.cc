@@ -20,7 +20,14 @@ std::string allocatorKey() { return KeyWriter(Prefix::kInodeAlloc).key(); }
 std::string mutationKey(std::string_view client, uint64_t seq) {
   return KeyWriter(Prefix::kIdempotency).bytes(client).u64(seq).key();
 }
-std::string gcKey(uint64_t ino) { return KeyWriter(Prefix::kGcQueue).u64(ino).key(); }
+std::string gcKey(uint64_t ino, uint64_t first_chunk) {
+  return KeyWriter(Prefix::kGcQueue).u64(ino).u64(first_chunk).key();
+}
+std::string xattrKey(uint64_t ino, std::string_view name) {
+  return KeyWriter(Prefix::kXattr).u64(ino).bytes(name).key();
+}
+std::string xattrBegin(uint64_t ino) { return KeyWriter(Prefix::kXattr).u64(ino).key(); }
+std::string xattrEnd(uint64_t ino) { return kv::strinc(xattrBegin(ino)); }
 std::string gcBegin() { return KeyWriter(Prefix::kGcQueue).key(); }
 std::string gcEnd() { return kv::strinc(gcBegin()); }
 std::string chainKey(uint32_t chain_id) { return KeyWriter(Prefix::kChain).u64(chain_id).key(); }
@@ -76,6 +83,7 @@ void storeDentry(kv::Transaction& txn, uint64_t parent, std::string_view name, c
 void dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns) {
   if (inode.type() == DIRECTORY || inode.nlink() <= 1) {
     txn.clear(inodeKey(inode.ino()));
+    txn.clearRange(xattrBegin(inode.ino()), xattrEnd(inode.ino()));
     if (inode.type() == REGULAR) {
       inode.set_nlink(0);
       inode.set_ctime_ns(now_ns);

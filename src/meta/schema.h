@@ -4,7 +4,8 @@
 //   dentry     (kDentry, parent ino, name)   -> DirEntry
 //   allocator  (kInodeAlloc)                 -> next unleased inode number (decimal)
 //   mutation   (kIdempotency, client, seq)   -> MutationRecord
-//   gc         (kGcQueue, ino)               -> Inode whose chunks are to be deleted
+//   gc         (kGcQueue, ino, first chunk)  -> Inode whose chunks from `first chunk` on are to be deleted
+//   xattr      (kXattr, ino, name)           -> value
 //   chains     (kChain, chain id)            -> (chain record; mgmtd owns it)
 //
 // Functions here only read and write keys inside a caller's transaction; they
@@ -35,7 +36,10 @@ std::string dentryEnd(uint64_t parent);
 Result<std::string> dentryName(std::string_view key, uint64_t parent);
 std::string allocatorKey();
 std::string mutationKey(std::string_view client, uint64_t seq);
-std::string gcKey(uint64_t ino);
+std::string gcKey(uint64_t ino, uint64_t first_chunk = 0);
+std::string xattrKey(uint64_t ino, std::string_view name);
+std::string xattrBegin(uint64_t ino);
+std::string xattrEnd(uint64_t ino);
 std::string gcBegin();
 std::string gcEnd();
 std::string chainKey(uint32_t chain_id);
