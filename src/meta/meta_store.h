@@ -67,7 +67,7 @@ struct SetAttr {
   std::optional<uint64_t> size;
   std::optional<int64_t> atime_ns;  // explicit time (needs ownership)
   std::optional<int64_t> mtime_ns;
-  bool atime_now = false;           // the current time (ownership or write permission)
+  bool atime_now = false;  // the current time (ownership or write permission)
   bool mtime_now = false;
 };
 
@@ -81,7 +81,8 @@ inline constexpr uint32_t kRenameExchange = 2;
 
 class MetaStore {
  public:
-  MetaStore(kv::Engine& engine, const MetaOptions& options = {}, Clock& clock = SystemClock::instance());
+  MetaStore(kv::Engine& engine, const MetaOptions& options = {},
+            Clock& clock = SystemClock::instance());
 
   // Creates the root directory (inode 1, mode 0755, owned by root) if absent.
   Status init();
@@ -96,21 +97,37 @@ class MetaStore {
                        bool exclusive, const RequestId& rid = {});
   Status unlink(const Caller& c, uint64_t parent, std::string_view name, const RequestId& rid = {});
   Status rmdir(const Caller& c, uint64_t parent, std::string_view name, const RequestId& rid = {});
-  Status rename(const Caller& c, uint64_t src_parent, std::string_view src_name, uint64_t dst_parent,
-                std::string_view dst_name, uint32_t flags = 0, const RequestId& rid = {});
+  Status rename(const Caller& c, uint64_t src_parent, std::string_view src_name,
+                uint64_t dst_parent, std::string_view dst_name, uint32_t flags = 0,
+                const RequestId& rid = {});
   // chmod, chown, truncate and utimens with POSIX permission rules. Truncating
   // a file down queues the chunks past the new end for garbage collection.
-  Result<Inode> setattr(const Caller& c, uint64_t ino, const SetAttr& attr, const RequestId& rid = {});
+  Result<Inode> setattr(const Caller& c, uint64_t ino, const SetAttr& attr,
+                        const RequestId& rid = {});
   // A new name for a non-directory (kNotPermitted for directories).
   Result<Inode> link(const Caller& c, uint64_t ino, uint64_t new_parent, std::string_view new_name,
                      const RequestId& rid = {});
-  Result<Inode> symlink(const Caller& c, uint64_t parent, std::string_view name, std::string_view target,
-                        const RequestId& rid = {});
+  Result<Inode> symlink(const Caller& c, uint64_t parent, std::string_view name,
+                        std::string_view target, const RequestId& rid = {});
   Result<std::string> readlink(uint64_t ino);
   // access(2): ok when `c` may access `ino` with `mask` (kMayRead|kMayWrite|kMayExec; 0 = exists).
   Status access(const Caller& c, uint64_t ino, int mask);
   // getattr of many inodes in one snapshot; a missing one is reported in its slot.
   std::vector<Result<Inode>> batchGetattr(const std::vector<uint64_t>& inos);
+
+  // open: checks permission for the access mode; `write` opens get a session
+  // (kept until close) so that an unlinked file stays until its last writer
+  // closes; `truncate` (O_TRUNC) sets the length to 0.
+  struct Opened {
+    Inode inode;
+    uint64_t session = 0;  // 0 for read-only opens
+  };
+  Result<Opened> open(const Caller& c, uint64_t ino, bool read, bool write, bool truncate,
+                      std::string_view client, const RequestId& rid = {});
+  // close: ends a write session, raising the length to `length` when larger
+  // and setting mtime when `wrote`. The last close of an unlinked file removes it.
+  Result<Inode> close(uint64_t ino, uint64_t session, uint64_t length, bool wrote,
+                      const RequestId& rid = {});
 
   // Extended attributes. Names need a namespace ("user.", "trusted.",
   // "security."; others are kNotSupported); values are at most 64 KiB.
@@ -118,7 +135,8 @@ class MetaStore {
                   uint32_t flags, const RequestId& rid = {});
   Result<std::string> getxattr(const Caller& c, uint64_t ino, std::string_view name);
   Result<std::vector<std::string>> listxattr(const Caller& c, uint64_t ino);
-  Status removexattr(const Caller& c, uint64_t ino, std::string_view name, const RequestId& rid = {});
+  Status removexattr(const Caller& c, uint64_t ino, std::string_view name,
+                     const RequestId& rid = {});
 
   // Entries after `cookie` in name order; at most min(limit, readdir_limit_max).
   Result<DirListing> readdir(const Caller& c, uint64_t ino, std::string_view cookie, uint32_t limit,

@@ -2,6 +2,7 @@
 // cases with their errno, a permission matrix, concurrency, and replays.
 #include "meta/meta_store.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,6 +11,8 @@
 
 #include "common/random.h"
 #include "kv/kv_test_util.h"
+#include "meta/fsck.h"
+#include "meta/gc_worker.h"
 #include "meta/schema.h"
 
 namespace cistern::meta {
@@ -42,6 +45,11 @@ class MetaTest : public ::testing::TestWithParam<kv::EngineFactory> {
     ASSERT_TRUE(store_->init().ok());
   }
   void TearDown() override {
+    if (expect_clean_) {
+      auto report = fsck(*engine_);
+      ASSERT_TRUE(report.ok()) << report.status().toString();
+      for (auto& p : report->problems) ADD_FAILURE() << "fsck: " << p;
+    }
     store_.reset();
     engine_.reset();
   }
@@ -73,6 +81,14 @@ class MetaTest : public ::testing::TestWithParam<kv::EngineFactory> {
     return out;
   }
 
+  void corrupt(const std::function<void(kv::Transaction&)>& fn) {
+    ASSERT_TRUE(kv::runTransaction(*engine_, [&](kv::Transaction& t) {
+                  fn(t);
+                  return Status::OK();
+                }).ok());
+  }
+
+  bool expect_clean_ = true;
   kv::TempDir dir_;
   std::unique_ptr<kv::Engine> engine_;
   std::unique_ptr<MetaStore> store_;
@@ -107,7 +123,8 @@ TEST_P(MetaTest, MkdirThenLookupAndGetattr) {
 
 TEST_P(MetaTest, NamesAreChecked) {
   EXPECT_EQ(store_->mkdir(kRoot, kRootIno, "", 0755).code(), ErrorCode::kNotFound);
-  EXPECT_EQ(store_->mkdir(kRoot, kRootIno, std::string(256, 'n'), 0755).code(), ErrorCode::kNameTooLong);
+  EXPECT_EQ(store_->mkdir(kRoot, kRootIno, std::string(256, 'n'), 0755).code(),
+            ErrorCode::kNameTooLong);
   EXPECT_TRUE(store_->mkdir(kRoot, kRootIno, std::string(255, 'n'), 0755).ok());
   EXPECT_EQ(store_->mkdir(kRoot, kRootIno, "a/b", 0755).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(store_->create(kRoot, kRootIno, std::string("a\0b", 3), 0644, true).code(),
@@ -179,10 +196,12 @@ TEST_P(MetaTest, UnlinkRemovesFilesAndQueuesTheirChunks) {
   EXPECT_EQ(store_->lookup(kRoot, kRootIno, "f").code(), ErrorCode::kNotFound);
   EXPECT_EQ(store_->getattr(f->ino()).code(), ErrorCode::kNotFound);
   auto t = engine_->beginRead();
-  auto gc = t->get(gcKey(f->ino(), 0));
-  ASSERT_TRUE(gc.ok() && gc->has_value());
-  Inode queued;
-  ASSERT_TRUE(queued.ParseFromString(**gc));
+  auto gc = t->getRange(gcBegin(), gcEnd());
+  ASSERT_TRUE(gc.ok());
+  ASSERT_EQ(gc->kvs.size(), 1u);
+  GcEntry queued;
+  ASSERT_TRUE(queued.ParseFromString(gc->kvs[0].value));
+  EXPECT_TRUE(queued.whole_file());
   EXPECT_EQ(queued.layout().chains_size(), 4);
 }
 
@@ -229,7 +248,8 @@ TEST_P(MetaTest, RenameMovesReplacesAndRefuses) {
   EXPECT_EQ(store_->lookup(kRoot, b->ino(), "h")->ino(), f->ino());
   EXPECT_EQ(store_->rename(kRoot, b->ino(), "g", b->ino(), "nope", kRenameExchange).code(),
             ErrorCode::kNotFound);
-  EXPECT_EQ(store_->rename(kRoot, b->ino(), "g", b->ino(), "h", kRenameExchange | kRenameNoReplace).code(),
+  EXPECT_EQ(store_->rename(kRoot, b->ino(), "g", b->ino(), "h", kRenameExchange | kRenameNoReplace)
+                .code(),
             ErrorCode::kInvalidArgument);
   // directories: over an empty one, not over a non-empty one, not onto a file, not into itself
   auto e = store_->mkdir(kRoot, kRootIno, "empty", 0755);
@@ -243,11 +263,13 @@ TEST_P(MetaTest, RenameMovesReplacesAndRefuses) {
   ASSERT_TRUE(inner.ok());
   EXPECT_EQ(store_->rename(kRoot, kRootIno, "empty", inner->ino(), "loop").code(),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(store_->rename(kRoot, kRootIno, "empty", a->ino(), "self").code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->rename(kRoot, kRootIno, "empty", a->ino(), "self").code(),
+            ErrorCode::kInvalidArgument);
   // a moved directory's ".." follows it
   ASSERT_TRUE(store_->rename(kRoot, a->ino(), "inner", b->ino(), "inner").ok());
   EXPECT_EQ(store_->lookup(kRoot, inner->ino(), "..")->ino(), b->ino());
-  EXPECT_EQ(store_->rename(kRoot, kRootIno, ".", kRootIno, "x").code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->rename(kRoot, kRootIno, ".", kRootIno, "x").code(),
+            ErrorCode::kInvalidArgument);
   EXPECT_EQ(store_->rename(kRoot, kRootIno, "missing", kRootIno, "x").code(), ErrorCode::kNotFound);
 }
 
@@ -255,7 +277,9 @@ TEST_P(MetaTest, RenameMovesReplacesAndRefuses) {
 // alice:alice with `mode`, computed the way POSIX describes it.
 bool allowed(const Caller& c, uint32_t mode, int mask) {
   if (c.uid() == 0) return true;
-  uint32_t bits = c.uid() == 1000 ? (mode >> 6) & 7 : (c.gid() == 1000 || c.groups_size() > 0) ? (mode >> 3) & 7 : mode & 7;
+  uint32_t bits = c.uid() == 1000                            ? (mode >> 6) & 7
+                  : (c.gid() == 1000 || c.groups_size() > 0) ? (mode >> 3) & 7
+                                                             : mode & 7;
   return (bits & static_cast<uint32_t>(mask)) == static_cast<uint32_t>(mask);
 }
 
@@ -345,7 +369,8 @@ TEST_P(MetaTest, EightThreadsCreateTenThousandNamesInOneDirectory) {
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 1250; ++i) {
-        auto f = store_->create(kAlice, d->ino(), "t" + std::to_string(t) + "-" + std::to_string(i), 0644, true);
+        auto f = store_->create(kAlice, d->ino(), "t" + std::to_string(t) + "-" + std::to_string(i),
+                                0644, true);
         if (!f.ok()) failures++;
       }
     });
@@ -361,7 +386,8 @@ TEST_P(MetaTest, ConcurrentRenamesBetweenTwoDirectoriesLoseNothing) {
   auto b = store_->mkdir(kRoot, kRootIno, "b", 0777);
   ASSERT_TRUE(a.ok() && b.ok());
   constexpr int kFiles = 50;
-  for (int i = 0; i < kFiles; ++i) ASSERT_TRUE(store_->create(kRoot, a->ino(), "f" + std::to_string(i), 0644, true).ok());
+  for (int i = 0; i < kFiles; ++i)
+    ASSERT_TRUE(store_->create(kRoot, a->ino(), "f" + std::to_string(i), 0644, true).ok());
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
@@ -394,8 +420,10 @@ TEST_P(MetaTest, ReaddirPagingWhileOthersInsertAndDelete) {
     Xoshiro256 rng(9);
     while (!stop) {
       std::string n = "s" + std::to_string(1001 + 2 * rng.uniform(150));  // odd: never stable
-      if (rng.oneIn(2)) (void)store_->create(kRoot, d->ino(), n, 0644, false);
-      else (void)store_->unlink(kRoot, d->ino(), n);
+      if (rng.oneIn(2))
+        (void)store_->create(kRoot, d->ino(), n, 0644, false);
+      else
+        (void)store_->unlink(kRoot, d->ino(), n);
     }
   });
   for (int round = 0; round < 5; ++round) {
@@ -404,7 +432,8 @@ TEST_P(MetaTest, ReaddirPagingWhileOthersInsertAndDelete) {
     do {
       auto page = store_->readdir(kRoot, d->ino(), cookie, 7);
       ASSERT_TRUE(page.ok());
-      for (auto& e : page->entries) EXPECT_TRUE(seen.insert(e.name).second) << "returned twice: " << e.name;
+      for (auto& e : page->entries)
+        EXPECT_TRUE(seen.insert(e.name).second) << "returned twice: " << e.name;
       cookie = page->next_cookie;
     } while (!cookie.empty());
     for (auto& n : stable) EXPECT_TRUE(seen.count(n)) << "missing " << n;
@@ -421,7 +450,8 @@ TEST_P(MetaTest, ReplayedMutationsReturnTheFirstResult) {
   ASSERT_TRUE(replay.ok()) << replay.status().toString();
   EXPECT_EQ(replay->ino(), first->ino());
   // A new request for the same name is a different create.
-  EXPECT_EQ(store_->create(kRoot, kRootIno, "f", 0644, true, {"client-a", 2}).code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(store_->create(kRoot, kRootIno, "f", 0644, true, {"client-a", 2}).code(),
+            ErrorCode::kAlreadyExists);
   RequestId del{"client-a", 3};
   ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "f", del).ok());
   EXPECT_TRUE(store_->unlink(kRoot, kRootIno, "f", del).ok());  // not ENOENT
@@ -495,7 +525,8 @@ TEST_P(MetaTest, TruncateNeedsWriteAndQueuesChunksPastTheEnd) {
   ASSERT_TRUE(shrunk.ok());
   EXPECT_EQ(shrunk->size(), (1u << 20) + 1);
   auto t = engine_->beginRead();
-  auto gc = t->get(gcKey(f->ino(), 2));  // chunks 2..4 are past the end; chunk 1 holds the new end
+  auto gc =
+      t->get(gcKey(f->ino(), 2, 5));  // chunks 2..4 are past the end; chunk 1 holds the new end
   ASSERT_TRUE(gc.ok());
   EXPECT_TRUE(gc->has_value());
   auto d = store_->mkdir(kRoot, kRootIno, "d", 0755);
@@ -513,7 +544,8 @@ TEST_P(MetaTest, UtimensNeedsOwnershipForExplicitTimesAndWriteForNow) {
   EXPECT_EQ(set->atime_ns(), 7);
   EXPECT_EQ(set->mtime_ns(), 42);
   ASSERT_TRUE(store_->setattr(kAlice, f->ino(), {.mode = 0644}).ok());
-  EXPECT_EQ(store_->setattr(kBob, f->ino(), {.mtime_now = true}).code(), ErrorCode::kPermissionDenied);
+  EXPECT_EQ(store_->setattr(kBob, f->ino(), {.mtime_now = true}).code(),
+            ErrorCode::kPermissionDenied);
 }
 
 TEST_P(MetaTest, HardLinksShareTheInode) {
@@ -543,7 +575,8 @@ TEST_P(MetaTest, SymlinksStoreTheirTarget) {
   EXPECT_EQ(*store_->readlink(s->ino()), "../some/where");
   EXPECT_EQ(store_->symlink(kRoot, kRootIno, "ln", "x").code(), ErrorCode::kAlreadyExists);
   EXPECT_EQ(store_->symlink(kRoot, kRootIno, "e", "").code(), ErrorCode::kNotFound);
-  EXPECT_EQ(store_->symlink(kRoot, kRootIno, "l", std::string(4096, 'x')).code(), ErrorCode::kNameTooLong);
+  EXPECT_EQ(store_->symlink(kRoot, kRootIno, "l", std::string(4096, 'x')).code(),
+            ErrorCode::kNameTooLong);
   auto f = store_->create(kRoot, kRootIno, "f", 0644, true);
   EXPECT_EQ(store_->readlink(f->ino()).code(), ErrorCode::kInvalidArgument);
   ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "ln").ok());
@@ -555,7 +588,8 @@ TEST_P(MetaTest, AccessAndBatchGetattr) {
   EXPECT_TRUE(store_->access(kBob, f->ino(), 0).ok());
   EXPECT_EQ(store_->access(kBob, f->ino(), 4).code(), ErrorCode::kPermissionDenied);
   EXPECT_TRUE(store_->access(kRoot, f->ino(), 6).ok());
-  EXPECT_EQ(store_->access(kRoot, f->ino(), 1).code(), ErrorCode::kPermissionDenied);  // no x bit at all
+  EXPECT_EQ(store_->access(kRoot, f->ino(), 1).code(),
+            ErrorCode::kPermissionDenied);  // no x bit at all
   EXPECT_EQ(store_->access(kRoot, 999999, 0).code(), ErrorCode::kNotFound);
   auto many = store_->batchGetattr({kRootIno, f->ino(), 999999});
   ASSERT_EQ(many.size(), 3u);
@@ -570,8 +604,10 @@ TEST_P(MetaTest, ExtendedAttributes) {
   ASSERT_TRUE(f.ok());
   uint64_t ino = f->ino();
   EXPECT_TRUE(store_->setxattr(kAlice, ino, "user.a", "1", kXattrCreate).ok());
-  EXPECT_EQ(store_->setxattr(kAlice, ino, "user.a", "2", kXattrCreate).code(), ErrorCode::kAlreadyExists);
-  EXPECT_EQ(store_->setxattr(kAlice, ino, "user.b", "2", kXattrReplace).code(), ErrorCode::kNoAttribute);
+  EXPECT_EQ(store_->setxattr(kAlice, ino, "user.a", "2", kXattrCreate).code(),
+            ErrorCode::kAlreadyExists);
+  EXPECT_EQ(store_->setxattr(kAlice, ino, "user.b", "2", kXattrReplace).code(),
+            ErrorCode::kNoAttribute);
   EXPECT_TRUE(store_->setxattr(kAlice, ino, "user.a", "3", kXattrReplace).ok());
   EXPECT_EQ(*store_->getxattr(kBob, ino, "user.a"), "3");
   EXPECT_EQ(store_->setxattr(kBob, ino, "user.a", "4", 0).code(), ErrorCode::kPermissionDenied);
@@ -591,6 +627,124 @@ TEST_P(MetaTest, ExtendedAttributes) {
   ASSERT_TRUE(store_->unlink(kAlice, dir, "f").ok());
   auto t = engine_->beginRead();
   EXPECT_TRUE(t->getRange(xattrBegin(ino), xattrEnd(ino))->kvs.empty());
+}
+
+TEST_P(MetaTest, OpenChecksAccessAndWriteOpensHoldSessions) {
+  auto f = store_->create(kAlice, dirOwnedBy(kAlice, 0755, "o"), "f", 0640, true);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(store_->open(kBob, f->ino(), true, false, false, "c").code(),
+            ErrorCode::kPermissionDenied);
+  EXPECT_TRUE(store_->open(kCarol, f->ino(), true, false, false, "c").ok());
+  EXPECT_EQ(store_->open(kCarol, f->ino(), false, true, false, "c").code(),
+            ErrorCode::kPermissionDenied);
+  auto w = store_->open(kAlice, f->ino(), true, true, false, "c");
+  ASSERT_TRUE(w.ok());
+  EXPECT_NE(w->session, 0u);
+  auto closed = store_->close(f->ino(), w->session, 12345, true);
+  ASSERT_TRUE(closed.ok());
+  EXPECT_EQ(closed->size(), 12345u);
+  EXPECT_EQ(store_->close(f->ino(), w->session, 0, false).code(), ErrorCode::kNotFound);
+  // A shorter length reported by a writer does not shrink the file.
+  auto w2 = store_->open(kAlice, f->ino(), false, true, false, "c");
+  EXPECT_EQ(store_->close(f->ino(), w2->session, 10, true)->size(), 12345u);
+  auto tr = store_->open(kAlice, f->ino(), false, true, true, "c");
+  ASSERT_TRUE(tr.ok());
+  EXPECT_EQ(tr->inode.size(), 0u);
+  ASSERT_TRUE(store_->close(f->ino(), tr->session, 0, false).ok());
+  auto d = store_->lookup(kRoot, kRootIno, "o");
+  EXPECT_EQ(store_->open(kRoot, d->ino(), false, true, false, "c").code(), ErrorCode::kIsDirectory);
+}
+
+TEST_P(MetaTest, UnlinkedFileStaysWhileOpenForWriting) {
+  auto f = store_->create(kRoot, kRootIno, "f", 0644, true);
+  auto w = store_->open(kRoot, f->ino(), false, true, false, "c");
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "f").ok());
+  auto still = store_->getattr(f->ino());
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->nlink(), 0u);
+  auto report = fsck(*engine_);
+  EXPECT_TRUE(report->clean());  // open-unlinked is not an orphan
+  auto closed = store_->close(f->ino(), w->session, 3u << 20, true);
+  ASSERT_TRUE(closed.ok());
+  EXPECT_EQ(store_->getattr(f->ino()).code(), ErrorCode::kNotFound);
+}
+
+// An in-memory stand-in for the storage service until the storage issue lands.
+class FakeChunkRemover : public ChunkRemover {
+ public:
+  Status removeChunks(uint64_t ino, const Layout& layout, uint64_t first, uint64_t count) override {
+    if (fail) return Status(ErrorCode::kIOError, "storage down");
+    for (uint64_t i = first; i < first + count; ++i) removed.insert({ino, i});
+    EXPECT_EQ(layout.chains_size(), 4);
+    return Status::OK();
+  }
+  std::set<std::pair<uint64_t, uint64_t>> removed;
+  bool fail = false;
+};
+
+TEST_P(MetaTest, GcWorkerRemovesChunksOfUnlinkedAndTruncatedFilesOnce) {
+  auto a = store_->create(kRoot, kRootIno, "a", 0644, true);
+  auto b = store_->create(kRoot, kRootIno, "b", 0644, true);
+  auto c = store_->create(kRoot, kRootIno, "c", 0644, true);
+  ASSERT_TRUE(store_->setattr(kRoot, a->ino(), {.size = (3u << 20) + 5}).ok());  // 4 chunks
+  ASSERT_TRUE(store_->setattr(kRoot, b->ino(), {.size = 4u << 20}).ok());
+  ASSERT_TRUE(store_->setattr(kRoot, b->ino(), {.size = 1u << 20}).ok());  // chunks 1..3 dead
+  ASSERT_TRUE(store_->setattr(kRoot, c->ino(), {.size = 2u << 20}).ok());
+  auto w = store_->open(kRoot, c->ino(), false, true, false, "c");
+  ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "a").ok());
+  ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "c").ok());  // still open: must wait
+
+  FakeChunkRemover storage;
+  GcWorker gc(*engine_, storage);
+  storage.fail = true;
+  EXPECT_EQ(gc.runOnce().code(), ErrorCode::kIOError);  // nothing lost: entries stay queued
+  storage.fail = false;
+  auto done = gc.runOnce();
+  ASSERT_TRUE(done.ok()) << done.status().toString();
+  EXPECT_EQ(*done, 2u);
+  std::set<std::pair<uint64_t, uint64_t>> want;
+  for (uint64_t i = 0; i < 4; ++i) want.insert({a->ino(), i});
+  for (uint64_t i = 1; i < 4; ++i) want.insert({b->ino(), i});
+  EXPECT_EQ(storage.removed, want);
+  EXPECT_EQ(*gc.runOnce(), 0u);  // the open file waits
+  ASSERT_TRUE(store_->close(c->ino(), w->session, 0, false).ok());
+  EXPECT_EQ(*gc.runOnce(), 1u);
+  EXPECT_TRUE(storage.removed.count({c->ino(), 1}));
+  EXPECT_EQ(*gc.runOnce(), 0u);
+}
+
+TEST_P(MetaTest, FsckFindsEachKindOfDamage) {
+  expect_clean_ = false;
+  auto d = store_->mkdir(kRoot, kRootIno, "d", 0755);
+  auto f = store_->create(kRoot, d->ino(), "f", 0644, true);
+  ASSERT_TRUE(d.ok() && f.ok());
+  ASSERT_TRUE(fsck(*engine_)->clean());
+  auto expectProblem = [&](const std::string& needle) {
+    auto r = fsck(*engine_);
+    ASSERT_TRUE(r.ok());
+    bool found = false;
+    for (auto& p : r->problems) found |= p.find(needle) != std::string::npos;
+    EXPECT_TRUE(found) << "no problem mentioning '" << needle << "'";
+  };
+  DirEntry dangling;
+  dangling.set_ino(424242);
+  dangling.set_type(REGULAR);
+  corrupt([&](kv::Transaction& t) { storeDentry(t, d->ino(), "ghost", dangling); });
+  expectProblem("points to missing inode 424242");
+  corrupt([&](kv::Transaction& t) { t.clear(dentryKey(d->ino(), "ghost")); });
+  Inode wrong = *f;
+  wrong.set_nlink(3);
+  corrupt([&](kv::Transaction& t) { storeInode(t, wrong); });
+  expectProblem("has nlink 3 but 1 dentries");
+  corrupt([&](kv::Transaction& t) { t.clear(dentryKey(d->ino(), "f")); });
+  expectProblem(fmt::format("orphan inode {}", f->ino()));
+  // A cycle: d's parent points at a subdirectory of d.
+  auto sub = store_->mkdir(kRoot, d->ino(), "sub", 0755);
+  Inode looped = *store_->getattr(d->ino());
+  looped.set_parent(sub->ino());
+  corrupt([&](kv::Transaction& t) { storeInode(t, looped); });
+  expectProblem("does not reach the root");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllEngines, MetaTest, ::testing::ValuesIn(kv::allEngines()),

@@ -20,12 +20,36 @@ std::string allocatorKey() { return KeyWriter(Prefix::kInodeAlloc).key(); }
 std::string mutationKey(std::string_view client, uint64_t seq) {
   return KeyWriter(Prefix::kIdempotency).bytes(client).u64(seq).key();
 }
-std::string gcKey(uint64_t ino, uint64_t first_chunk) {
-  return KeyWriter(Prefix::kGcQueue).u64(ino).u64(first_chunk).key();
+std::string gcKey(uint64_t ino, uint64_t first_chunk, uint64_t end_chunk) {
+  return KeyWriter(Prefix::kGcQueue).u64(ino).u64(first_chunk).u64(end_chunk).key();
+}
+
+void queueGc(kv::Transaction& txn, const Inode& inode, uint64_t first_chunk, bool whole_file) {
+  uint64_t chunk = inode.layout().chunk_size();
+  if (inode.type() != REGULAR || chunk == 0) return;
+  uint64_t end = (inode.size() + chunk - 1) / chunk;
+  if (first_chunk >= end && !whole_file) return;
+  GcEntry e;
+  *e.mutable_layout() = inode.layout();
+  e.set_first_chunk(first_chunk);
+  e.set_end_chunk(end);
+  e.set_whole_file(whole_file);
+  txn.set(gcKey(inode.ino(), first_chunk, end), e.SerializeAsString());
 }
 std::string xattrKey(uint64_t ino, std::string_view name) {
   return KeyWriter(Prefix::kXattr).u64(ino).bytes(name).key();
 }
+std::string sessionKey(uint64_t ino, uint64_t session) {
+  return KeyWriter(Prefix::kSession).u64(ino).u64(session).key();
+}
+std::string sessionBegin(uint64_t ino) { return KeyWriter(Prefix::kSession).u64(ino).key(); }
+std::string sessionEnd(uint64_t ino) { return kv::strinc(sessionBegin(ino)); }
+
+Result<bool> hasSessions(kv::ReadTransaction& txn, uint64_t ino) {
+  ASSIGN_OR_RETURN(auto rows, txn.getRange(sessionBegin(ino), sessionEnd(ino), {.limit = 1}));
+  return !rows.kvs.empty();
+}
+
 std::string xattrBegin(uint64_t ino) { return KeyWriter(Prefix::kXattr).u64(ino).key(); }
 std::string xattrEnd(uint64_t ino) { return kv::strinc(xattrBegin(ino)); }
 std::string gcBegin() { return KeyWriter(Prefix::kGcQueue).key(); }
@@ -80,20 +104,25 @@ void storeDentry(kv::Transaction& txn, uint64_t parent, std::string_view name, c
   txn.set(dentryKey(parent, name), e.SerializeAsString());
 }
 
-void dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns) {
-  if (inode.type() == DIRECTORY || inode.nlink() <= 1) {
-    txn.clear(inodeKey(inode.ino()));
-    txn.clearRange(xattrBegin(inode.ino()), xattrEnd(inode.ino()));
-    if (inode.type() == REGULAR) {
-      inode.set_nlink(0);
-      inode.set_ctime_ns(now_ns);
-      txn.set(gcKey(inode.ino()), inode.SerializeAsString());
-    }
-    return;
-  }
-  inode.set_nlink(inode.nlink() - 1);
+Status dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns) {
   inode.set_ctime_ns(now_ns);
-  storeInode(txn, inode);
+  if (inode.type() != DIRECTORY && inode.nlink() > 1) {
+    inode.set_nlink(inode.nlink() - 1);
+    storeInode(txn, inode);
+    return Status::OK();
+  }
+  inode.set_nlink(0);
+  if (inode.type() == REGULAR) {
+    queueGc(txn, inode, 0, /*whole_file=*/true);
+    ASSIGN_OR_RETURN(bool open, hasSessions(txn, inode.ino()));
+    if (open) {
+      storeInode(txn, inode);  // open-unlinked: the last close removes it
+      return Status::OK();
+    }
+  }
+  txn.clear(inodeKey(inode.ino()));
+  txn.clearRange(xattrBegin(inode.ino()), xattrEnd(inode.ino()));
+  return Status::OK();
 }
 
 Result<bool> hasEntries(kv::ReadTransaction& txn, uint64_t ino) {

@@ -4,8 +4,9 @@
 //   dentry     (kDentry, parent ino, name)   -> DirEntry
 //   allocator  (kInodeAlloc)                 -> next unleased inode number (decimal)
 //   mutation   (kIdempotency, client, seq)   -> MutationRecord
-//   gc         (kGcQueue, ino, first chunk)  -> Inode whose chunks from `first chunk` on are to be deleted
+//   gc         (kGcQueue, ino, first, end)   -> GcEntry: chunks [first, end) to delete
 //   xattr      (kXattr, ino, name)           -> value
+//   session    (kSession, ino, session id)   -> Session (an open-for-write handle)
 //   chains     (kChain, chain id)            -> (chain record; mgmtd owns it)
 //
 // Functions here only read and write keys inside a caller's transaction; they
@@ -36,8 +37,15 @@ std::string dentryEnd(uint64_t parent);
 Result<std::string> dentryName(std::string_view key, uint64_t parent);
 std::string allocatorKey();
 std::string mutationKey(std::string_view client, uint64_t seq);
-std::string gcKey(uint64_t ino, uint64_t first_chunk = 0);
+std::string gcKey(uint64_t ino, uint64_t first_chunk, uint64_t end_chunk);
+// Queues chunks [first_chunk, end of `inode`) for deletion; nothing when empty.
+void queueGc(kv::Transaction& txn, const Inode& inode, uint64_t first_chunk, bool whole_file);
 std::string xattrKey(uint64_t ino, std::string_view name);
+std::string sessionKey(uint64_t ino, uint64_t session);
+std::string sessionBegin(uint64_t ino);
+std::string sessionEnd(uint64_t ino);
+// True when `ino` has an open write session.
+Result<bool> hasSessions(kv::ReadTransaction& txn, uint64_t ino);
 std::string xattrBegin(uint64_t ino);
 std::string xattrEnd(uint64_t ino);
 std::string gcBegin();
@@ -54,9 +62,10 @@ Result<std::optional<DirEntry>> loadDentry(kv::ReadTransaction& txn, uint64_t pa
                                            std::string_view name);
 void storeDentry(kv::Transaction& txn, uint64_t parent, std::string_view name, const DirEntry& e);
 // Drops one link of `inode` at time `now_ns`: stores it with nlink - 1, or
-// when that reaches 0 removes it and, for a regular file, queues its chunks
-// for deletion in the GC queue.
-void dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns);
+// when that reaches 0 queues a regular file's chunks for deletion and removes
+// the inode, unless the file is open for writing: then the inode stays with
+// nlink 0 (open-unlinked) until the last session closes.
+Status dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns);
 // True when directory `ino` has at least one entry.
 Result<bool> hasEntries(kv::ReadTransaction& txn, uint64_t ino);
 // Chain ids in the chain table, ascending.

@@ -28,7 +28,8 @@ Status checkNotAncestor(kv::ReadTransaction& t, uint64_t moved, uint64_t dir) {
     ASSIGN_OR_RETURN(Inode node, requireInode(t, at));
     at = node.parent();
   }
-  return Status(ErrorCode::kCorruption, fmt::format("directory {} is deeper than {}", dir, kDepthMax));
+  return Status(ErrorCode::kCorruption,
+                fmt::format("directory {} is deeper than {}", dir, kDepthMax));
 }
 
 }  // namespace
@@ -45,62 +46,70 @@ Status MetaStore::rename(const Caller& c, uint64_t src_parent, std::string_view 
       (flags == (kRenameNoReplace | kRenameExchange))) {
     return Status(ErrorCode::kInvalidArgument, fmt::format("rename flags {:#x}", flags));
   }
-  return mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-    int64_t now = nowNs();
-    ASSIGN_OR_RETURN(Inode sdir, searchableDir(t, c, src_parent));
-    ASSIGN_OR_RETURN(Inode ddir, searchableDir(t, c, dst_parent));
-    ASSIGN_OR_RETURN(auto se, loadDentry(t, src_parent, src_name));
-    if (!se) return Status(ErrorCode::kNotFound, src_name);
-    ASSIGN_OR_RETURN(auto de, loadDentry(t, dst_parent, dst_name));
-    if ((flags & kRenameExchange) && !de) return Status(ErrorCode::kNotFound, dst_name);
-    if ((flags & kRenameNoReplace) && de) return Status(ErrorCode::kAlreadyExists, dst_name);
-    RETURN_ON_ERROR(checkAccess(sdir, c, kMayWrite));
-    RETURN_ON_ERROR(checkAccess(ddir, c, kMayWrite));
-    ASSIGN_OR_RETURN(Inode src, requireInode(t, se->ino()));
-    RETURN_ON_ERROR(checkSticky(sdir, src, c));
-    // Renaming a name onto itself, or onto another link of the same inode, does nothing.
-    if (de && de->ino() == se->ino()) return std::string();
+  return mutate(rid,
+                [&](kv::Transaction& t) -> Result<std::string> {
+                  int64_t now = nowNs();
+                  ASSIGN_OR_RETURN(Inode sdir, searchableDir(t, c, src_parent));
+                  ASSIGN_OR_RETURN(Inode ddir, searchableDir(t, c, dst_parent));
+                  ASSIGN_OR_RETURN(auto se, loadDentry(t, src_parent, src_name));
+                  if (!se) return Status(ErrorCode::kNotFound, src_name);
+                  ASSIGN_OR_RETURN(auto de, loadDentry(t, dst_parent, dst_name));
+                  if ((flags & kRenameExchange) && !de)
+                    return Status(ErrorCode::kNotFound, dst_name);
+                  if ((flags & kRenameNoReplace) && de)
+                    return Status(ErrorCode::kAlreadyExists, dst_name);
+                  RETURN_ON_ERROR(checkAccess(sdir, c, kMayWrite));
+                  RETURN_ON_ERROR(checkAccess(ddir, c, kMayWrite));
+                  ASSIGN_OR_RETURN(Inode src, requireInode(t, se->ino()));
+                  RETURN_ON_ERROR(checkSticky(sdir, src, c));
+                  // Renaming a name onto itself, or onto another link of the same inode, does
+                  // nothing.
+                  if (de && de->ino() == se->ino()) return std::string();
 
-    if (flags & kRenameExchange) {
-      ASSIGN_OR_RETURN(Inode dst, requireInode(t, de->ino()));
-      RETURN_ON_ERROR(checkSticky(ddir, dst, c));
-      if (src_parent != dst_parent) {
-        if (src.type() == DIRECTORY) RETURN_ON_ERROR(checkNotAncestor(t, src.ino(), dst_parent));
-        if (dst.type() == DIRECTORY) RETURN_ON_ERROR(checkNotAncestor(t, dst.ino(), src_parent));
-      }
-      storeDentry(t, src_parent, src_name, *de);
-      storeDentry(t, dst_parent, dst_name, *se);
-      if (src.type() == DIRECTORY) src.set_parent(dst_parent);
-      if (dst.type() == DIRECTORY) dst.set_parent(src_parent);
-      src.set_ctime_ns(now);
-      dst.set_ctime_ns(now);
-      storeInode(t, src);
-      storeInode(t, dst);
-      return std::string();
-    }
+                  if (flags & kRenameExchange) {
+                    ASSIGN_OR_RETURN(Inode dst, requireInode(t, de->ino()));
+                    RETURN_ON_ERROR(checkSticky(ddir, dst, c));
+                    if (src_parent != dst_parent) {
+                      if (src.type() == DIRECTORY)
+                        RETURN_ON_ERROR(checkNotAncestor(t, src.ino(), dst_parent));
+                      if (dst.type() == DIRECTORY)
+                        RETURN_ON_ERROR(checkNotAncestor(t, dst.ino(), src_parent));
+                    }
+                    storeDentry(t, src_parent, src_name, *de);
+                    storeDentry(t, dst_parent, dst_name, *se);
+                    if (src.type() == DIRECTORY) src.set_parent(dst_parent);
+                    if (dst.type() == DIRECTORY) dst.set_parent(src_parent);
+                    src.set_ctime_ns(now);
+                    dst.set_ctime_ns(now);
+                    storeInode(t, src);
+                    storeInode(t, dst);
+                    return std::string();
+                  }
 
-    if (src.type() == DIRECTORY && src_parent != dst_parent) {
-      RETURN_ON_ERROR(checkNotAncestor(t, src.ino(), dst_parent));
-    }
-    if (de) {
-      ASSIGN_OR_RETURN(Inode dst, requireInode(t, de->ino()));
-      RETURN_ON_ERROR(checkSticky(ddir, dst, c));
-      if (src.type() == DIRECTORY) {
-        if (dst.type() != DIRECTORY) return Status(ErrorCode::kNotDirectory, dst_name);
-        ASSIGN_OR_RETURN(bool busy, hasEntries(t, dst.ino()));
-        if (busy) return Status(ErrorCode::kNotEmpty, dst_name);
-      } else if (dst.type() == DIRECTORY) {
-        return Status(ErrorCode::kIsDirectory, dst_name);
-      }
-      dropLink(t, std::move(dst), now);
-    }
-    t.clear(dentryKey(src_parent, src_name));
-    storeDentry(t, dst_parent, dst_name, *se);
-    if (src.type() == DIRECTORY) src.set_parent(dst_parent);
-    src.set_ctime_ns(now);
-    storeInode(t, src);
-    return std::string();
-  }).status();
+                  if (src.type() == DIRECTORY && src_parent != dst_parent) {
+                    RETURN_ON_ERROR(checkNotAncestor(t, src.ino(), dst_parent));
+                  }
+                  if (de) {
+                    ASSIGN_OR_RETURN(Inode dst, requireInode(t, de->ino()));
+                    RETURN_ON_ERROR(checkSticky(ddir, dst, c));
+                    if (src.type() == DIRECTORY) {
+                      if (dst.type() != DIRECTORY)
+                        return Status(ErrorCode::kNotDirectory, dst_name);
+                      ASSIGN_OR_RETURN(bool busy, hasEntries(t, dst.ino()));
+                      if (busy) return Status(ErrorCode::kNotEmpty, dst_name);
+                    } else if (dst.type() == DIRECTORY) {
+                      return Status(ErrorCode::kIsDirectory, dst_name);
+                    }
+                    RETURN_ON_ERROR(dropLink(t, std::move(dst), now));
+                  }
+                  t.clear(dentryKey(src_parent, src_name));
+                  storeDentry(t, dst_parent, dst_name, *se);
+                  if (src.type() == DIRECTORY) src.set_parent(dst_parent);
+                  src.set_ctime_ns(now);
+                  storeInode(t, src);
+                  return std::string();
+                })
+      .status();
 }
 
 }  // namespace cistern::meta

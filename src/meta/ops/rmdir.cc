@@ -7,24 +7,27 @@
 
 namespace cistern::meta {
 
-Status MetaStore::rmdir(const Caller& c, uint64_t parent, std::string_view name, const RequestId& rid) {
+Status MetaStore::rmdir(const Caller& c, uint64_t parent, std::string_view name,
+                        const RequestId& rid) {
   RETURN_ON_ERROR(checkName(name));
   if (name == ".") return Status(ErrorCode::kInvalidArgument, "rmdir of .");
   if (name == "..") return Status(ErrorCode::kNotEmpty, "rmdir of ..");
-  return mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-    ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
-    ASSIGN_OR_RETURN(auto entry, loadDentry(t, parent, name));
-    if (!entry) return Status(ErrorCode::kNotFound, name);
-    RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
-    ASSIGN_OR_RETURN(Inode victim, requireInode(t, entry->ino()));
-    if (victim.type() != DIRECTORY) return Status(ErrorCode::kNotDirectory, name);
-    RETURN_ON_ERROR(checkSticky(dir, victim, c));
-    ASSIGN_OR_RETURN(bool busy, hasEntries(t, victim.ino()));
-    if (busy) return Status(ErrorCode::kNotEmpty, name);
-    t.clear(dentryKey(parent, name));
-    dropLink(t, std::move(victim), nowNs());
-    return std::string();
-  }).status();
+  return mutate(rid,
+                [&](kv::Transaction& t) -> Result<std::string> {
+                  ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
+                  ASSIGN_OR_RETURN(auto entry, loadDentry(t, parent, name));
+                  if (!entry) return Status(ErrorCode::kNotFound, name);
+                  RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
+                  ASSIGN_OR_RETURN(Inode victim, requireInode(t, entry->ino()));
+                  if (victim.type() != DIRECTORY) return Status(ErrorCode::kNotDirectory, name);
+                  RETURN_ON_ERROR(checkSticky(dir, victim, c));
+                  ASSIGN_OR_RETURN(bool busy, hasEntries(t, victim.ino()));
+                  if (busy) return Status(ErrorCode::kNotEmpty, name);
+                  t.clear(dentryKey(parent, name));
+                  RETURN_ON_ERROR(dropLink(t, std::move(victim), nowNs()));
+                  return std::string();
+                })
+      .status();
 }
 
 }  // namespace cistern::meta

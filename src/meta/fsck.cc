@@ -1,0 +1,155 @@
+#include "meta/fsck.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "kv/key_codec.h"
+#include "meta/schema.h"
+
+namespace cistern::meta {
+namespace {
+
+// Calls fn(key, value) for every row of [begin, end), a page at a time.
+Status scan(kv::ReadTransaction& t, const std::string& begin, const std::string& end,
+            const std::function<Status(const kv::KeyValue&)>& fn) {
+  std::string from = begin;
+  while (true) {
+    ASSIGN_OR_RETURN(auto rows, t.getRange(from, end, {.limit = 10000}));
+    for (const auto& row : rows.kvs) RETURN_ON_ERROR(fn(row));
+    if (!rows.more) return Status::OK();
+    from = rows.kvs.back().key + '\0';
+  }
+}
+
+struct Node {
+  FileType type;
+  uint32_t nlink;
+  uint64_t parent;
+  uint32_t links = 0;          // dentries naming it
+  uint64_t dentry_parent = 0;  // for directories: where its dentry is
+};
+
+}  // namespace
+
+Result<FsckReport> fsck(kv::Engine& engine) {
+  FsckReport report;
+  auto problem = [&](std::string s) { report.problems.push_back(std::move(s)); };
+  std::unordered_map<uint64_t, Node> nodes;
+  std::set<uint64_t> open;
+  auto t = engine.beginRead();
+  const std::string inode_begin = kv::KeyWriter(kv::Prefix::kInode).key();
+
+  RETURN_ON_ERROR(
+      scan(*t, inode_begin, kv::strinc(inode_begin), [&](const kv::KeyValue& row) -> Status {
+        Inode n;
+        if (!n.ParseFromString(row.value)) {
+          problem("an inode record does not parse");
+          return Status::OK();
+        }
+        nodes[n.ino()] = Node{n.type(), n.nlink(), n.parent()};
+        report.inodes++;
+        return Status::OK();
+      }));
+  const std::string session_begin = kv::KeyWriter(kv::Prefix::kSession).key();
+  RETURN_ON_ERROR(
+      scan(*t, session_begin, kv::strinc(session_begin), [&](const kv::KeyValue& row) -> Status {
+        kv::KeyReader r(row.key);
+        ASSIGN_OR_RETURN(auto p, r.prefix());
+        (void)p;
+        ASSIGN_OR_RETURN(uint64_t ino, r.u64());
+        open.insert(ino);
+        report.sessions++;
+        if (!nodes.count(ino)) problem(fmt::format("session of missing inode {}", ino));
+        return Status::OK();
+      }));
+  const std::string dentry_begin = kv::KeyWriter(kv::Prefix::kDentry).key();
+  RETURN_ON_ERROR(
+      scan(*t, dentry_begin, kv::strinc(dentry_begin), [&](const kv::KeyValue& row) -> Status {
+        kv::KeyReader r(row.key);
+        ASSIGN_OR_RETURN(auto p, r.prefix());
+        (void)p;
+        ASSIGN_OR_RETURN(uint64_t parent, r.u64());
+        ASSIGN_OR_RETURN(std::string name, r.bytes());
+        report.dentries++;
+        DirEntry e;
+        if (!e.ParseFromString(row.value)) {
+          problem(fmt::format("dentry {}/{} does not parse", parent, name));
+          return Status::OK();
+        }
+        auto dir = nodes.find(parent);
+        if (dir == nodes.end() || dir->second.type != DIRECTORY) {
+          problem(fmt::format("dentry {}/{} is in a missing directory", parent, name));
+        }
+        auto target = nodes.find(e.ino());
+        if (target == nodes.end()) {
+          problem(fmt::format("dentry {}/{} points to missing inode {}", parent, name, e.ino()));
+          return Status::OK();
+        }
+        if (target->second.type != e.type()) {
+          problem(fmt::format("dentry {}/{} says type {} but inode {} is type {}", parent, name,
+                              static_cast<int>(e.type()), e.ino(),
+                              static_cast<int>(target->second.type)));
+        }
+        target->second.links++;
+        target->second.dentry_parent = parent;
+        return Status::OK();
+      }));
+  const std::string gc_begin = gcBegin();
+  RETURN_ON_ERROR(scan(*t, gc_begin, gcEnd(), [&](const kv::KeyValue& row) -> Status {
+    kv::KeyReader r(row.key);
+    ASSIGN_OR_RETURN(auto p, r.prefix());
+    (void)p;
+    ASSIGN_OR_RETURN(uint64_t ino, r.u64());
+    report.gc_entries++;
+    GcEntry e;
+    if (!e.ParseFromString(row.value)) {
+      problem(fmt::format("gc entry of inode {} does not parse", ino));
+      return Status::OK();
+    }
+    auto it = nodes.find(ino);
+    if (e.whole_file() && it != nodes.end() && !(it->second.nlink == 0 && open.count(ino))) {
+      problem(fmt::format("whole-file gc entry for inode {}, which is still linked", ino));
+    }
+    return Status::OK();
+  }));
+
+  for (auto& [ino, n] : nodes) {
+    if (ino == kRootIno) {
+      if (n.type != DIRECTORY) problem("the root is not a directory");
+      if (n.links != 0) problem("the root has a dentry");
+      continue;
+    }
+    if (n.type == DIRECTORY) {
+      if (n.links != 1) {
+        problem(fmt::format("directory {} has {} dentries", ino, n.links));
+      } else if (n.parent != n.dentry_parent) {
+        problem(fmt::format("directory {} says parent {} but its dentry is in {}", ino, n.parent,
+                            n.dentry_parent));
+      }
+      // Following parents must reach the root within as many steps as there are directories.
+      uint64_t at = ino;
+      size_t steps = 0;
+      while (at != kRootIno && steps <= nodes.size()) {
+        auto up = nodes.find(at);
+        if (up == nodes.end()) break;
+        at = up->second.parent;
+        ++steps;
+      }
+      if (at != kRootIno)
+        problem(fmt::format("directory {} does not reach the root (cycle or lost parent)", ino));
+      continue;
+    }
+    if (n.links == 0) {
+      if (!(n.nlink == 0 && open.count(ino)))
+        problem(fmt::format("orphan inode {} (nlink {}, no dentry)", ino, n.nlink));
+    } else if (n.links != n.nlink) {
+      problem(fmt::format("inode {} has nlink {} but {} dentries", ino, n.nlink, n.links));
+    }
+  }
+  return report;
+}
+
+}  // namespace cistern::meta
