@@ -1,0 +1,132 @@
+#include "meta/meta_service.h"
+
+#include "net/blocking.h"
+
+namespace cistern::meta {
+namespace {
+
+RequestId rid(const std::string& client, uint64_t seq) { return RequestId{client, seq}; }
+
+template <typename T>
+Status into(Result<T> r, T* out) {
+  RETURN_ON_ERROR(r);
+  *out = std::move(r).value();
+  return Status::OK();
+}
+
+}  // namespace
+
+template <typename Req, typename Resp>
+void MetaService::add(const char* method, std::function<Status(const Req&, Resp&)> fn) {
+  server_.handle<Req, Resp>(net::Method::of(std::string("cistern.meta.MetaService.") + method),
+                            [this, fn = std::move(fn)](net::CallContext&, const Req& req,
+                                                       Resp& resp) -> asio::awaitable<Status> {
+                              co_return co_await net::runBlocking(pool_,
+                                                                  [&] { return fn(req, resp); });
+                            });
+}
+
+MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t blocking_threads)
+    : store_(store), server_(server), pool_(blocking_threads) {
+  MetaStore& s = store_;
+  add<LookupReq, InodeResp>("Lookup", [&s](const LookupReq& r, InodeResp& out) {
+    return into(s.lookup(r.caller(), r.parent(), r.name()), out.mutable_inode());
+  });
+  add<GetattrReq, InodeResp>("Getattr", [&s](const GetattrReq& r, InodeResp& out) {
+    return into(s.getattr(r.ino()), out.mutable_inode());
+  });
+  add<BatchGetattrReq, BatchGetattrResp>(
+      "BatchGetattr", [&s](const BatchGetattrReq& r, BatchGetattrResp& out) {
+        auto all = s.batchGetattr({r.inos().begin(), r.inos().end()});
+        for (auto& one : all) {
+          out.add_codes(static_cast<uint32_t>(one.code()));
+          *out.add_inodes() = one.ok() ? std::move(one).value() : Inode();
+        }
+        return Status::OK();
+      });
+  add<MkdirReq, InodeResp>("Mkdir", [&s](const MkdirReq& r, InodeResp& out) {
+    return into(s.mkdir(r.caller(), r.parent(), r.name(), r.mode(), rid(r.client(), r.seq())),
+                out.mutable_inode());
+  });
+  add<CreateReq, InodeResp>("Create", [&s](const CreateReq& r, InodeResp& out) {
+    return into(s.create(r.caller(), r.parent(), r.name(), r.mode(), r.exclusive(),
+                         rid(r.client(), r.seq())),
+                out.mutable_inode());
+  });
+  add<RemoveReq, Empty>("Unlink", [&s](const RemoveReq& r, Empty&) {
+    return s.unlink(r.caller(), r.parent(), r.name(), rid(r.client(), r.seq()));
+  });
+  add<RemoveReq, Empty>("Rmdir", [&s](const RemoveReq& r, Empty&) {
+    return s.rmdir(r.caller(), r.parent(), r.name(), rid(r.client(), r.seq()));
+  });
+  add<RenameReq, Empty>("Rename", [&s](const RenameReq& r, Empty&) {
+    return s.rename(r.caller(), r.src_parent(), r.src_name(), r.dst_parent(), r.dst_name(),
+                    r.flags(), rid(r.client(), r.seq()));
+  });
+  add<LinkReq, InodeResp>("Link", [&s](const LinkReq& r, InodeResp& out) {
+    return into(s.link(r.caller(), r.ino(), r.new_parent(), r.new_name(), rid(r.client(), r.seq())),
+                out.mutable_inode());
+  });
+  add<SymlinkReq, InodeResp>("Symlink", [&s](const SymlinkReq& r, InodeResp& out) {
+    return into(s.symlink(r.caller(), r.parent(), r.name(), r.target(), rid(r.client(), r.seq())),
+                out.mutable_inode());
+  });
+  add<GetattrReq, ReadlinkResp>("Readlink", [&s](const GetattrReq& r, ReadlinkResp& out) {
+    return into(s.readlink(r.ino()), out.mutable_target());
+  });
+  add<SetattrReq, InodeResp>("Setattr", [&s](const SetattrReq& r, InodeResp& out) {
+    SetAttr a;
+    if (r.has_mode()) a.mode = r.mode();
+    if (r.has_uid()) a.uid = r.uid();
+    if (r.has_gid()) a.gid = r.gid();
+    if (r.has_size()) a.size = r.size();
+    if (r.has_atime_ns()) a.atime_ns = r.atime_ns();
+    if (r.has_mtime_ns()) a.mtime_ns = r.mtime_ns();
+    a.atime_now = r.atime_now();
+    a.mtime_now = r.mtime_now();
+    return into(s.setattr(r.caller(), r.ino(), a, rid(r.client(), r.seq())), out.mutable_inode());
+  });
+  add<ReaddirReq, ReaddirResp>("Readdir", [&s](const ReaddirReq& r, ReaddirResp& out) {
+    ASSIGN_OR_RETURN(DirListing l, s.readdir(r.caller(), r.ino(), r.cookie(), r.limit(), r.plus()));
+    for (auto& e : l.entries) {
+      out.add_names(std::move(e.name));
+      *out.add_entries() = std::move(e.entry);
+      if (r.plus()) *out.add_inodes() = std::move(e.inode);
+    }
+    out.set_next_cookie(std::move(l.next_cookie));
+    return Status::OK();
+  });
+  add<AccessReq, Empty>("Access", [&s](const AccessReq& r, Empty&) {
+    return s.access(r.caller(), r.ino(), static_cast<int>(r.mask()));
+  });
+  add<OpenReq, OpenResp>("Open", [&s](const OpenReq& r, OpenResp& out) {
+    ASSIGN_OR_RETURN(auto opened, s.open(r.caller(), r.ino(), r.read(), r.write(), r.truncate(),
+                                         r.client(), rid(r.client(), r.seq())));
+    *out.mutable_inode() = std::move(opened.inode);
+    out.set_session(opened.session);
+    return Status::OK();
+  });
+  add<CloseReq, InodeResp>("Close", [&s](const CloseReq& r, InodeResp& out) {
+    return into(s.close(r.ino(), r.session(), r.length(), r.wrote(), rid(r.client(), r.seq())),
+                out.mutable_inode());
+  });
+  add<XattrReq, Empty>("SetXattr", [&s](const XattrReq& r, Empty&) {
+    return s.setxattr(r.caller(), r.ino(), r.name(), r.value(), r.flags(),
+                      rid(r.client(), r.seq()));
+  });
+  add<XattrReq, XattrResp>("GetXattr", [&s](const XattrReq& r, XattrResp& out) {
+    return into(s.getxattr(r.caller(), r.ino(), r.name()), out.mutable_value());
+  });
+  add<XattrReq, XattrResp>("ListXattr", [&s](const XattrReq& r, XattrResp& out) {
+    ASSIGN_OR_RETURN(auto names, s.listxattr(r.caller(), r.ino()));
+    for (auto& n : names) out.add_names(std::move(n));
+    return Status::OK();
+  });
+  add<XattrReq, Empty>("RemoveXattr", [&s](const XattrReq& r, Empty&) {
+    return s.removexattr(r.caller(), r.ino(), r.name(), rid(r.client(), r.seq()));
+  });
+}
+
+MetaService::~MetaService() { pool_.join(); }
+
+}  // namespace cistern::meta
