@@ -26,13 +26,21 @@ void MetaService::add(const char* method, std::function<Status(const Req&, Resp&
                             });
 }
 
+template <typename Req, typename Resp>
+void MetaService::addRead(const char* method, std::function<Status(const Req&, Resp&)> fn) {
+  server_.handle<Req, Resp>(
+      net::Method::of(std::string("cistern.meta.MetaService.") + method),
+      [fn = std::move(fn)](net::CallContext&, const Req& req,
+                           Resp& resp) -> asio::awaitable<Status> { co_return fn(req, resp); });
+}
+
 MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t blocking_threads)
     : store_(store), server_(server), pool_(blocking_threads) {
   MetaStore& s = store_;
-  add<LookupReq, InodeResp>("Lookup", [&s](const LookupReq& r, InodeResp& out) {
+  addRead<LookupReq, InodeResp>("Lookup", [&s](const LookupReq& r, InodeResp& out) {
     return into(s.lookup(r.caller(), r.parent(), r.name()), out.mutable_inode());
   });
-  add<GetattrReq, InodeResp>("Getattr", [&s](const GetattrReq& r, InodeResp& out) {
+  addRead<GetattrReq, InodeResp>("Getattr", [&s](const GetattrReq& r, InodeResp& out) {
     return into(s.getattr(r.ino()), out.mutable_inode());
   });
   add<BatchGetattrReq, BatchGetattrResp>(
@@ -71,7 +79,7 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     return into(s.symlink(r.caller(), r.parent(), r.name(), r.target(), rid(r.client(), r.seq())),
                 out.mutable_inode());
   });
-  add<GetattrReq, ReadlinkResp>("Readlink", [&s](const GetattrReq& r, ReadlinkResp& out) {
+  addRead<GetattrReq, ReadlinkResp>("Readlink", [&s](const GetattrReq& r, ReadlinkResp& out) {
     return into(s.readlink(r.ino()), out.mutable_target());
   });
   add<SetattrReq, InodeResp>("Setattr", [&s](const SetattrReq& r, InodeResp& out) {
@@ -86,7 +94,7 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     a.mtime_now = r.mtime_now();
     return into(s.setattr(r.caller(), r.ino(), a, rid(r.client(), r.seq())), out.mutable_inode());
   });
-  add<ReaddirReq, ReaddirResp>("Readdir", [&s](const ReaddirReq& r, ReaddirResp& out) {
+  addRead<ReaddirReq, ReaddirResp>("Readdir", [&s](const ReaddirReq& r, ReaddirResp& out) {
     ASSIGN_OR_RETURN(DirListing l, s.readdir(r.caller(), r.ino(), r.cookie(), r.limit(), r.plus()));
     for (auto& e : l.entries) {
       out.add_names(std::move(e.name));
@@ -96,7 +104,7 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     out.set_next_cookie(std::move(l.next_cookie));
     return Status::OK();
   });
-  add<AccessReq, Empty>("Access", [&s](const AccessReq& r, Empty&) {
+  addRead<AccessReq, Empty>("Access", [&s](const AccessReq& r, Empty&) {
     return s.access(r.caller(), r.ino(), static_cast<int>(r.mask()));
   });
   add<OpenReq, OpenResp>("Open", [&s](const OpenReq& r, OpenResp& out) {
@@ -114,10 +122,10 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     return s.setxattr(r.caller(), r.ino(), r.name(), r.value(), r.flags(),
                       rid(r.client(), r.seq()));
   });
-  add<XattrReq, XattrResp>("GetXattr", [&s](const XattrReq& r, XattrResp& out) {
+  addRead<XattrReq, XattrResp>("GetXattr", [&s](const XattrReq& r, XattrResp& out) {
     return into(s.getxattr(r.caller(), r.ino(), r.name()), out.mutable_value());
   });
-  add<XattrReq, XattrResp>("ListXattr", [&s](const XattrReq& r, XattrResp& out) {
+  addRead<XattrReq, XattrResp>("ListXattr", [&s](const XattrReq& r, XattrResp& out) {
     ASSIGN_OR_RETURN(auto names, s.listxattr(r.caller(), r.ino()));
     for (auto& n : names) out.add_names(std::move(n));
     return Status::OK();

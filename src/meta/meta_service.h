@@ -1,7 +1,9 @@
 // MetaService: serves a MetaStore over RPC (cistern.meta.MetaService in
-// src/proto/meta.proto). KV transactions block, so every handler runs on a
+// src/proto/meta.proto). Mutations wait for a synced commit, so they run on a
 // pool of `blocking_threads` threads, never on the RPC I/O threads; the pool
-// size bounds how many transactions are in flight (and share a group commit).
+// size bounds how many are in flight (and share a group commit). Reads
+// (lookup, getattr, readdir, ...) run inline on the I/O thread: they touch
+// only the KV's cache or one disk read, and two thread hops would cost more.
 #pragma once
 
 #include <asio/thread_pool.hpp>
@@ -20,6 +22,8 @@ class MetaService {
  private:
   template <typename Req, typename Resp>
   void add(const char* method, std::function<Status(const Req&, Resp&)> fn);
+  template <typename Req, typename Resp>
+  void addRead(const char* method, std::function<Status(const Req&, Resp&)> fn);
 
   MetaStore& store_;
   net::RpcServer& server_;

@@ -66,6 +66,8 @@ void storeDentry(kv::Transaction& txn, uint64_t parent, std::string_view name, c
 // the inode, unless the file is open for writing: then the inode stays with
 // nlink 0 (open-unlinked) until the last session closes.
 Status dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns);
+// Removes every extended attribute of `ino`.
+Status clearXattrs(kv::Transaction& txn, uint64_t ino);
 // True when directory `ino` has at least one entry.
 Result<bool> hasEntries(kv::ReadTransaction& txn, uint64_t ino);
 // Chain ids in the chain table, ascending.
