@@ -73,6 +73,12 @@ class Transaction : public ReadTransaction {
   virtual void clear(std::string_view key) = 0;
   // Clears begin <= key < end.
   virtual void clearRange(std::string_view begin, std::string_view end) = 0;
+  // Adds `delta` to the counter at `key` (encodeCounter format; absent = 0)
+  // when the transaction commits. Two transactions that only add to the same
+  // key do not conflict; a transaction that read the key conflicts with an
+  // add committed after its read version. Reads in this transaction see the
+  // sum (a get() of the key adds a read conflict, as any read does).
+  virtual void atomicAdd(std::string_view key, int64_t delta) = 0;
   // Atomically applies the writes, durably when EngineOptions::sync_commits.
   // Errors: kTxnConflict, kTxnTooOld (retry), kTxnTooLarge, kKeyTooLarge,
   // kValueTooLarge, kTxnFinished, kIOError. A transaction commits once.
@@ -80,6 +86,11 @@ class Transaction : public ReadTransaction {
   // The version this transaction committed at (valid after a successful commit).
   virtual uint64_t commitVersion() const = 0;
 };
+
+// Counter values: 8 bytes, little-endian two's complement. decodeCounter
+// zero-extends shorter values and ignores bytes past the eighth.
+std::string encodeCounter(int64_t v);
+int64_t decodeCounter(std::string_view bytes);
 
 struct EngineOptions {
   // Largest key accepted. Default: 10 KiB.

@@ -11,6 +11,7 @@
 #include <set>
 #include <shared_mutex>
 
+#include "common/assert.h"
 #include "kv/occ_engine.h"
 #include "kv/store.h"
 
@@ -53,6 +54,9 @@ class MemStore final : public Store {
           break;
         case WriteOp::kClear:
           put(op.key, version, std::nullopt);
+          break;
+        case WriteOp::kAdd:
+          CISTERN_CHECK(false, "kAdd reached the store");
           break;
         case WriteOp::kClearRange: {
           std::vector<std::string> keys;

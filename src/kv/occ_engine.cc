@@ -38,6 +38,21 @@ struct KvMetrics {
 
 }  // namespace
 
+std::string encodeCounter(int64_t v) {
+  std::string out(8, '\0');
+  auto u = static_cast<uint64_t>(v);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((u >> (8 * i)) & 0xff);
+  return out;
+}
+
+int64_t decodeCounter(std::string_view bytes) {
+  uint64_t u = 0;
+  for (size_t i = 0; i < 8 && i < bytes.size(); ++i)
+    u |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  return static_cast<int64_t>(u);
+}
+
 void normalizeRanges(std::vector<KeyRange>* ranges) {
   auto& r = *ranges;
   std::sort(r.begin(), r.end(),
@@ -89,7 +104,12 @@ class TxnImpl final : public Transaction {
     if (auto it = writes_.find(key); it != writes_.end()) return it->second;
     if (coveredByClear(key)) return std::optional<std::string>();
     if (!snapshot && !read_only_) reads_.push_back({std::string(key), keyAfter(key)});
-    return snap_->get(key);
+    auto stored = snap_->get(key);
+    if (auto add = adds_.find(key); stored.ok() && add != adds_.end()) {
+      int64_t base = *stored ? decodeCounter(**stored) : 0;
+      return std::optional<std::string>(encodeCounter(base + add->second));
+    }
+    return stored;
   }
 
   Result<RangeResult> getRange(std::string_view begin, std::string_view end,
@@ -107,11 +127,25 @@ class TxnImpl final : public Transaction {
     }
     if (!account(key.size() + value.size())) return;
     writes_.insert_or_assign(std::string(key), std::optional<std::string>(value));
+    eraseAdd(key);
   }
 
   void clear(std::string_view key) override {
     if (!checkWritable(key) || !account(key.size())) return;
     writes_.insert_or_assign(std::string(key), std::optional<std::string>());
+    eraseAdd(key);
+  }
+
+  void atomicAdd(std::string_view key, int64_t delta) override {
+    if (!checkWritable(key) || !account(key.size() + 8)) return;
+    if (auto it = writes_.find(key); it != writes_.end()) {
+      int64_t base = it->second ? decodeCounter(*it->second) : 0;
+      it->second = encodeCounter(base + delta);
+    } else if (coveredByClear(key)) {
+      writes_.insert_or_assign(std::string(key), std::optional<std::string>(encodeCounter(delta)));
+    } else {
+      adds_[std::string(key)] += delta;
+    }
   }
 
   void clearRange(std::string_view begin, std::string_view end) override {
@@ -119,6 +153,7 @@ class TxnImpl final : public Transaction {
     if (begin >= end) return;
     if (!account(begin.size() + end.size())) return;
     writes_.erase(writes_.lower_bound(begin), writes_.lower_bound(end));
+    adds_.erase(adds_.lower_bound(begin), adds_.lower_bound(end));
     clears_.push_back({std::string(begin), std::string(end)});
   }
 
@@ -129,7 +164,7 @@ class TxnImpl final : public Transaction {
     }
     if (finished_) return Status(ErrorCode::kTxnFinished, "commit called twice");
     finished_ = true;
-    if (writes_.empty() && clears_.empty()) {
+    if (writes_.empty() && clears_.empty() && adds_.empty()) {
       commit_version_ = read_version_;  // a read-only commit has nothing to check
       return Status::OK();
     }
@@ -184,10 +219,33 @@ class TxnImpl final : public Transaction {
     return true;
   }
 
-  // The ranges this transaction wrote, normalized.
-  std::vector<KeyRange> writeRanges() const {
+  void eraseAdd(std::string_view key) {
+    if (auto it = adds_.find(key); it != adds_.end()) adds_.erase(it);
+  }
+
+  // Pending adds inside [begin, end) become plain reads and writes, so that a
+  // range read can merge them like any other write.
+  Status materializeAdds(std::string_view begin, std::string_view end) {
+    auto lo = adds_.lower_bound(begin), hi = adds_.lower_bound(end);
+    for (auto it = lo; it != hi; ++it) {
+      reads_.push_back({it->first, keyAfter(it->first)});
+      ASSIGN_OR_RETURN(auto stored, snap_->get(it->first));
+      int64_t base = stored ? decodeCounter(*stored) : 0;
+      writes_.insert_or_assign(it->first,
+                               std::optional<std::string>(encodeCounter(base + it->second)));
+    }
+    adds_.erase(lo, hi);
+    return Status::OK();
+  }
+
+  // The ranges this transaction wrote, normalized; with `adds`, also the
+  // counters it added to (others' reads conflict with those; others' adds do not).
+  std::vector<KeyRange> writeRanges(bool adds) const {
     std::vector<KeyRange> out = clears_;
     for (const auto& [k, v] : writes_) out.push_back({k, keyAfter(k)});
+    if (adds) {
+      for (const auto& [k, d] : adds_) out.push_back({k, keyAfter(k)});
+    }
     normalizeRanges(&out);
     return out;
   }
@@ -200,6 +258,7 @@ class TxnImpl final : public Transaction {
       else
         batch->push_back({WriteOp::kClear, k, {}});
     }
+    for (const auto& [k, d] : adds_) batch->push_back({WriteOp::kAdd, k, encodeCounter(d)});
   }
 
   OccEngine* engine_;
@@ -210,6 +269,7 @@ class TxnImpl final : public Transaction {
   std::map<std::string, std::optional<std::string>, std::less<>> writes_;
   std::vector<KeyRange> clears_;
   std::vector<KeyRange> reads_;
+  std::map<std::string, int64_t, std::less<>> adds_;
   uint64_t bytes_ = 0;
   Status error_;
   bool finished_ = false;
@@ -221,6 +281,7 @@ Result<RangeResult> TxnImpl::getRange(std::string_view begin, std::string_view e
   if (finished_) return Status(ErrorCode::kTxnFinished, "getRange after commit");
   RangeResult out;
   if (begin >= end) return out;
+  RETURN_ON_ERROR(materializeAdds(begin, end));
   uint32_t limit = opts.limit == 0 ? kRangeLimitMax : std::min(opts.limit, kRangeLimitMax);
   auto it = snap_->iterate(begin, end);
   auto lo = writes_.lower_bound(begin);
@@ -327,7 +388,7 @@ Status OccEngine::resolve(const TxnImpl& txn) const {
     return Status(ErrorCode::kTxnTooOld, "conflict history no longer covers the read version");
   }
   std::vector<KeyRange> touched = txn.reads_;
-  std::vector<KeyRange> writes = txn.writeRanges();
+  std::vector<KeyRange> writes = txn.writeRanges(/*adds=*/false);
   touched.insert(touched.end(), writes.begin(), writes.end());
   normalizeRanges(&touched);
   for (auto h = history_.rbegin(); h != history_.rend() && h->version > txn.read_version_; ++h) {
@@ -377,6 +438,48 @@ Status OccEngine::commit(TxnImpl& txn) {
   return p.status;
 }
 
+// Turns every kAdd of a batch into a kSet of the resulting value. Runs on the
+// leader, the only writer, so the store's current state plus the batch's
+// earlier operations give each counter's value exactly.
+Status OccEngine::foldAdds(WriteBatch* ops) {
+  bool any = false;
+  for (const auto& op : *ops) any |= op.kind == WriteOp::kAdd;
+  if (!any) return Status::OK();
+  auto snap = store_->snapshot();
+  std::map<std::string, std::optional<std::string>, std::less<>> overlay;
+  std::vector<KeyRange> cleared;
+  for (auto& op : *ops) {
+    switch (op.kind) {
+      case WriteOp::kSet:
+        overlay[op.key] = op.value;
+        break;
+      case WriteOp::kClear:
+        overlay[op.key] = std::nullopt;
+        break;
+      case WriteOp::kClearRange:
+        overlay.erase(overlay.lower_bound(op.key), overlay.lower_bound(op.value));
+        cleared.push_back({op.key, op.value});
+        break;
+      case WriteOp::kAdd: {
+        std::optional<std::string> current;
+        bool in_cleared = false;
+        for (const auto& r : cleared) in_cleared |= r.begin <= op.key && op.key < r.end;
+        if (auto it = overlay.find(op.key); it != overlay.end()) {
+          current = it->second;
+        } else if (!in_cleared) {
+          ASSIGN_OR_RETURN(current, snap->get(op.key));
+        }
+        int64_t value = (current ? decodeCounter(*current) : 0) + decodeCounter(op.value);
+        op.kind = WriteOp::kSet;
+        op.value = encodeCounter(value);
+        overlay[op.key] = op.value;
+        break;
+      }
+    }
+  }
+  return Status::OK();
+}
+
 void OccEngine::lead(std::unique_lock<std::mutex>& lock) {
   while (!queue_.empty()) {
     std::deque<Pending*> batch;
@@ -392,7 +495,7 @@ void OccEngine::lead(std::unique_lock<std::mutex>& lock) {
         continue;
       }
       ++version;
-      history_.push_back({version, p->txn->writeRanges()});
+      history_.push_back({version, p->txn->writeRanges(/*adds=*/true)});
       p->txn->appendOps(&ops);
       p->txn->commit_version_ = version;
       accepted.push_back(p);
@@ -402,6 +505,7 @@ void OccEngine::lead(std::unique_lock<std::mutex>& lock) {
 
     lock.unlock();
     Status s = CISTERN_FAULT("kv.commit.before_apply");
+    if (s.ok()) s = foldAdds(&ops);
     if (s.ok()) s = store_->apply(ops, version, options_.sync_commits);
     lock.lock();
 

@@ -66,6 +66,7 @@ class OccEngine final : public Engine {
   Status commit(TxnImpl& txn);
   void lead(std::unique_lock<std::mutex>& lock);
   Status resolve(const TxnImpl& txn) const;  // REQUIRES: mu_ held
+  Status foldAdds(WriteBatch* ops);          // REQUIRES: the caller is the leader
   void prune();                              // REQUIRES: mu_ held
   void releaseRead(uint64_t read_version);
 

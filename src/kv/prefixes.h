@@ -25,10 +25,11 @@ namespace cistern::kv {
   X(kDentry,         0x11, "(parent inode, name) -> child inode and type")              \
   X(kInodeAlloc,     0x12, "inode id range allocator state")                            \
   X(kSession,        0x13, "(inode, session id) -> open write session")                 \
-  X(kGcQueue,        0x14, "(time, inode) -> chunks to delete")                         \
+  X(kGcQueue,        0x14, "(inode, first chunk, end chunk) -> chunks to delete")        \
   X(kIdempotency,    0x15, "(client id, request id) -> result of a mutation")           \
   X(kXattr,          0x16, "(inode, name) -> extended attribute value")                 \
   X(kQuota,          0x17, "(tenant, directory) -> quota and usage")                    \
+  X(kStats,          0x18, "namespace counters (inodes in use), atomic adds")          \
   /* tests and tools */                                                                  \
   X(kTest,           0x7f, "keys written by tests and benchmarks")
 // clang-format on

@@ -111,6 +111,8 @@ class RocksStore final : public Store {
         case WriteOp::kClearRange:
           s = wb.DeleteRange(slice(op.key), slice(op.value));
           break;
+        case WriteOp::kAdd:
+          return Status(ErrorCode::kInternal, "kAdd reached the store");
       }
       RETURN_ON_ERROR(fromRocks(s, "batch"));
     }

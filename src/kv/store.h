@@ -18,10 +18,12 @@
 namespace cistern::kv {
 
 struct WriteOp {
-  enum Kind : uint8_t { kSet, kClear, kClearRange };
+  // kAdd exists only inside the transaction layer: it is folded into a kSet
+  // before a batch reaches Store::apply().
+  enum Kind : uint8_t { kSet, kClear, kClearRange, kAdd };
   Kind kind;
   std::string key;    // begin for kClearRange
-  std::string value;  // end for kClearRange
+  std::string value;  // end for kClearRange; 8-byte delta for kAdd
 };
 using WriteBatch = std::vector<WriteOp>;
 

@@ -116,6 +116,11 @@ Result<FsckReport> fsck(kv::Engine& engine) {
     return Status::OK();
   }));
 
+  ASSIGN_OR_RETURN(auto counted, t->get(inodeCountKey()));
+  int64_t count = counted ? kv::decodeCounter(*counted) : 0;
+  if (count != static_cast<int64_t>(report.inodes)) {
+    problem(fmt::format("inode counter says {} but {} inodes exist", count, report.inodes));
+  }
   for (auto& [ino, n] : nodes) {
     if (ino == kRootIno) {
       if (n.type != DIRECTORY) problem("the root is not a directory");

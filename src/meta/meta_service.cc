@@ -130,6 +130,16 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     for (auto& n : names) out.add_names(std::move(n));
     return Status::OK();
   });
+  addRead<Empty, StatfsResp>("Statfs", [&s](const Empty&, StatfsResp& out) {
+    ASSIGN_OR_RETURN(StatFs st, s.statfs());
+    out.set_inodes_used(st.inodes_used);
+    out.set_bytes_total(st.bytes_total);
+    out.set_bytes_free(st.bytes_free);
+    out.set_capacity_known(st.capacity_known);
+    out.set_block_size(st.block_size);
+    out.set_name_max(st.name_max);
+    return Status::OK();
+  });
   add<XattrReq, Empty>("RemoveXattr", [&s](const XattrReq& r, Empty&) {
     return s.removexattr(r.caller(), r.ino(), r.name(), rid(r.client(), r.seq()));
   });

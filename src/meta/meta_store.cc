@@ -5,7 +5,10 @@
 namespace cistern::meta {
 
 MetaStore::MetaStore(kv::Engine& engine, const MetaOptions& options, Clock& clock)
-    : engine_(engine), options_(options), clock_(clock), allocator_(engine, options.inode_alloc_block) {}
+    : engine_(engine),
+      options_(options),
+      clock_(clock),
+      allocator_(engine, options.inode_alloc_block) {}
 
 Status MetaStore::init() {
   return kv::runTransaction(engine_, [&](kv::Transaction& t) -> Status {
@@ -22,19 +25,38 @@ Status MetaStore::init() {
     r.set_ctime_ns(now);
     r.set_parent(kRootIno);
     storeInode(t, r);
+    t.atomicAdd(inodeCountKey(), 1);
     return Status::OK();
   });
 }
 
-Result<std::string> MetaStore::mutate(const RequestId& rid,
-                                      const std::function<Result<std::string>(kv::Transaction&)>& body) {
+Result<StatFs> MetaStore::statfs() {
+  StatFs out;
+  RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
+    ASSIGN_OR_RETURN(auto count, t.get(inodeCountKey(), /*snapshot=*/true));
+    int64_t n = count ? kv::decodeCounter(*count) : 0;
+    out.inodes_used = n > 0 ? static_cast<uint64_t>(n) : 0;
+    return Status::OK();
+  }));
+  if (capacity_) {
+    ASSIGN_OR_RETURN(auto cap, capacity_());
+    out.bytes_total = cap.first;
+    out.bytes_free = cap.second;
+    out.capacity_known = true;
+  }
+  return out;
+}
+
+Result<std::string> MetaStore::mutate(
+    const RequestId& rid, const std::function<Result<std::string>(kv::Transaction&)>& body) {
   std::string result;
   Status status = kv::runTransaction(engine_, [&](kv::Transaction& t) -> Status {
     if (!rid.client.empty()) {
       ASSIGN_OR_RETURN(auto raw, t.get(mutationKey(rid.client, rid.seq)));
       if (raw) {
         MutationRecord rec;
-        if (!rec.ParseFromString(*raw)) return Status(ErrorCode::kCorruption, "mutation record does not parse");
+        if (!rec.ParseFromString(*raw))
+          return Status(ErrorCode::kCorruption, "mutation record does not parse");
         result = rec.result();
         return Status(static_cast<ErrorCode>(rec.code()), "");
       }

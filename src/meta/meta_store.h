@@ -71,6 +71,15 @@ struct SetAttr {
   bool mtime_now = false;
 };
 
+struct StatFs {
+  uint64_t inodes_used = 0;
+  uint64_t bytes_total = 0;  // from the storage capacity source; 0 when unknown
+  uint64_t bytes_free = 0;
+  bool capacity_known = false;
+  uint32_t block_size = 4096;
+  uint32_t name_max = 255;
+};
+
 // Flags of setxattr(), as setxattr(2).
 inline constexpr uint32_t kXattrCreate = 1;
 inline constexpr uint32_t kXattrReplace = 2;
@@ -142,6 +151,16 @@ class MetaStore {
   Result<DirListing> readdir(const Caller& c, uint64_t ino, std::string_view cookie, uint32_t limit,
                              bool plus = false);
 
+  // Inodes in use (an atomically added counter, so creates do not conflict
+  // on it) and, when a capacity source is set, the storage capacity.
+  Result<StatFs> statfs();
+  // Where statfs() gets (total, free) bytes: the storage targets' space
+  // reports, wired in by whoever composes the services. Not thread-safe: set
+  // it before serving.
+  void setCapacitySource(std::function<Result<std::pair<uint64_t, uint64_t>>()> fn) {
+    capacity_ = std::move(fn);
+  }
+
   kv::Engine& engine() { return engine_; }
   const MetaOptions& options() const { return options_; }
 
@@ -159,6 +178,7 @@ class MetaStore {
   MetaOptions options_;
   Clock& clock_;
   InodeAllocator allocator_;
+  std::function<Result<std::pair<uint64_t, uint64_t>>()> capacity_;
 };
 
 }  // namespace cistern::meta

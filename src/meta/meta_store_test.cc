@@ -487,6 +487,33 @@ TEST_P(MetaTest, InodeNumbersAreUniqueAcrossMetaServers) {
   EXPECT_EQ(seen.size(), 12000u);
 }
 
+TEST_P(MetaTest, StatfsCountsInodesAndReportsCapacity) {
+  auto before = store_->statfs();
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(before->inodes_used, 1u);  // the root
+  EXPECT_FALSE(before->capacity_known);
+  EXPECT_EQ(before->name_max, 255u);
+  auto d = store_->mkdir(kRoot, kRootIno, "d", 0755);
+  ASSERT_TRUE(store_->create(kRoot, d->ino(), "f", 0644, true).ok());
+  ASSERT_TRUE(store_->symlink(kRoot, d->ino(), "l", "f").ok());
+  EXPECT_EQ(store_->statfs()->inodes_used, 4u);
+  ASSERT_TRUE(store_->unlink(kRoot, d->ino(), "f").ok());
+  ASSERT_TRUE(store_->unlink(kRoot, d->ino(), "l").ok());
+  ASSERT_TRUE(store_->rmdir(kRoot, kRootIno, "d").ok());
+  EXPECT_EQ(store_->statfs()->inodes_used, 1u);
+  store_->setCapacitySource([]() -> Result<std::pair<uint64_t, uint64_t>> {
+    return std::pair<uint64_t, uint64_t>(1000, 400);
+  });
+  auto st = store_->statfs();
+  EXPECT_TRUE(st->capacity_known);
+  EXPECT_EQ(st->bytes_total, 1000u);
+  EXPECT_EQ(st->bytes_free, 400u);
+  store_->setCapacitySource([]() -> Result<std::pair<uint64_t, uint64_t>> {
+    return Status(ErrorCode::kConnectionFailed, "storage unreachable");
+  });
+  EXPECT_EQ(store_->statfs().code(), ErrorCode::kConnectionFailed);
+}
+
 TEST_P(MetaTest, ChmodAndChownFollowPosixRules) {
   uint64_t d = dirOwnedBy(kAlice, 0777, "home");
   auto f = store_->create(kAlice, d, "f", 0644, true);
@@ -745,6 +772,8 @@ TEST_P(MetaTest, FsckFindsEachKindOfDamage) {
   looped.set_parent(sub->ino());
   corrupt([&](kv::Transaction& t) { storeInode(t, looped); });
   expectProblem("does not reach the root");
+  corrupt([&](kv::Transaction& t) { t.atomicAdd(inodeCountKey(), 5); });
+  expectProblem("inode counter says");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllEngines, MetaTest, ::testing::ValuesIn(kv::allEngines()),

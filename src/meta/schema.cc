@@ -54,6 +54,7 @@ std::string xattrBegin(uint64_t ino) { return KeyWriter(Prefix::kXattr).u64(ino)
 std::string xattrEnd(uint64_t ino) { return kv::strinc(xattrBegin(ino)); }
 std::string gcBegin() { return KeyWriter(Prefix::kGcQueue).key(); }
 std::string gcEnd() { return kv::strinc(gcBegin()); }
+std::string inodeCountKey() { return KeyWriter(Prefix::kStats).bytes("inodes").key(); }
 std::string chainKey(uint32_t chain_id) { return KeyWriter(Prefix::kChain).u64(chain_id).key(); }
 std::string chainBegin() { return KeyWriter(Prefix::kChain).key(); }
 std::string chainEnd() { return kv::strinc(chainBegin()); }
@@ -129,6 +130,7 @@ Status dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns) {
     }
   }
   txn.clear(inodeKey(inode.ino()));
+  txn.atomicAdd(inodeCountKey(), -1);
   return clearXattrs(txn, inode.ino());
 }
 

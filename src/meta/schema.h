@@ -7,6 +7,7 @@
 //   gc         (kGcQueue, ino, first, end)   -> GcEntry: chunks [first, end) to delete
 //   xattr      (kXattr, ino, name)           -> value
 //   session    (kSession, ino, session id)   -> Session (an open-for-write handle)
+//   inode count (kStats, "inodes")           -> counter (kv::encodeCounter) of inodes in use
 //   chains     (kChain, chain id)            -> (chain record; mgmtd owns it)
 //
 // Functions here only read and write keys inside a caller's transaction; they
@@ -50,6 +51,7 @@ std::string xattrBegin(uint64_t ino);
 std::string xattrEnd(uint64_t ino);
 std::string gcBegin();
 std::string gcEnd();
+std::string inodeCountKey();
 std::string chainKey(uint32_t chain_id);
 std::string chainBegin();
 std::string chainEnd();

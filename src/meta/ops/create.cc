@@ -12,9 +12,11 @@
 namespace cistern::meta {
 namespace {
 
-Result<Layout> chooseLayout(kv::ReadTransaction& t, const MetaOptions& o, const Inode& dir, uint64_t ino) {
+Result<Layout> chooseLayout(kv::ReadTransaction& t, const MetaOptions& o, const Inode& dir,
+                            uint64_t ino) {
   ASSIGN_OR_RETURN(std::vector<uint32_t> chains, loadChainIds(t));
-  if (chains.empty()) return Status(ErrorCode::kResourceExhausted, "no storage chains in the chain table");
+  if (chains.empty())
+    return Status(ErrorCode::kResourceExhausted, "no storage chains in the chain table");
   uint32_t chunk = o.chunk_size_default;
   uint32_t width = o.stripe_width_default;
   if (dir.has_dir_layout()) {
@@ -32,30 +34,32 @@ Result<Layout> chooseLayout(kv::ReadTransaction& t, const MetaOptions& o, const 
 
 }  // namespace
 
-Result<Inode> MetaStore::create(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
-                                bool exclusive, const RequestId& rid) {
+Result<Inode> MetaStore::create(const Caller& c, uint64_t parent, std::string_view name,
+                                uint32_t mode, bool exclusive, const RequestId& rid) {
   RETURN_ON_ERROR(checkName(name));
   if (isDotOrDotDot(name)) return Status(ErrorCode::kIsDirectory, name);
   ASSIGN_OR_RETURN(uint64_t ino, allocator_.next());
   ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-    ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
-    ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
-    if (existing) {
-      if (exclusive) return Status(ErrorCode::kAlreadyExists, name);
-      if (existing->type() == DIRECTORY) return Status(ErrorCode::kIsDirectory, name);
-      ASSIGN_OR_RETURN(Inode old, requireInode(t, existing->ino()));
-      return old.SerializeAsString();
-    }
-    RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
-    Inode n = newInode(ino, REGULAR, mode, c, dir, nowNs());
-    ASSIGN_OR_RETURN(*n.mutable_layout(), chooseLayout(t, options_, dir, ino));
-    storeInode(t, n);
-    DirEntry e;
-    e.set_ino(ino);
-    e.set_type(REGULAR);
-    storeDentry(t, parent, name, e);
-    return n.SerializeAsString();
-  }));
+                     ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
+                     ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
+                     if (existing) {
+                       if (exclusive) return Status(ErrorCode::kAlreadyExists, name);
+                       if (existing->type() == DIRECTORY)
+                         return Status(ErrorCode::kIsDirectory, name);
+                       ASSIGN_OR_RETURN(Inode old, requireInode(t, existing->ino()));
+                       return old.SerializeAsString();
+                     }
+                     RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
+                     Inode n = newInode(ino, REGULAR, mode, c, dir, nowNs());
+                     ASSIGN_OR_RETURN(*n.mutable_layout(), chooseLayout(t, options_, dir, ino));
+                     storeInode(t, n);
+                     t.atomicAdd(inodeCountKey(), 1);
+                     DirEntry e;
+                     e.set_ino(ino);
+                     e.set_type(REGULAR);
+                     storeDentry(t, parent, name, e);
+                     return n.SerializeAsString();
+                   }));
   return parseInode(bytes);
 }
 

@@ -7,27 +7,28 @@
 
 namespace cistern::meta {
 
-Result<Inode> MetaStore::mkdir(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
-                               const RequestId& rid) {
+Result<Inode> MetaStore::mkdir(const Caller& c, uint64_t parent, std::string_view name,
+                               uint32_t mode, const RequestId& rid) {
   RETURN_ON_ERROR(checkName(name));
   if (isDotOrDotDot(name)) return Status(ErrorCode::kAlreadyExists, name);
   // Taken outside the transaction, so that retries reuse it.
   ASSIGN_OR_RETURN(uint64_t ino, allocator_.next());
   ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-    ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
-    ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
-    if (existing) return Status(ErrorCode::kAlreadyExists, name);
-    RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
-    Inode n = newInode(ino, DIRECTORY, mode, c, dir, nowNs());
-    n.set_parent(parent);
-    if (dir.has_dir_layout()) *n.mutable_dir_layout() = dir.dir_layout();
-    storeInode(t, n);
-    DirEntry e;
-    e.set_ino(ino);
-    e.set_type(DIRECTORY);
-    storeDentry(t, parent, name, e);
-    return n.SerializeAsString();
-  }));
+                     ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
+                     ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
+                     if (existing) return Status(ErrorCode::kAlreadyExists, name);
+                     RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
+                     Inode n = newInode(ino, DIRECTORY, mode, c, dir, nowNs());
+                     n.set_parent(parent);
+                     if (dir.has_dir_layout()) *n.mutable_dir_layout() = dir.dir_layout();
+                     storeInode(t, n);
+                     t.atomicAdd(inodeCountKey(), 1);
+                     DirEntry e;
+                     e.set_ino(ino);
+                     e.set_type(DIRECTORY);
+                     storeDentry(t, parent, name, e);
+                     return n.SerializeAsString();
+                   }));
   return parseInode(bytes);
 }
 

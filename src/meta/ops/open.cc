@@ -76,7 +76,8 @@ Result<Inode> MetaStore::close(uint64_t ino, uint64_t session, uint64_t length, 
                          // drop the inode.
                          queueGc(t, n, 0, /*whole_file=*/true);
                          t.clear(inodeKey(ino));
-                         t.clearRange(xattrBegin(ino), xattrEnd(ino));
+                         t.atomicAdd(inodeCountKey(), -1);
+                         RETURN_ON_ERROR(clearXattrs(t, ino));
                          return n.SerializeAsString();
                        }
                      }

@@ -16,31 +16,35 @@ Result<Inode> MetaStore::symlink(const Caller& c, uint64_t parent, std::string_v
   if (isDotOrDotDot(name)) return Status(ErrorCode::kAlreadyExists, name);
   if (target.empty()) return Status(ErrorCode::kNotFound, "empty symlink target");
   if (target.size() > kSymlinkTargetMax) {
-    return Status(ErrorCode::kNameTooLong, fmt::format("symlink target of {} bytes", target.size()));
+    return Status(ErrorCode::kNameTooLong,
+                  fmt::format("symlink target of {} bytes", target.size()));
   }
-  if (target.find('\0') != std::string_view::npos) return Status(ErrorCode::kInvalidArgument, "NUL in target");
+  if (target.find('\0') != std::string_view::npos)
+    return Status(ErrorCode::kInvalidArgument, "NUL in target");
   ASSIGN_OR_RETURN(uint64_t ino, allocator_.next());
   ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-    ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
-    ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
-    if (existing) return Status(ErrorCode::kAlreadyExists, name);
-    RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
-    Inode n = newInode(ino, SYMLINK, 0777, c, dir, nowNs());
-    n.set_symlink_target(std::string(target));
-    n.set_size(target.size());
-    storeInode(t, n);
-    DirEntry e;
-    e.set_ino(ino);
-    e.set_type(SYMLINK);
-    storeDentry(t, parent, name, e);
-    return n.SerializeAsString();
-  }));
+                     ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
+                     ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
+                     if (existing) return Status(ErrorCode::kAlreadyExists, name);
+                     RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
+                     Inode n = newInode(ino, SYMLINK, 0777, c, dir, nowNs());
+                     n.set_symlink_target(std::string(target));
+                     n.set_size(target.size());
+                     storeInode(t, n);
+                     t.atomicAdd(inodeCountKey(), 1);
+                     DirEntry e;
+                     e.set_ino(ino);
+                     e.set_type(SYMLINK);
+                     storeDentry(t, parent, name, e);
+                     return n.SerializeAsString();
+                   }));
   return parseInode(bytes);
 }
 
 Result<std::string> MetaStore::readlink(uint64_t ino) {
   ASSIGN_OR_RETURN(Inode n, getattr(ino));
-  if (n.type() != SYMLINK) return Status(ErrorCode::kInvalidArgument, fmt::format("inode {} is not a symlink", ino));
+  if (n.type() != SYMLINK)
+    return Status(ErrorCode::kInvalidArgument, fmt::format("inode {} is not a symlink", ino));
   return n.symlink_target();
 }
 
