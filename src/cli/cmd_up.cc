@@ -16,7 +16,8 @@ void addUp(CLI::App& app) {
   cmd->callback([] {
     fmt::print(stderr,
                "cistern up: the one-machine cluster is not available yet: the foundation\n"
-               "(RPC, KV, config, metrics) is built; meta, storage and mgmtd come next.\n"
+               "(RPC, KV, config, metrics) and the metadata service are built; storage\n"
+               "and mgmtd come next.\n"
                "Try `cistern config --defaults` or `make test`.\n");
     setExitCode(69);
   });
