@@ -127,6 +127,8 @@ struct RocksEngineOptions {
   std::string path;
   // RocksDB block cache. Default: 256 MiB.
   uint64_t block_cache_bytes = 256ull << 20;
+  // One memtable; up to 3 exist at once. Default: 64 MiB.
+  uint64_t write_buffer_bytes = 64ull << 20;
 };
 // The embedded engine. Fails with kIOError naming the path if RocksDB cannot open it.
 Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& options);

@@ -133,7 +133,12 @@ Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& option
   rocksdb::Options o;
   o.create_if_missing = true;
   o.IncreaseParallelism(2);
-  o.OptimizeLevelStyleCompaction();
+  // Memory is bounded by configuration: memtables (write_buffer_bytes each,
+  // at most 3) plus the block cache.
+  o.write_buffer_size = options.write_buffer_bytes;
+  o.max_write_buffer_number = 3;
+  o.compression = rocksdb::kNoCompression;
+  o.bottommost_compression = rocksdb::kZSTD;
   o.max_open_files = 1000;  // well under the 20,000 per-process cap
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
