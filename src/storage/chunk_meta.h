@@ -1,0 +1,63 @@
+// Chunk identity, size classes and the chunk metadata record (docs/chunk_format.md).
+//
+// A chunk is (inode, index). Its bytes live in one fixed-size slot of a group
+// file of its size class; its metadata record says where, how long, which
+// versions, and the CRC32C of the bytes. Records are stored in the target's
+// RocksDB under the chunk id; decodeChunkMeta() is total and fuzzed
+// (tests/fuzz/chunk_meta_fuzz.cc). Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace cistern::storage {
+
+// Size classes: 64 KiB << c for c in [0, kClassCount).
+inline constexpr uint32_t kClassCount = 11;
+inline constexpr uint64_t kMinChunkBytes = 64 * 1024;
+inline constexpr uint64_t kMaxChunkBytes = kMinChunkBytes << (kClassCount - 1);  // 64 MiB
+
+inline constexpr uint64_t classBytes(uint32_t c) { return kMinChunkBytes << c; }
+// The smallest class holding `length` bytes; kInvalidArgument past 64 MiB.
+Result<uint32_t> classFor(uint64_t length);
+
+struct ChunkId {
+  uint64_t inode = 0;
+  uint32_t index = 0;
+  bool operator==(const ChunkId&) const = default;
+  auto operator<=>(const ChunkId&) const = default;
+};
+
+// 12 bytes, big-endian, so RocksDB orders chunks by (inode, index).
+std::string encodeChunkKey(const ChunkId& id);
+Result<ChunkId> decodeChunkKey(std::string_view key);
+
+struct SlotAddr {
+  uint32_t group = 0;
+  uint32_t slot = 0;
+  bool operator==(const SlotAddr&) const = default;
+};
+
+struct ChunkMeta {
+  uint32_t size_class = 0;
+  SlotAddr addr;
+  uint32_t length = 0;          // bytes of data, <= classBytes(size_class)
+  uint64_t chunk_version = 0;   // bumped by every committed write
+  uint64_t chain_version = 0;   // routing version the write was accepted under
+  uint32_t crc32c = 0;          // of the `length` data bytes
+  uint8_t flags = 0;            // reserved for replication states; 0 now
+  bool operator==(const ChunkMeta&) const = default;
+};
+
+inline constexpr uint16_t kChunkMetaVersion = 1;
+inline constexpr size_t kChunkMetaBytes = 40;
+
+std::string encodeChunkMeta(const ChunkMeta& m);
+// kCorruption naming the problem for a wrong size, version, checksum, class,
+// or a length larger than the class.
+Result<ChunkMeta> decodeChunkMeta(std::string_view bytes);
+
+}  // namespace cistern::storage

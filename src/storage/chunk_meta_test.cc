@@ -1,0 +1,137 @@
+#include "storage/chunk_meta.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "common/random.h"
+#include "storage/slot_allocator.h"
+
+namespace cistern::storage {
+namespace {
+
+TEST(SizeClasses, CoverSixtyFourKiBToSixtyFourMiB) {
+  EXPECT_EQ(*classFor(0), 0u);
+  EXPECT_EQ(*classFor(1), 0u);
+  EXPECT_EQ(*classFor(64 * 1024), 0u);
+  EXPECT_EQ(*classFor(64 * 1024 + 1), 1u);
+  EXPECT_EQ(*classFor(1 << 20), 4u);
+  EXPECT_EQ(*classFor(kMaxChunkBytes), kClassCount - 1);
+  EXPECT_EQ(classFor(kMaxChunkBytes + 1).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(ChunkKey, RoundTripsAndSortsByInodeThenIndex) {
+  ChunkId a{1, 0xFFFFFFFF}, b{2, 0}, c{2, 1};
+  EXPECT_LT(encodeChunkKey(a), encodeChunkKey(b));
+  EXPECT_LT(encodeChunkKey(b), encodeChunkKey(c));
+  EXPECT_EQ(*decodeChunkKey(encodeChunkKey(a)), a);
+  EXPECT_EQ(decodeChunkKey("short").code(), ErrorCode::kCorruption);
+}
+
+ChunkMeta sample() {
+  ChunkMeta m;
+  m.size_class = 4;
+  m.addr = {3, 17};
+  m.length = 123456;
+  m.chunk_version = 9;
+  m.chain_version = 77;
+  m.crc32c = 0xabcdef01;
+  return m;
+}
+
+TEST(ChunkMetaRecord, RoundTrips) {
+  std::string rec = encodeChunkMeta(sample());
+  ASSERT_EQ(rec.size(), kChunkMetaBytes);
+  auto back = decodeChunkMeta(rec);
+  ASSERT_TRUE(back.ok()) << back.status().toString();
+  EXPECT_EQ(*back, sample());
+}
+
+TEST(ChunkMetaRecord, EveryFlippedBitIsDetected) {
+  std::string rec = encodeChunkMeta(sample());
+  for (size_t byte = 0; byte < rec.size(); ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = rec;
+      bad[byte] = static_cast<char>(bad[byte] ^ (1 << bit));
+      EXPECT_EQ(decodeChunkMeta(bad).code(), ErrorCode::kCorruption) << byte << ":" << bit;
+    }
+  }
+  EXPECT_EQ(decodeChunkMeta(rec.substr(1)).code(), ErrorCode::kCorruption);
+}
+
+TEST(ChunkMetaRecord, LengthBeyondTheClassIsCorruption) {
+  ChunkMeta m = sample();
+  m.size_class = 0;
+  m.length = 64 * 1024 + 1;
+  auto r = decodeChunkMeta(encodeChunkMeta(m));
+  EXPECT_EQ(r.code(), ErrorCode::kCorruption);
+  EXPECT_NE(r.status().message().find("exceeds class"), std::string::npos);
+  m.size_class = 11;
+  m.length = 0;
+  EXPECT_EQ(decodeChunkMeta(encodeChunkMeta(m)).code(), ErrorCode::kCorruption);
+}
+
+TEST(SlotAllocator, AllocatesLowestFreeAndGrowsByGroups) {
+  SlotAllocator a(4, 2);
+  for (uint32_t i = 0; i < 8; ++i) {
+    auto s = a.allocate();
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->group, i / 4);
+    EXPECT_EQ(s->slot, i % 4);
+  }
+  EXPECT_EQ(a.allocate().code(), ErrorCode::kNoSpace);
+  a.release({1, 2});
+  a.release({0, 1});
+  EXPECT_EQ(*a.allocate(), (SlotAddr{0, 1}));
+  EXPECT_EQ(*a.allocate(), (SlotAddr{1, 2}));
+  EXPECT_EQ(a.usedSlots(), 8u);
+  EXPECT_EQ(a.groups(), 2u);
+}
+
+TEST(SlotAllocator, RebuildFromMetadataRejectsDoubleUseAndReclaimsTheRest) {
+  SlotAllocator a(100, 10);
+  EXPECT_TRUE(a.markUsed({2, 5}));
+  EXPECT_FALSE(a.markUsed({2, 5}));
+  EXPECT_FALSE(a.markUsed({0, 100}));
+  EXPECT_FALSE(a.markUsed({10, 0}));
+  EXPECT_EQ(a.groups(), 3u);
+  EXPECT_EQ(*a.allocate(), (SlotAddr{0, 0}));  // unreferenced slots are free again
+  EXPECT_TRUE(a.inUse({2, 5}));
+  EXPECT_FALSE(a.inUse({2, 6}));
+}
+
+TEST(SlotAllocator, RandomAllocAndReleaseMatchAModel) {
+  SlotAllocator a(37, 5);
+  std::set<std::pair<uint32_t, uint32_t>> used;
+  Xoshiro256 rng(5);
+  for (int i = 0; i < 20000; ++i) {
+    if (rng.oneIn(2) && !used.empty()) {
+      auto it = used.begin();
+      std::advance(it, static_cast<long>(rng.uniform(used.size())));
+      a.release({it->first, it->second});
+      used.erase(it);
+    } else {
+      auto s = a.allocate();
+      if (used.size() == 37 * 5) {
+        ASSERT_EQ(s.code(), ErrorCode::kNoSpace);
+        continue;
+      }
+      ASSERT_TRUE(s.ok());
+      // The lowest free slot in (group, slot) order.
+      std::pair<uint32_t, uint32_t> want{0, 0};
+      while (used.count(want)) want = want.second + 1 == 37 ? std::make_pair(want.first + 1, 0u) : std::make_pair(want.first, want.second + 1);
+      ASSERT_EQ(std::make_pair(s->group, s->slot), want);
+      used.insert(want);
+    }
+    ASSERT_EQ(a.usedSlots(), used.size());
+  }
+}
+
+TEST(SlotAllocatorDeathTest, ReleasingAFreeSlotAborts) {
+  SlotAllocator a(4, 1);
+  EXPECT_DEATH(a.release({0, 0}), "releasing a free slot");
+}
+
+}  // namespace
+}  // namespace cistern::storage

@@ -1,0 +1,67 @@
+#include "storage/slot_allocator.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+
+#include "common/assert.h"
+
+namespace cistern::storage {
+
+SlotAllocator::SlotAllocator(uint32_t slots_per_group, uint32_t groups_max)
+    : slots_per_group_(slots_per_group), groups_max_(groups_max) {
+  CISTERN_CHECK(slots_per_group > 0 && groups_max > 0, "empty slot allocator");
+}
+
+void SlotAllocator::growTo(uint32_t groups) {
+  groups_ = groups;
+  bits_.resize((uint64_t{groups_} * slots_per_group_ + 63) / 64, 0);
+}
+
+bool SlotAllocator::markUsed(SlotAddr a) {
+  if (a.slot >= slots_per_group_ || a.group >= groups_max_) return false;
+  if (a.group >= groups_) growTo(a.group + 1);
+  uint64_t i = index(a);
+  uint64_t& word = bits_[i / 64];
+  uint64_t bit = uint64_t{1} << (i % 64);
+  if (word & bit) return false;
+  word |= bit;
+  ++used_;
+  return true;
+}
+
+bool SlotAllocator::inUse(SlotAddr a) const {
+  if (a.group >= groups_ || a.slot >= slots_per_group_) return false;
+  uint64_t i = index(a);
+  return bits_[i / 64] & (uint64_t{1} << (i % 64));
+}
+
+Result<SlotAddr> SlotAllocator::allocate() {
+  uint64_t total = uint64_t{groups_} * slots_per_group_;
+  for (size_t w = hint_; w < bits_.size(); ++w) {
+    if (~bits_[w] == 0) continue;
+    uint64_t i = w * 64 + static_cast<uint64_t>(std::countr_one(bits_[w]));
+    if (i >= total) break;
+    bits_[w] |= uint64_t{1} << (i % 64);
+    ++used_;
+    hint_ = w;
+    return SlotAddr{static_cast<uint32_t>(i / slots_per_group_), static_cast<uint32_t>(i % slots_per_group_)};
+  }
+  if (groups_ >= groups_max_) {
+    return Status(ErrorCode::kNoSpace, fmt::format("all {} groups of {} slots are full", groups_max_, slots_per_group_));
+  }
+  SlotAddr a{groups_, 0};
+  growTo(groups_ + 1);
+  CISTERN_CHECK(markUsed(a), "fresh slot already used");
+  return a;
+}
+
+void SlotAllocator::release(SlotAddr a) {
+  CISTERN_CHECK(inUse(a), "releasing a free slot");
+  uint64_t i = index(a);
+  bits_[i / 64] &= ~(uint64_t{1} << (i % 64));
+  --used_;
+  if (i / 64 < hint_) hint_ = i / 64;
+}
+
+}  // namespace cistern::storage

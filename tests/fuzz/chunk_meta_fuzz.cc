@@ -1,0 +1,26 @@
+// Fuzzes the chunk metadata record and chunk key decoders (bytes read from a
+// target's RocksDB). A record either fails with kCorruption or re-encodes to
+// exactly the input.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "storage/chunk_meta.h"
+
+using namespace cistern;
+using namespace cistern::storage;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view in(reinterpret_cast<const char*>(data), size);
+  auto m = decodeChunkMeta(in);
+  if (m.ok()) {
+    if (encodeChunkMeta(*m) != in) std::abort();
+    if (m->length > classBytes(m->size_class)) std::abort();
+  } else if (m.code() != ErrorCode::kCorruption) {
+    std::abort();
+  }
+  auto k = decodeChunkKey(in);
+  if (k.ok() && encodeChunkKey(*k) != in) std::abort();
+  return 0;
+}
