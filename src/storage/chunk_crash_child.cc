@@ -1,0 +1,44 @@
+// Child process for chunk_crash_test: rewrites chunks in a loop until killed.
+// Chunk i at version v always holds crashContent(i, v), so the parent can tell
+// exactly which committed version it sees. After each acknowledged write the
+// child prints "<index> <version>".
+//
+//   chunk_crash_child TARGET_DIR SEED
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/random.h"
+#include "storage/chunk_crash_content.h"
+#include "storage/chunk_engine.h"
+
+using namespace cistern::storage;
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: chunk_crash_child TARGET_DIR SEED\n");
+    return 2;
+  }
+  ChunkEngineOptions o;
+  o.path = argv[1];
+  o.group_bytes = 1 << 20;
+  auto engine = ChunkEngine::open(o);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "open: %s\n", engine.status().toString().c_str());
+    return 1;
+  }
+  cistern::Xoshiro256 rng(std::strtoull(argv[2], nullptr, 10));
+  while (true) {
+    uint32_t index = static_cast<uint32_t>(rng.uniform(kCrashChunks));
+    auto meta = (*engine)->query({kCrashInode, index});
+    if (!meta.ok()) return 1;
+    uint64_t version = (*meta ? (*meta)->chunk_version : 0) + 1;
+    auto content = crashContent(index, version);
+    auto m = (*engine)->write({kCrashInode, index}, 0, content, 1);
+    if (!m.ok() || m->chunk_version != version) {
+      std::fprintf(stderr, "write: %s\n", m.status().toString().c_str());
+      return 1;
+    }
+    std::printf("%u %llu\n", index, static_cast<unsigned long long>(version));
+    std::fflush(stdout);
+  }
+}
