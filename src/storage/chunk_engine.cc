@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -164,6 +165,15 @@ Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<cons
   if (old) RETURN_ON_ERROR(readSlot(*old, content.data()));
   if (!data.empty()) std::memcpy(content.data() + offset, data.data(), data.size());
 
+  struct statvfs vfs;
+  if (::statvfs(options_.path.c_str(), &vfs) == 0) {
+    uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    if (free_bytes < options_.reserved_bytes + length) {
+      return Status(ErrorCode::kNoSpace,
+                    fmt::format("target {} has {} bytes free, below the {} byte reserve",
+                                options_.path, free_bytes, options_.reserved_bytes));
+    }
+  }
   SlotAddr addr;
   {
     std::lock_guard lock(alloc_mu_);
@@ -208,6 +218,12 @@ Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<cons
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
   rocksdb::Status ps = db_->Put(wo, encodeChunkKey(id), encodeChunkMeta(m));
+  if (ps.IsNoSpace()) {
+    // The old record is intact; the new slot was never referenced.
+    releaseNew();
+    return Status(ErrorCode::kNoSpace,
+                  fmt::format("metadata of {}: {}", idText(id), ps.ToString()));
+  }
   if (!ps.ok()) return fail("metadata write: " + ps.ToString());
   RETURN_ON_ERROR(CISTERN_FAULT("storage.write.after_meta"));
   if (old) {

@@ -50,6 +50,10 @@ struct ChunkEngineOptions {
   uint32_t open_files_max = 256;
   // fdatasync data and sync metadata before a write returns. Default: true.
   bool sync = true;
+  // Writes fail with kNoSpace while the filesystem has less than this free,
+  // so that the metadata store never meets ENOSPC itself (RocksDB does not
+  // recover from a failed WAL write). Default: 64 MiB.
+  uint64_t reserved_bytes = 64ull << 20;
 };
 
 class ChunkEngine {

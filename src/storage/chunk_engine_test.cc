@@ -39,6 +39,7 @@ class ChunkEngineTest : public ::testing::Test {
     ChunkEngineOptions o;
     o.path = dir_;
     o.group_bytes = 1 << 20;  // small groups so tests cross group boundaries
+    o.reserved_bytes = 0;
     auto e = ChunkEngine::open(o);
     ASSERT_TRUE(e.ok()) << e.status().toString();
     engine_ = std::move(e).value();
@@ -194,6 +195,54 @@ TEST_F(ChunkEngineTest, BadRequestsGetClearErrors) {
   EXPECT_EQ(engine_->read({5, 0}, 0, one).code(), ErrorCode::kNotFound);
   ASSERT_TRUE(engine_->write({5, 0}, 0, one, 1).ok());
   EXPECT_EQ(*engine_->read({5, 0}, 10, one), 0u);  // past the end
+}
+
+// A target on a 3 MiB tmpfs fills up: writes fail with kNoSpace (ENOSPC),
+// everything written before stays readable, and the target has not failed.
+TEST(ChunkEngineNoSpace, FullFilesystemGivesNoSpaceAndKeepsData) {
+  char tmpl[] = "/tmp/cistern-enospc-XXXXXX";
+  std::string mnt = mkdtemp(tmpl);
+  std::string cmd = "mount -t tmpfs -o size=3m tmpfs " + mnt + " 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    std::filesystem::remove_all(mnt);
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root); CI runs as root";
+  }
+  struct Unmount {
+    std::string mnt;
+    ~Unmount() {
+      (void)std::system(("umount " + mnt).c_str());
+      std::filesystem::remove_all(mnt);
+    }
+  } unmount{mnt};
+  {
+    ChunkEngineOptions o;
+    o.path = mnt + "/target";
+    o.group_bytes = 1 << 20;
+    o.reserved_bytes = 512 * 1024;
+    auto e = ChunkEngine::open(o);
+    ASSERT_TRUE(e.ok()) << e.status().toString();
+    std::vector<std::vector<uint8_t>> written;
+    Status last;
+    for (uint32_t i = 0; i < 200; ++i) {
+      auto data = pattern(60000, i);
+      auto m = (*e)->write({8, i}, 0, data, 1);
+      if (!m.ok()) {
+        last = m.status();
+        break;
+      }
+      written.push_back(std::move(data));
+    }
+    EXPECT_EQ(last.code(), ErrorCode::kNoSpace) << last.toString();
+    EXPECT_EQ(last.toErrno(), ENOSPC);
+    EXPECT_GT(written.size(), 5u);
+    EXPECT_FALSE((*e)->failed());
+    for (uint32_t i = 0; i < written.size(); ++i) {
+      std::vector<uint8_t> out(60000);
+      auto n = (*e)->read({8, i}, 0, out);
+      ASSERT_TRUE(n.ok()) << i << ": " << n.status().toString();
+      EXPECT_EQ(out, written[i]) << i;
+    }
+  }
 }
 
 }  // namespace
