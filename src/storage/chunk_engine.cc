@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -15,6 +16,7 @@
 #include "common/crc32c.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "common/metrics.h"
 
 namespace cistern::storage {
 namespace {
@@ -39,6 +41,74 @@ std::string idText(const ChunkId& id) { return fmt::format("chunk {}:{}", id.ino
 }  // namespace
 
 ChunkEngine::File::~File() { ::close(fd); }
+
+struct ChunkEngine::PendingCommit {
+  std::shared_ptr<File> file;
+  std::string key;
+  std::string value;
+  Status status;
+  bool done = false;
+};
+
+Status ChunkEngine::commit(PendingCommit& p) {
+  std::unique_lock lock(commit_mu_);
+  commit_queue_.push_back(&p);
+  while (!p.done) {
+    if (!committing_) {
+      committing_ = true;
+      leadCommits(lock);
+      committing_ = false;
+      commit_cv_.notify_all();
+    } else {
+      commit_cv_.wait(lock);
+    }
+  }
+  return p.status;
+}
+
+void ChunkEngine::leadCommits(std::unique_lock<std::mutex>& lock) {
+  static auto& batch_size = metrics::Registry::global().histogram(
+      "storage_commit_batch_size", {}, "Chunk writes sharing one data sync and metadata batch");
+  while (!commit_queue_.empty()) {
+    std::vector<PendingCommit*> batch;
+    batch.swap(commit_queue_);
+    lock.unlock();
+    batch_size.observe(batch.size());
+    Status s;
+    if (failed_)
+      s = Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
+    if (s.ok() && options_.sync) {
+      std::vector<int> synced;
+      for (PendingCommit* p : batch) {
+        if (std::find(synced.begin(), synced.end(), p->file->fd) != synced.end()) continue;
+        if (::fdatasync(p->file->fd) != 0) {
+          // Never retried: the page cache may have dropped the dirty pages.
+          s = fail(fmt::format("fdatasync of a group file: {}", std::strerror(errno)));
+          break;
+        }
+        synced.push_back(p->file->fd);
+      }
+    }
+    if (s.ok()) {
+      rocksdb::WriteBatch wb;
+      for (PendingCommit* p : batch) (void)wb.Put(p->key, p->value);
+      rocksdb::WriteOptions wo;
+      wo.sync = options_.sync;
+      rocksdb::Status ps = db_->Write(wo, &wb);
+      if (ps.IsNoSpace()) {
+        s = Status(ErrorCode::kNoSpace, "chunk metadata: " + ps.ToString());
+      } else if (!ps.ok()) {
+        s = fail("metadata write: " + ps.ToString());
+      }
+    }
+    lock.lock();
+    for (PendingCommit* p : batch) {
+      p->status = s;
+      p->done = true;
+    }
+    commit_cv_.notify_all();
+  }
+}
 
 ChunkEngine::ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB> db)
     : options_(std::move(options)), db_(std::move(db)) {
@@ -204,10 +274,6 @@ Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<cons
     releaseNew();
     return s;
   }
-  if (options_.sync && ::fdatasync((*file)->fd) != 0) {
-    // Never retried: the page cache may have dropped the dirty pages.
-    return fail(fmt::format("fdatasync of group {}/{}: {}", c, addr.group, std::strerror(errno)));
-  }
   ChunkMeta m;
   m.size_class = c;
   m.addr = addr;
@@ -215,16 +281,13 @@ Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<cons
   m.chunk_version = (old ? old->chunk_version : 0) + 1;
   m.chain_version = chain_version;
   m.crc32c = crc32c(content.data(), content.size());
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  rocksdb::Status ps = db_->Put(wo, encodeChunkKey(id), encodeChunkMeta(m));
-  if (ps.IsNoSpace()) {
-    // The old record is intact; the new slot was never referenced.
-    releaseNew();
-    return Status(ErrorCode::kNoSpace,
-                  fmt::format("metadata of {}: {}", idText(id), ps.ToString()));
+  PendingCommit pending{*file, encodeChunkKey(id), encodeChunkMeta(m)};
+  Status committed = commit(pending);
+  if (committed.code() == ErrorCode::kNoSpace) {
+    releaseNew();  // the old record is intact; the new slot was never referenced
+    return committed.withContext(idText(id));
   }
-  if (!ps.ok()) return fail("metadata write: " + ps.ToString());
+  RETURN_ON_ERROR(committed);
   RETURN_ON_ERROR(CISTERN_FAULT("storage.write.after_meta"));
   if (old) {
     std::lock_guard lock(alloc_mu_);

@@ -13,13 +13,16 @@
 // An fsync error puts the engine into a failed, read-only state (never retried).
 //
 // Threads: all methods are thread-safe; writes to one chunk are serialized by
-// a striped lock, writes to different chunks run in parallel.
+// a striped lock, writes to different chunks run in parallel and are group-
+// committed: one fdatasync per touched group file and one synced metadata
+// batch for all writes waiting at that moment.
 // Memory: one bit per slot, plus per-call buffers of at most one chunk.
 // File descriptors: at most `open_files_max` group files are kept open.
 #pragma once
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -90,6 +93,12 @@ class ChunkEngine {
   Status fail(const std::string& what);
   std::mutex& chunkLock(const ChunkId& id);
 
+  // Group commit: concurrent writes share one fdatasync per group file and
+  // one synced RocksDB batch for their metadata.
+  struct PendingCommit;
+  Status commit(PendingCommit& p);
+  void leadCommits(std::unique_lock<std::mutex>& lock);
+
   ChunkEngineOptions options_;
   std::unique_ptr<rocksdb::DB> db_;
   mutable std::mutex alloc_mu_;
@@ -99,6 +108,10 @@ class ChunkEngine {
       files_;
   std::list<uint64_t> lru_;  // front: most recent
   std::array<std::mutex, 64> chunk_locks_;
+  std::mutex commit_mu_;
+  std::condition_variable commit_cv_;
+  std::vector<PendingCommit*> commit_queue_;
+  bool committing_ = false;
   std::atomic<bool> failed_{false};
 };
 

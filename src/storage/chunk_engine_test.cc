@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "common/crc32c.h"
 #include "common/fault.h"
+#include "common/metrics.h"
 #include "common/random.h"
 
 namespace cistern::storage {
@@ -187,6 +189,52 @@ TEST_F(ChunkEngineTest, SlotsLeakedByACrashAfterMetadataAreReclaimedOnReopen) {
   reopen();
   EXPECT_EQ(engine_->usedSlots(0), 1u);
   EXPECT_EQ(readAll({4, 0}, 100), pattern(100, 2));  // the committed (new) version
+}
+
+TEST_F(ChunkEngineTest, ConcurrentWritersToDifferentChunksAllCommit) {
+  auto& batches = metrics::Registry::global().histogram("storage_commit_batch_size");
+  uint64_t batches_before = batches.count(), writes_before = batches.sum();
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint32_t i = 0; i < 40; ++i) {
+        auto m = engine_->write({100 + t, i}, 0, pattern(8192, t * 1000 + i), 1);
+        ASSERT_TRUE(m.ok()) << m.status().toString();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (uint32_t t = 0; t < 8; ++t) {
+    for (uint32_t i = 0; i < 40; ++i)
+      ASSERT_EQ(readAll({100 + t, i}, 8192), pattern(8192, t * 1000 + i));
+  }
+  // Every write went through exactly one group commit.
+  EXPECT_EQ(batches.sum() - writes_before, 320u);
+  std::printf("320 writes in %llu group commits\n",
+              static_cast<unsigned long long>(batches.count() - batches_before));
+  EXPECT_EQ(engine_->usedSlots(0), 320u);
+}
+
+TEST_F(ChunkEngineTest, ConcurrentWritersToDisjointRangesOfOneChunk) {
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint32_t i = 0; i < 10; ++i) {
+        uint64_t off = (t * 10 + i) * 1000;
+        auto m = engine_->write({200, 0}, off, pattern(1000, off), 1);
+        ASSERT_TRUE(m.ok()) << m.status().toString();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  auto all = readAll({200, 0}, 80000);
+  ASSERT_EQ(all.size(), 80000u);
+  for (uint64_t off = 0; off < 80000; off += 1000) {
+    ASSERT_TRUE(std::equal(all.begin() + static_cast<long>(off),
+                           all.begin() + static_cast<long>(off + 1000), pattern(1000, off).begin()))
+        << off;
+  }
+  EXPECT_EQ(engine_->query({200, 0})->value().chunk_version, 80u);
 }
 
 TEST_F(ChunkEngineTest, BadRequestsGetClearErrors) {
