@@ -11,41 +11,17 @@
 
 #include "common/random.h"
 #include "kv/kv_test_util.h"
+#include "tests/support/child_process.h"
 
 namespace cistern::kv {
 namespace {
 
 // Runs the child for `run_ms`, kills it, and returns the txn ids it acknowledged.
 std::set<long> runAndKill(const std::string& dir, long first, int run_ms) {
-  int pipefd[2];
-  EXPECT_EQ(pipe(pipefd), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipefd[1], STDOUT_FILENO);
-    close(pipefd[0]);
-    close(pipefd[1]);
-    std::string first_s = std::to_string(first);
-    execl(KV_CRASH_CHILD, KV_CRASH_CHILD, dir.c_str(), first_s.c_str(), nullptr);
-    _exit(127);
-  }
-  close(pipefd[1]);
-  usleep(static_cast<useconds_t>(run_ms) * 1000);
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFSIGNALED(status)) << "child exited early with status " << status;
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(pipefd[0]);
   std::set<long> acked;
-  size_t pos = 0;
-  while (true) {
-    size_t nl = out.find('\n', pos);
-    if (nl == std::string::npos) break;  // a partial last line is not an ack
-    acked.insert(std::stol(out.substr(pos, nl - pos)));
-    pos = nl + 1;
+  for (const auto& line : testing::completeLines(
+           testing::runAndKill(KV_CRASH_CHILD, {dir, std::to_string(first)}, run_ms))) {
+    acked.insert(std::stol(line));
   }
   return acked;
 }

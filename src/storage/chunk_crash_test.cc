@@ -12,43 +12,20 @@
 
 #include "storage/chunk_crash_content.h"
 #include "storage/chunk_engine.h"
+#include "tests/support/child_process.h"
 
 namespace cistern::storage {
 namespace {
 
 // Runs the child for `run_ms`, kills it, returns the highest acked version per chunk.
 std::map<uint32_t, uint64_t> runAndKill(const std::string& dir, uint64_t seed, int run_ms) {
-  int pipefd[2];
-  EXPECT_EQ(pipe(pipefd), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipefd[1], STDOUT_FILENO);
-    close(pipefd[0]);
-    close(pipefd[1]);
-    std::string s = std::to_string(seed);
-    execl(CHUNK_CRASH_CHILD, CHUNK_CRASH_CHILD, dir.c_str(), s.c_str(), nullptr);
-    _exit(127);
-  }
-  close(pipefd[1]);
-  usleep(static_cast<useconds_t>(run_ms) * 1000);
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFSIGNALED(status)) << "child exited early: " << status;
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(pipefd[0]);
   std::map<uint32_t, uint64_t> acked;
-  size_t pos = 0;
-  while (true) {
-    size_t nl = out.find('\n', pos);
-    if (nl == std::string::npos) break;
+  auto out = testing::runAndKill(CHUNK_CRASH_CHILD, {dir, std::to_string(seed)}, run_ms);
+  for (const auto& line : testing::completeLines(out)) {
     unsigned idx = 0;
     unsigned long long ver = 0;
-    if (std::sscanf(out.c_str() + pos, "%u %llu", &idx, &ver) == 2) acked[idx] = std::max<uint64_t>(acked[idx], ver);
-    pos = nl + 1;
+    if (std::sscanf(line.c_str(), "%u %llu", &idx, &ver) == 2)
+      acked[idx] = std::max<uint64_t>(acked[idx], ver);
   }
   return acked;
 }
@@ -76,12 +53,14 @@ TEST(ChunkCrash, SigkillAtRandomPointsLeavesOnlyCommittedChunks) {
       auto m = (*engine)->query({kCrashInode, i});
       ASSERT_TRUE(m.ok());
       if (!*m) {
-        ASSERT_EQ(acked_ever.count(i), 0u) << "acknowledged chunk " << i << " lost in round " << round;
+        ASSERT_EQ(acked_ever.count(i), 0u)
+            << "acknowledged chunk " << i << " lost in round " << round;
         continue;
       }
       ++chunks;
       uint64_t v = (*m)->chunk_version;
-      ASSERT_GE(v, acked_ever[i]) << "chunk " << i << " went back to an older version in round " << round;
+      ASSERT_GE(v, acked_ever[i]) << "chunk " << i << " went back to an older version in round "
+                                  << round;
       ASSERT_LE(v, acked_ever[i] + 1) << "chunk " << i << " skipped versions";
       acked_ever[i] = v;  // an unacknowledged but committed write is now the floor
       auto want = crashContent(i, v);

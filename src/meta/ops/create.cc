@@ -52,12 +52,7 @@ Result<Inode> MetaStore::create(const Caller& c, uint64_t parent, std::string_vi
                      RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
                      Inode n = newInode(ino, REGULAR, mode, c, dir, nowNs());
                      ASSIGN_OR_RETURN(*n.mutable_layout(), chooseLayout(t, options_, dir, ino));
-                     storeInode(t, n);
-                     t.atomicAdd(inodeCountKey(), 1);
-                     DirEntry e;
-                     e.set_ino(ino);
-                     e.set_type(REGULAR);
-                     storeDentry(t, parent, name, e);
+                     insertNewInode(t, parent, name, n);
                      return n.SerializeAsString();
                    }));
   return parseInode(bytes);

@@ -21,12 +21,7 @@ Result<Inode> MetaStore::mkdir(const Caller& c, uint64_t parent, std::string_vie
                      Inode n = newInode(ino, DIRECTORY, mode, c, dir, nowNs());
                      n.set_parent(parent);
                      if (dir.has_dir_layout()) *n.mutable_dir_layout() = dir.dir_layout();
-                     storeInode(t, n);
-                     t.atomicAdd(inodeCountKey(), 1);
-                     DirEntry e;
-                     e.set_ino(ino);
-                     e.set_type(DIRECTORY);
-                     storeDentry(t, parent, name, e);
+                     insertNewInode(t, parent, name, n);
                      return n.SerializeAsString();
                    }));
   return parseInode(bytes);

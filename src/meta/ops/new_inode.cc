@@ -9,7 +9,8 @@ namespace cistern::meta {
 
 Result<Inode> searchableDir(kv::ReadTransaction& t, const Caller& c, uint64_t parent) {
   ASSIGN_OR_RETURN(Inode dir, requireInode(t, parent));
-  if (dir.type() != DIRECTORY) return Status(ErrorCode::kNotDirectory, fmt::format("inode {}", parent));
+  if (dir.type() != DIRECTORY)
+    return Status(ErrorCode::kNotDirectory, fmt::format("inode {}", parent));
   RETURN_ON_ERROR(checkAccess(dir, c, kMayExec));
   return dir;
 }
@@ -37,9 +38,19 @@ Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, cons
   return n;
 }
 
+void insertNewInode(kv::Transaction& t, uint64_t parent, std::string_view name, const Inode& n) {
+  storeInode(t, n);
+  t.atomicAdd(inodeCountKey(), 1);
+  DirEntry e;
+  e.set_ino(n.ino());
+  e.set_type(n.type());
+  storeDentry(t, parent, name, e);
+}
+
 Result<Inode> parseInode(const std::string& bytes) {
   Inode n;
-  if (!n.ParseFromString(bytes)) return Status(ErrorCode::kCorruption, "inode result does not parse");
+  if (!n.ParseFromString(bytes))
+    return Status(ErrorCode::kCorruption, "inode result does not parse");
   return n;
 }
 

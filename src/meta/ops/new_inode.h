@@ -17,6 +17,9 @@ Result<Inode> searchableDir(kv::ReadTransaction& t, const Caller& c, uint64_t pa
 Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, const Inode& dir,
                int64_t now_ns);
 
+// Stores new inode `n`, counts it, and names it `name` in directory `parent`.
+void insertNewInode(kv::Transaction& t, uint64_t parent, std::string_view name, const Inode& n);
+
 Result<Inode> parseInode(const std::string& bytes);
 
 }  // namespace cistern::meta

@@ -30,12 +30,7 @@ Result<Inode> MetaStore::symlink(const Caller& c, uint64_t parent, std::string_v
                      Inode n = newInode(ino, SYMLINK, 0777, c, dir, nowNs());
                      n.set_symlink_target(std::string(target));
                      n.set_size(target.size());
-                     storeInode(t, n);
-                     t.atomicAdd(inodeCountKey(), 1);
-                     DirEntry e;
-                     e.set_ino(ino);
-                     e.set_type(SYMLINK);
-                     storeDentry(t, parent, name, e);
+                     insertNewInode(t, parent, name, n);
                      return n.SerializeAsString();
                    }));
   return parseInode(bytes);
