@@ -14,10 +14,7 @@ Result<Inode> MetaStore::mkdir(const Caller& c, uint64_t parent, std::string_vie
   // Taken outside the transaction, so that retries reuse it.
   ASSIGN_OR_RETURN(uint64_t ino, allocator_.next());
   ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-                     ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
-                     ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
-                     if (existing) return Status(ErrorCode::kAlreadyExists, name);
-                     RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
+                     ASSIGN_OR_RETURN(Inode dir, dirForNewName(t, c, parent, name));
                      Inode n = newInode(ino, DIRECTORY, mode, c, dir, nowNs());
                      n.set_parent(parent);
                      if (dir.has_dir_layout()) *n.mutable_dir_layout() = dir.dir_layout();

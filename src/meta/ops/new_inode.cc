@@ -15,6 +15,26 @@ Result<Inode> searchableDir(kv::ReadTransaction& t, const Caller& c, uint64_t pa
   return dir;
 }
 
+Result<Inode> dirForNewName(kv::ReadTransaction& t, const Caller& c, uint64_t parent,
+                            std::string_view name) {
+  ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
+  ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
+  if (existing) return Status(ErrorCode::kAlreadyExists, name);
+  RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
+  return dir;
+}
+
+Result<Removal> entryToRemove(kv::ReadTransaction& t, const Caller& c, uint64_t parent,
+                              std::string_view name) {
+  Removal r;
+  ASSIGN_OR_RETURN(r.dir, searchableDir(t, c, parent));
+  ASSIGN_OR_RETURN(auto entry, loadDentry(t, parent, name));
+  if (!entry) return Status(ErrorCode::kNotFound, name);
+  RETURN_ON_ERROR(checkAccess(r.dir, c, kMayWrite));
+  ASSIGN_OR_RETURN(r.victim, requireInode(t, entry->ino()));
+  return r;
+}
+
 Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, const Inode& dir,
                int64_t now_ns) {
   Inode n;

@@ -12,6 +12,22 @@ namespace cistern::meta {
 // as on Linux, an existing name gives kAlreadyExists before kPermissionDenied).
 Result<Inode> searchableDir(kv::ReadTransaction& t, const Caller& c, uint64_t parent);
 
+// The directory `parent` in which `c` is about to create the new name `name`:
+// searchable, `name` absent (kAlreadyExists otherwise), and writable by `c`.
+Result<Inode> dirForNewName(kv::ReadTransaction& t, const Caller& c, uint64_t parent,
+                            std::string_view name);
+
+// The entry `name` of directory `parent` that `c` is about to remove or
+// replace: the directory (searchable and writable by `c`) and the inode the
+// entry names. The type and sticky-bit checks are the caller's: their order
+// decides the errno.
+struct Removal {
+  Inode dir;
+  Inode victim;
+};
+Result<Removal> entryToRemove(kv::ReadTransaction& t, const Caller& c, uint64_t parent,
+                              std::string_view name);
+
 // A new inode owned by `c` in directory `dir`: mode masked to permission
 // bits, gid and S_ISGID inherited from a set-group-ID directory, times now.
 Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, const Inode& dir,

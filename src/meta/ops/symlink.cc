@@ -23,10 +23,7 @@ Result<Inode> MetaStore::symlink(const Caller& c, uint64_t parent, std::string_v
     return Status(ErrorCode::kInvalidArgument, "NUL in target");
   ASSIGN_OR_RETURN(uint64_t ino, allocator_.next());
   ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-                     ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
-                     ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
-                     if (existing) return Status(ErrorCode::kAlreadyExists, name);
-                     RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
+                     ASSIGN_OR_RETURN(Inode dir, dirForNewName(t, c, parent, name));
                      Inode n = newInode(ino, SYMLINK, 0777, c, dir, nowNs());
                      n.set_symlink_target(std::string(target));
                      n.set_size(target.size());

@@ -14,13 +14,10 @@ Status MetaStore::unlink(const Caller& c, uint64_t parent, std::string_view name
   if (isDotOrDotDot(name)) return Status(ErrorCode::kIsDirectory, name);
   return mutate(rid,
                 [&](kv::Transaction& t) -> Result<std::string> {
-                  ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
-                  ASSIGN_OR_RETURN(auto entry, loadDentry(t, parent, name));
-                  if (!entry) return Status(ErrorCode::kNotFound, name);
-                  RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
-                  ASSIGN_OR_RETURN(Inode victim, requireInode(t, entry->ino()));
+                  ASSIGN_OR_RETURN(Removal r, entryToRemove(t, c, parent, name));
+                  Inode& victim = r.victim;
                   if (victim.type() == DIRECTORY) return Status(ErrorCode::kIsDirectory, name);
-                  RETURN_ON_ERROR(checkSticky(dir, victim, c));
+                  RETURN_ON_ERROR(checkSticky(r.dir, victim, c));
                   t.clear(dentryKey(parent, name));
                   RETURN_ON_ERROR(dropLink(t, std::move(victim), nowNs()));
                   return std::string();
