@@ -4,8 +4,12 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace cistern::bench {
 
@@ -24,6 +28,26 @@ inline double peakRssMiB() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+// Runs op(thread, i) on `threads` threads until `secs` pass or op returns
+// false; returns ops/s over all threads. `counts` gets each thread's count.
+inline double runTimed(int threads, double secs, const std::function<bool(int, uint64_t)>& op,
+                       std::vector<uint64_t>* counts = nullptr) {
+  std::vector<uint64_t> done(static_cast<size_t>(threads), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      while (secondsSince(t0) < secs && op(t, done[t])) done[t]++;
+    });
+  }
+  for (auto& w : workers) w.join();
+  double took = secondsSince(t0);
+  uint64_t total = 0;
+  for (auto d : done) total += d;
+  if (counts) *counts = done;
+  return static_cast<double>(total) / took;
 }
 
 }  // namespace cistern::bench

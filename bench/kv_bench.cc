@@ -14,6 +14,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -30,32 +31,23 @@ constexpr uint64_t kKeys = 100'000;
 
 std::string key(uint64_t i) { return "bench/" + std::to_string(i); }
 
-// Runs `op` on kThreads threads for `secs`; returns ops/s.
+// Runs `op` on kThreads threads (each with its own generator) for `secs`;
+// returns ops/s. A failed operation ends the benchmark.
 double run(double secs, const std::function<bool(Random&)>& op) {
-  std::atomic<uint64_t> done{0};
+  std::vector<std::unique_ptr<Xoshiro256>> rngs;
+  for (int t = 0; t < kThreads; ++t)
+    rngs.push_back(std::make_unique<Xoshiro256>(static_cast<uint64_t>(t) * 7919 + 1));
   std::atomic<bool> failed{false};
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      Xoshiro256 rng(static_cast<uint64_t>(t) * 7919 + 1);
-      uint64_t n = 0;
-      while (bench::secondsSince(t0) < secs) {
-        if (!op(rng)) {
-          failed = true;
-          return;
-        }
-        ++n;
-      }
-      done += n;
-    });
-  }
-  for (auto& t : threads) t.join();
+  double rate = bench::runTimed(kThreads, secs, [&](int t, uint64_t) {
+    if (op(*rngs[static_cast<size_t>(t)])) return true;
+    failed = true;
+    return false;
+  });
   if (failed) {
     std::fprintf(stderr, "kv bench: an operation failed\n");
     std::exit(1);
   }
-  return static_cast<double>(done.load()) / bench::secondsSince(t0);
+  return rate;
 }
 
 }  // namespace

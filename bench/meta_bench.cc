@@ -34,23 +34,9 @@ namespace {
 
 constexpr int kThreads = 8;
 
-// Runs op(thread, i) on kThreads threads for `secs` (or until op returns false); returns ops/s.
 double run(double secs, const std::function<bool(int, uint64_t)>& op,
            std::vector<uint64_t>* counts = nullptr) {
-  std::vector<uint64_t> done(kThreads, 0);
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      while (bench::secondsSince(t0) < secs && op(t, done[t])) done[t]++;
-    });
-  }
-  for (auto& th : threads) th.join();
-  double took = bench::secondsSince(t0);
-  uint64_t total = 0;
-  for (auto d : done) total += d;
-  if (counts) *counts = done;
-  return static_cast<double>(total) / took;
+  return bench::runTimed(kThreads, secs, op, counts);
 }
 
 std::string name(int t, uint64_t i) { return "f" + std::to_string(t) + "-" + std::to_string(i); }
