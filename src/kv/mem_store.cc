@@ -125,10 +125,6 @@ class MemIterator final : public StoreIterator {
     forward_ = false;
     fill(end_, /*inclusive=*/false);
   }
-  void seekForPrev(std::string_view key) override {
-    forward_ = false;
-    fill(std::min(std::string(key), end_), false);
-  }
   bool valid() const override { return pos_ < rows_.size(); }
   void next() override {
     CISTERN_CHECK(forward_, "next() on a backward iterator");

@@ -38,10 +38,6 @@ class RocksIterator final : public StoreIterator {
   }
   void seek(std::string_view key) override { it_->Seek(slice(key)); }
   void seekLast() override { it_->SeekToLast(); }
-  void seekForPrev(std::string_view key) override {
-    it_->SeekForPrev(slice(key));
-    if (it_->Valid() && it_->key().compare(slice(key)) >= 0) it_->Prev();
-  }
   bool valid() const override { return it_->Valid(); }
   void next() override { it_->Next(); }
   void prev() override { it_->Prev(); }

@@ -33,7 +33,6 @@ class StoreIterator {
   virtual ~StoreIterator() = default;
   virtual void seek(std::string_view key) = 0;         // first row >= key
   virtual void seekLast() = 0;                         // last row in the range
-  virtual void seekForPrev(std::string_view key) = 0;  // last row < key
   virtual bool valid() const = 0;
   virtual void next() = 0;
   virtual void prev() = 0;

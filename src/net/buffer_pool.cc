@@ -56,9 +56,4 @@ PooledBuffer BufferPool::get(size_t n) {
   return b;
 }
 
-size_t BufferPool::cachedBytes() const {
-  std::lock_guard lock(state_->mu);
-  return state_->cached_bytes;
-}
-
 }  // namespace cistern::net

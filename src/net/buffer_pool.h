@@ -55,7 +55,6 @@ class BufferPool {
   // Default: cache up to 256 MiB of free buffers.
   explicit BufferPool(size_t cached_bytes_max = 256u << 20);
   PooledBuffer get(size_t n);
-  size_t cachedBytes() const;
 
  private:
   std::shared_ptr<PooledBuffer::State> state_;
