@@ -55,5 +55,8 @@
   X(kNotPermitted,         304, EPERM,        "operation not permitted")            \
   X(kTooManyLinks,         305, EMLINK,       "too many links")                     \
   X(kNoAttribute,          306, ENODATA,      "no such attribute")                  \
-  X(kRangeError,           307, ERANGE,       "result does not fit")
+  X(kRangeError,           307, ERANGE,       "result does not fit")                \
+  /* storage (400-499) */                                                            \
+  X(kStaleChainVersion,    400, ESTALE,       "stale chain version")                \
+  X(kTargetBusy,           401, EAGAIN,       "storage target busy")
 // clang-format on

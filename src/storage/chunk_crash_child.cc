@@ -1,4 +1,5 @@
-// Child process for chunk_crash_test: rewrites chunks in a loop until killed.
+// Child process for chunk_crash_test: changes chunks in a loop until killed
+// (truncate, rewrite, overwrite in the middle, append: chunk_crash_content.h).
 // Chunk i at version v always holds crashContent(i, v), so the parent can tell
 // exactly which committed version it sees. After each acknowledged write the
 // child prints "<index> <version>".
@@ -32,8 +33,10 @@ int main(int argc, char** argv) {
     auto meta = (*engine)->query({kCrashInode, index});
     if (!meta.ok()) return 1;
     uint64_t version = (*meta ? (*meta)->chunk_version : 0) + 1;
-    auto content = crashContent(index, version);
-    auto m = (*engine)->write({kCrashInode, index}, 0, content, 1);
+    CrashOp op = crashOp(index, version);
+    auto m = op.kind == CrashOp::kTruncate
+                 ? (*engine)->truncate({kCrashInode, index}, op.length, 1)
+                 : (*engine)->write({kCrashInode, index}, op.offset, op.bytes, 1);
     if (!m.ok() || m->chunk_version != version) {
       std::fprintf(stderr, "write: %s\n", m.status().toString().c_str());
       return 1;

@@ -2,15 +2,20 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/falloc.h>
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "common/crc32c.h"
@@ -40,12 +45,16 @@ std::string idText(const ChunkId& id) { return fmt::format("chunk {}:{}", id.ino
 
 }  // namespace
 
-ChunkEngine::File::~File() { ::close(fd); }
+ChunkEngine::File::~File() {
+  if (dfd != fd) ::close(dfd);
+  ::close(fd);
+}
 
 struct ChunkEngine::PendingCommit {
-  std::shared_ptr<File> file;
+  std::shared_ptr<File> file;  // to fdatasync first; null for record-only changes
   std::string key;
   std::string value;
+  bool erase = false;  // delete the record instead of putting `value`
   Status status;
   bool done = false;
 };
@@ -80,7 +89,8 @@ void ChunkEngine::leadCommits(std::unique_lock<std::mutex>& lock) {
     if (s.ok() && options_.sync) {
       std::vector<int> synced;
       for (PendingCommit* p : batch) {
-        if (std::find(synced.begin(), synced.end(), p->file->fd) != synced.end()) continue;
+        if (!p->file || std::find(synced.begin(), synced.end(), p->file->fd) != synced.end())
+          continue;
         if (::fdatasync(p->file->fd) != 0) {
           // Never retried: the page cache may have dropped the dirty pages.
           s = fail(fmt::format("fdatasync of a group file: {}", std::strerror(errno)));
@@ -91,7 +101,8 @@ void ChunkEngine::leadCommits(std::unique_lock<std::mutex>& lock) {
     }
     if (s.ok()) {
       rocksdb::WriteBatch wb;
-      for (PendingCommit* p : batch) (void)wb.Put(p->key, p->value);
+      for (PendingCommit* p : batch)
+        (void)(p->erase ? wb.Delete(p->key) : wb.Put(p->key, p->value));
       rocksdb::WriteOptions wo;
       wo.sync = options_.sync;
       rocksdb::Status ps = db_->Write(wo, &wb);
@@ -146,6 +157,8 @@ Status ChunkEngine::rebuild() {
     ASSIGN_OR_RETURN(ChunkId id, decodeChunkKey(key));
     auto m = decodeChunkMeta(std::string_view(it->value().data(), it->value().size()));
     if (!m.ok()) return m.status().withContext(idText(id));
+    data_bytes_[m->size_class] += m->length;
+    ++chunks_;
     if (!allocators_[m->size_class].markUsed(m->addr)) {
       return Status(ErrorCode::kCorruption,
                     fmt::format("{}: slot {}/{}/{} is referenced twice or out of range", idText(id),
@@ -178,8 +191,10 @@ Result<std::shared_ptr<ChunkEngine::File>> ChunkEngine::groupFile(uint32_t c, ui
   std::string path = fmt::format("{}/g{}.dat", dir, group);
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return errnoStatus(errno, "open " + path);
-  std::shared_ptr<File> file(
-      new File{fd});  // not make_shared(File{fd}): the temporary would close fd
+  // Data blocks go through O_DIRECT where the filesystem has it (tmpfs does
+  // not); the CRC area, in pages of its own, stays in the page cache.
+  int dfd = options_.direct_io ? ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_DIRECT) : -1;
+  std::shared_ptr<File> file(new File{fd, dfd >= 0 ? dfd : fd});
   lru_.push_front(key);
   files_[key] = {file, lru_.begin()};
   while (files_.size() > options_.open_files_max) {
@@ -189,21 +204,112 @@ Result<std::shared_ptr<ChunkEngine::File>> ChunkEngine::groupFile(uint32_t c, ui
   return file;
 }
 
-Status ChunkEngine::readSlot(const ChunkMeta& m, uint8_t* out) {
-  ASSIGN_OR_RETURN(auto file, groupFile(m.size_class, m.addr.group));
-  uint64_t pos = uint64_t{m.addr.slot} * classBytes(m.size_class);
-  size_t done = 0;
-  while (done < m.length) {
-    ssize_t n = ::pread(file->fd, out + done, m.length - done, static_cast<off_t>(pos + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errnoStatus(errno, "read slot");
-    if (n == 0) break;  // past the end of the file: the bytes were never written
-    done += static_cast<size_t>(n);
+namespace {
+
+constexpr uint64_t kPieceBytes = 1 << 20;  // scratch size; a multiple of kBlockBytes
+static_assert(std::endian::native == std::endian::little, "CRC areas are stored little-endian");
+
+// Per-thread scratch, reused: touching fresh memory is slow, and a request
+// must not allocate in proportion to its size.
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
+AlignedBuffer alignedBuffer() {
+  return AlignedBuffer(static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, kPieceBytes)));
+}
+// Buffers are block-aligned for O_DIRECT and allocated on first use.
+struct Scratch {
+  AlignedBuffer io;     // readRange
+  AlignedBuffer piece;  // assembling a write
+  std::vector<uint32_t> crcs;
+  std::vector<uint32_t> read_crcs;
+  uint8_t* ioBuf() {
+    if (!io) io = alignedBuffer();
+    return io.get();
   }
-  if (done < m.length) std::memset(out + done, 0, m.length - done);
-  if (crc32c(out, m.length) != m.crc32c) {
-    return Status(ErrorCode::kCorruption, fmt::format("checksum mismatch in slot {}/{}/{}",
-                                                      m.size_class, m.addr.group, m.addr.slot));
+  uint8_t* pieceBuf() {
+    if (!piece) piece = alignedBuffer();
+    return piece.get();
+  }
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+uint64_t roundUp(uint64_t n) { return (n + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
+
+// Reads n bytes at pos; bytes past the end of the file read as zeros (the CRC
+// check decides whether that is right).
+Status preadFull(int fd, void* out, size_t n, uint64_t pos) {
+  auto* p = static_cast<uint8_t*>(out);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(pos + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errnoStatus(errno, "read slot");
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  if (done < n) std::memset(p + done, 0, n - done);
+  return Status::OK();
+}
+
+Status pwriteFull(int fd, const void* data, size_t n, uint64_t pos) {
+  auto* p = static_cast<const uint8_t*>(data);
+  for (size_t done = 0; done < n;) {
+    ssize_t r = ::pwrite(fd, p + done, n - done, static_cast<off_t>(pos + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errnoStatus(errno, "write slot");
+    done += static_cast<size_t>(r);
+  }
+  return Status::OK();
+}
+
+uint64_t slotPos(uint32_t c, SlotAddr a) { return uint64_t{a.slot} * slotStride(c); }
+uint64_t crcPos(uint32_t c, SlotAddr a) { return slotPos(c, a) + classBytes(c); }
+
+Status mismatch(const ChunkMeta& m, uint64_t block) {
+  static auto& mismatches = metrics::Registry::global().counter(
+      "storage_checksum_mismatch_total", {}, "Blocks whose CRC32C did not match on read");
+  mismatches.inc();
+  return Status(ErrorCode::kCorruption,
+                fmt::format("checksum mismatch in block {} of slot {}/{}/{}", block, m.size_class,
+                            m.addr.group, m.addr.slot));
+}
+
+}  // namespace
+
+Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out) {
+  if (n == 0) return Status::OK();
+  ASSIGN_OR_RETURN(auto file, groupFile(m.size_class, m.addr.group));
+  const uint64_t base = slotPos(m.size_class, m.addr);
+  const uint64_t end = offset + n;
+  const uint64_t full = m.length / kBlockBytes;  // blocks with a CRC in the CRC area
+  const uint64_t b0 = offset / kBlockBytes;
+  const uint64_t b1 = (end - 1) / kBlockBytes;  // inclusive
+  Scratch& sc = scratch();
+  if (b0 < full) {
+    uint64_t count = std::min(b1 + 1, full) - b0;
+    if (sc.read_crcs.size() < count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
+    RETURN_ON_ERROR(
+        preadFull(file->fd, sc.read_crcs.data(), count * 4, crcPos(m.size_class, m.addr) + b0 * 4));
+  }
+  // Whole blocks, a piece at a time, into the aligned buffer: verified there,
+  // then the wanted bytes are copied out.
+  uint8_t* buf = sc.ioBuf();
+  for (uint64_t ps = b0 * kBlockBytes; ps < end; ps += kPieceBytes) {
+    // Data end of the piece: whole blocks, up to the block holding `end`.
+    const uint64_t pe = std::min({ps + kPieceBytes, (b1 + 1) * kBlockBytes, uint64_t{m.length}});
+    RETURN_ON_ERROR(preadFull(file->dfd, buf, roundUp(pe - ps), base + ps));
+    for (uint64_t bs = ps; bs < pe; bs += kBlockBytes) {
+      uint64_t block = bs / kBlockBytes;
+      uint32_t want = block < full ? sc.read_crcs[block - b0] : m.tail_crc;
+      if (crc32c(buf + (bs - ps), std::min(kBlockBytes, pe - bs)) != want)
+        return mismatch(m, block);
+    }
+    uint64_t from = std::max(ps, offset), to = std::min(pe, end);
+    std::memcpy(out + (from - offset), buf + (from - ps), to - from);
   }
   return Status::OK();
 }
@@ -218,93 +324,208 @@ Result<std::optional<ChunkMeta>> ChunkEngine::query(ChunkId id) {
   return std::optional<ChunkMeta>(*m);
 }
 
+// A writer routed by an older chain table than the chunk's last writer may
+// not know of a newer replica set; it must refresh its routing and retry.
+Status ChunkEngine::checkChainVersion(ChunkId id, const std::optional<ChunkMeta>& old,
+                                      uint64_t chain_version) const {
+  if (old && chain_version < old->chain_version) {
+    return Status(ErrorCode::kStaleChainVersion,
+                  fmt::format("{}: write with chain version {} after version {}", idText(id),
+                              chain_version, old->chain_version));
+  }
+  return Status::OK();
+}
+
+Status ChunkEngine::checkReserve(uint64_t bytes) const {
+  struct statvfs vfs;
+  if (::statvfs(options_.path.c_str(), &vfs) != 0) return Status::OK();
+  uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+  if (free_bytes < options_.reserved_bytes + bytes) {
+    return Status(ErrorCode::kNoSpace,
+                  fmt::format("target {} has {} bytes free, below the {} byte reserve",
+                              options_.path, free_bytes, options_.reserved_bytes));
+  }
+  return Status::OK();
+}
+
+void ChunkEngine::releaseSlot(uint32_t c, SlotAddr a, bool punch) {
+  if (punch) {
+    // Before the slot is free again: afterwards a new chunk may be in it.
+    if (auto file = groupFile(c, a.group); file.ok()) {
+      if (::fallocate((*file)->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      static_cast<off_t>(slotPos(c, a)), static_cast<off_t>(slotStride(c))) != 0) {
+        CLOG_DEBUG("storage", "punch hole in {}: {}", options_.path, std::strerror(errno));
+      }
+    }
+  }
+  std::lock_guard lock(alloc_mu_);
+  allocators_[c].release(a);
+}
+
 Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
                                      uint64_t chain_version) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
-  uint64_t end = offset + data.size();
-  if (end > kMaxChunkBytes) {
+  if (offset + data.size() > kMaxChunkBytes) {
     return Status(ErrorCode::kInvalidArgument,
-                  fmt::format("write to {} ends at {} past {}", idText(id), end, kMaxChunkBytes));
+                  fmt::format("write to {} ends at {} past {}", idText(id), offset + data.size(),
+                              kMaxChunkBytes));
   }
   std::lock_guard chunk_lock(chunkLock(id));
   ASSIGN_OR_RETURN(auto old, query(id));
-  uint64_t length = std::max<uint64_t>(old ? old->length : 0, end);
-  ASSIGN_OR_RETURN(uint32_t c, classFor(length));
-  std::vector<uint8_t> content(length, 0);
-  if (old) RETURN_ON_ERROR(readSlot(*old, content.data()));
-  if (!data.empty()) std::memcpy(content.data() + offset, data.data(), data.size());
+  RETURN_ON_ERROR(checkChainVersion(id, old, chain_version));
+  return apply(id, old, offset, data.data(), data.size(), chain_version,
+               old ? old->length : uint64_t{0});
+}
 
-  struct statvfs vfs;
-  if (::statvfs(options_.path.c_str(), &vfs) == 0) {
-    uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
-    if (free_bytes < options_.reserved_bytes + length) {
-      return Status(ErrorCode::kNoSpace,
-                    fmt::format("target {} has {} bytes free, below the {} byte reserve",
-                                options_.path, free_bytes, options_.reserved_bytes));
-    }
+Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t chain_version) {
+  if (failed_)
+    return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
+  if (length > kMaxChunkBytes) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("truncate {} to {} past {}", idText(id), length, kMaxChunkBytes));
   }
+  std::lock_guard chunk_lock(chunkLock(id));
+  ASSIGN_OR_RETURN(auto old, query(id));
+  RETURN_ON_ERROR(checkChainVersion(id, old, chain_version));
+  uint64_t old_len = old ? old->length : 0;
+  if (!old || length >= old_len)  // grow: append zeros
+    return apply(id, old, old_len, nullptr, length - old_len, chain_version, old_len);
+  ASSIGN_OR_RETURN(uint32_t c, classFor(length));
+  if (c != old->size_class)  // shrink into a smaller class: copy what stays
+    return apply(id, old, length, nullptr, 0, chain_version, length);
+  // Shrink within the class: only the record changes (new length, new tail CRC).
+  ChunkMeta m = *old;
+  m.length = static_cast<uint32_t>(length);
+  m.chunk_version = old->chunk_version + 1;
+  m.chain_version = chain_version;
+  uint64_t tail_at = length / kBlockBytes * kBlockBytes;
+  alignas(64) uint8_t tail[kBlockBytes];
+  RETURN_ON_ERROR(readRange(*old, tail_at, length - tail_at, tail).withContext(idText(id)));
+  m.tail_crc = crc32c(tail, length - tail_at);
+  PendingCommit pending{nullptr, encodeChunkKey(id), encodeChunkMeta(m)};
+  RETURN_ON_ERROR(commit(pending).withContext(idText(id)));
+  std::lock_guard lock(alloc_mu_);
+  data_bytes_[c] -= old_len - length;
+  return m;
+}
+
+// The new content: the old content's first `keep` bytes, with [offset,
+// offset + len) replaced by `data` (zeros if null); bytes never written are
+// zeros. REQUIRES: the chunk lock is held; keep <= old length.
+Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>& old,
+                                     uint64_t offset, const uint8_t* data, uint64_t len,
+                                     uint64_t chain_version, uint64_t keep) {
+  const uint64_t old_len = old ? old->length : 0;
+  const uint64_t end = offset + len;
+  const uint64_t new_len = std::max(keep, end);
+  ASSIGN_OR_RETURN(uint32_t c, classFor(new_len));
+  // An append within the class goes in place, past the committed bytes.
+  const bool in_place = old && old->size_class == c && keep == old_len && offset >= old_len;
+  RETURN_ON_ERROR(checkReserve(in_place ? new_len - old_len : new_len));
   SlotAddr addr;
-  {
+  if (in_place) {
+    addr = old->addr;
+  } else {
     std::lock_guard lock(alloc_mu_);
     ASSIGN_OR_RETURN(addr, allocators_[c].allocate());
   }
   auto releaseNew = [&] {
-    std::lock_guard lock(alloc_mu_);
-    allocators_[c].release(addr);
+    if (!in_place) releaseSlot(c, addr, false);
   };
   auto file = groupFile(c, addr.group);
   if (!file.ok()) {
     releaseNew();
     return file.status();
   }
-  uint64_t pos = uint64_t{addr.slot} * classBytes(c);
-  for (size_t done = 0; done < length;) {
-    ssize_t n =
-        ::pwrite((*file)->fd, content.data() + done, length - done, static_cast<off_t>(pos + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      releaseNew();
-      return errnoStatus(err, fmt::format("write {}", idText(id)));
+  const int fd = (*file)->fd, dfd = (*file)->dfd;
+  const uint64_t base = slotPos(c, addr);
+  const uint64_t write_from = in_place ? old_len : 0;
+  const uint64_t first_block = write_from / kBlockBytes;
+  const uint64_t full = new_len / kBlockBytes;
+  Scratch& sc = scratch();
+  if (sc.crcs.size() < full - first_block) sc.crcs.resize(kMaxChunkBytes / kBlockBytes);
+  uint32_t tail_crc = 0;
+  auto writePieces = [&]() -> Status {
+    uint8_t* buf = sc.pieceBuf();
+    for (uint64_t ps = first_block * kBlockBytes; ps < new_len; ps += kPieceBytes) {
+      const uint64_t pe = std::min(ps + kPieceBytes, new_len);
+      // Assemble whole blocks in the aligned buffer: kept old bytes, new
+      // bytes, zeros (also past the end, up to the block boundary).
+      uint64_t old_to = std::min(pe, keep);
+      if (ps < old_to) RETURN_ON_ERROR(readRange(*old, ps, old_to - ps, buf));
+      uint64_t zero_from = std::max(ps, old_to);
+      std::memset(buf + (zero_from - ps), 0, roundUp(pe - ps) - (zero_from - ps));
+      uint64_t from = std::max(ps, offset), to = std::min(pe, end);
+      if (from < to && data) std::memcpy(buf + (from - ps), data + (from - offset), to - from);
+      // In place, the block holding the old end is rewritten with the same
+      // committed bytes; nothing before it is touched.
+      const uint64_t wstart = std::max(ps, write_from / kBlockBytes * kBlockBytes);
+      RETURN_ON_ERROR(pwriteFull(dfd, buf + (wstart - ps), roundUp(pe - wstart), base + wstart));
+      const uint8_t* src = buf;
+      for (uint64_t bs = ps; bs < pe; bs += kBlockBytes) {
+        uint64_t be = std::min(bs + kBlockBytes, pe);
+        uint32_t crc = crc32c(src + (bs - ps), be - bs);
+        if (bs / kBlockBytes < full)
+          sc.crcs[bs / kBlockBytes - first_block] = crc;
+        else
+          tail_crc = crc;
+      }
     }
-    done += static_cast<size_t>(n);
-  }
-  if (Status s = CISTERN_FAULT("storage.write.after_data"); !s.ok()) {
+    if (full > first_block) {
+      RETURN_ON_ERROR(pwriteFull(fd, sc.crcs.data(), (full - first_block) * 4,
+                                 crcPos(c, addr) + first_block * 4));
+    }
+    return CISTERN_FAULT("storage.write.after_data");
+  };
+  if (Status s = writePieces(); !s.ok()) {
     releaseNew();
-    return s;
+    return s.withContext(idText(id));
   }
   ChunkMeta m;
   m.size_class = c;
   m.addr = addr;
-  m.length = static_cast<uint32_t>(length);
+  m.length = static_cast<uint32_t>(new_len);
   m.chunk_version = (old ? old->chunk_version : 0) + 1;
   m.chain_version = chain_version;
-  m.crc32c = crc32c(content.data(), content.size());
+  m.tail_crc = tail_crc;
   PendingCommit pending{*file, encodeChunkKey(id), encodeChunkMeta(m)};
   Status committed = commit(pending);
   if (committed.code() == ErrorCode::kNoSpace) {
-    releaseNew();  // the old record is intact; the new slot was never referenced
+    releaseNew();  // the old record is intact; a new slot was never referenced
     return committed.withContext(idText(id));
   }
   RETURN_ON_ERROR(committed);
-  RETURN_ON_ERROR(CISTERN_FAULT("storage.write.after_meta"));
-  if (old) {
+  {
     std::lock_guard lock(alloc_mu_);
-    allocators_[old->size_class].release(old->addr);
+    if (old)
+      data_bytes_[old->size_class] -= old_len;
+    else
+      ++chunks_;
+    data_bytes_[c] += new_len;
   }
+  RETURN_ON_ERROR(CISTERN_FAULT("storage.write.after_meta"));
+  if (old && !in_place) releaseSlot(old->size_class, old->addr, false);
   return m;
 }
 
 Result<size_t> ChunkEngine::read(ChunkId id, uint64_t offset, std::span<uint8_t> out) {
-  ASSIGN_OR_RETURN(auto m, query(id));
-  if (!m) return Status(ErrorCode::kNotFound, idText(id));
-  if (offset >= m->length) return size_t{0};
-  std::vector<uint8_t> content(m->length);
-  RETURN_ON_ERROR(readSlot(*m, content.data()).withContext(idText(id)));
-  size_t n = std::min<size_t>(out.size(), m->length - offset);
-  std::memcpy(out.data(), content.data() + offset, n);
-  return n;
+  // A copy-on-write commit may release the slot between our metadata read
+  // and our data read, and a new chunk may fill it: a mismatch is only
+  // corruption if the record is still the one we read.
+  for (int attempt = 0;; ++attempt) {
+    ASSIGN_OR_RETURN(auto m, query(id));
+    if (!m) return Status(ErrorCode::kNotFound, idText(id));
+    if (offset >= m->length) return size_t{0};
+    size_t n = std::min<size_t>(out.size(), m->length - offset);
+    Status s = readRange(*m, offset, n, out.data());
+    if (s.ok()) return n;
+    if (s.code() == ErrorCode::kCorruption && attempt < 3) {
+      ASSIGN_OR_RETURN(auto again, query(id));
+      if (again != m) continue;
+    }
+    return s.withContext(idText(id));
+  }
 }
 
 Status ChunkEngine::remove(ChunkId id) {
@@ -313,36 +534,94 @@ Status ChunkEngine::remove(ChunkId id) {
   std::lock_guard chunk_lock(chunkLock(id));
   ASSIGN_OR_RETURN(auto m, query(id));
   if (!m) return Status::OK();
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  rocksdb::Status s = db_->Delete(wo, encodeChunkKey(id));
-  if (!s.ok()) return fail("metadata delete: " + s.ToString());
-  std::lock_guard lock(alloc_mu_);
-  allocators_[m->size_class].release(m->addr);
+  PendingCommit pending{nullptr, encodeChunkKey(id), {}, /*erase=*/true};
+  RETURN_ON_ERROR(commit(pending).withContext(idText(id)));
+  {
+    std::lock_guard lock(alloc_mu_);
+    data_bytes_[m->size_class] -= m->length;
+    --chunks_;
+  }
+  releaseSlot(m->size_class, m->addr, true);
   return Status::OK();
 }
 
-Result<std::vector<ChunkId>> ChunkEngine::scrub() {
-  std::vector<ChunkId> bad;
+Result<std::vector<std::pair<ChunkId, ChunkMeta>>> ChunkEngine::list(ChunkId from, uint32_t limit) {
+  std::vector<std::pair<ChunkId, ChunkMeta>> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  std::vector<uint8_t> buf;
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+  for (it->Seek(encodeChunkKey(from)); it->Valid() && out.size() < limit; it->Next()) {
     ASSIGN_OR_RETURN(ChunkId id,
                      decodeChunkKey(std::string_view(it->key().data(), it->key().size())));
     auto m = decodeChunkMeta(std::string_view(it->value().data(), it->value().size()));
-    if (!m.ok()) {
-      bad.push_back(id);
-      continue;
+    if (!m.ok()) return m.status().withContext(idText(id));
+    out.emplace_back(id, *m);
+  }
+  RETURN_ON_ERROR(fromRocks(it->status(), "list chunks"));
+  return out;
+}
+
+Result<std::vector<ChunkId>> ChunkEngine::scrub(uint64_t bytes_per_second,
+                                                const std::atomic<bool>* stop) {
+  static auto& scrubbed = metrics::Registry::global().counter(
+      "storage_scrub_bytes_total", {}, "Chunk bytes re-read and verified by scrub");
+  static auto& bad_total = metrics::Registry::global().counter(
+      "storage_scrub_bad_chunks_total", {}, "Chunks that failed verification in a scrub");
+  std::vector<ChunkId> bad;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  uint8_t* buf = scratch().pieceBuf();
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t bytes = 0;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (stop && stop->load()) break;
+    ASSIGN_OR_RETURN(ChunkId id,
+                     decodeChunkKey(std::string_view(it->key().data(), it->key().size())));
+    auto m = decodeChunkMeta(std::string_view(it->value().data(), it->value().size()));
+    Status s = m.status();
+    for (uint64_t at = 0; s.ok() && at < m->length; at += kPieceBytes) {
+      size_t n = std::min<uint64_t>(kPieceBytes, m->length - at);
+      s = readRange(*m, at, n, buf);
+      bytes += n;
     }
-    buf.resize(m->length);
-    Status s = readSlot(*m, buf.data());
-    if (s.code() == ErrorCode::kCorruption)
-      bad.push_back(id);
-    else
-      RETURN_ON_ERROR(s);
+    if (s.code() == ErrorCode::kCorruption) {
+      // Overwritten since the scan began? Then the new version is checked by reads.
+      auto now = query(id);
+      if (now.ok() && *now == std::optional<ChunkMeta>(*m)) {
+        bad.push_back(id);
+        bad_total.inc();
+      }
+    } else if (!s.ok()) {
+      return s.withContext(idText(id));
+    }
+    scrubbed.inc(m.ok() ? m->length : 0);
+    if (bytes_per_second > 0) {
+      auto due = t0 + std::chrono::duration<double>(static_cast<double>(bytes) /
+                                                    static_cast<double>(bytes_per_second));
+      std::this_thread::sleep_until(due);
+    }
   }
   RETURN_ON_ERROR(fromRocks(it->status(), "scrub scan"));
   return bad;
+}
+
+ChunkEngine::Space ChunkEngine::space() const {
+  Space out;
+  struct statvfs vfs;
+  if (::statvfs(options_.path.c_str(), &vfs) == 0) {
+    out.fs_total_bytes = uint64_t{vfs.f_blocks} * vfs.f_frsize;
+    out.fs_free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+  }
+  out.reserved_bytes = options_.reserved_bytes;
+  out.failed = failed_;
+  std::lock_guard lock(alloc_mu_);
+  out.chunks = chunks_;
+  for (uint32_t c = 0; c < kClassCount; ++c) {
+    auto& k = out.classes[c];
+    k.slot_bytes = classBytes(c);
+    k.slots_used = allocators_[c].usedSlots();
+    k.slots_max = uint64_t{allocators_[c].slotsPerGroup()} * options_.groups_max;
+    k.data_bytes = data_bytes_[c];
+    out.data_bytes += k.data_bytes;
+  }
+  return out;
 }
 
 uint64_t ChunkEngine::usedSlots(uint32_t size_class) const {

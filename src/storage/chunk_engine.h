@@ -2,21 +2,28 @@
 //
 // Layout (docs/chunk_format.md): chunk bytes live in fixed-size slots of
 // group files, one set of group files per size class
-// (`<path>/data/c<class>/g<group>.dat`); chunk metadata records live in a
-// RocksDB at `<path>/meta`. Writes are copy-on-write: the new content of the
-// chunk goes to a fresh slot and is synced, then the metadata record is
-// replaced in one synced RocksDB write, then the old slot is released. A crash
-// therefore shows the old or the new chunk, never a mix; a slot written but
-// not committed is free again after reopen, because the slot bitmaps are
-// rebuilt from the metadata. Every read verifies the CRC32C of the whole
-// chunk and returns kCorruption (CHECKSUM_MISMATCH) and no bytes on mismatch.
-// An fsync error puts the engine into a failed, read-only state (never retried).
+// (`<path>/data/c<class>/g<group>.dat`). A slot holds the chunk's data and,
+// after it, a CRC area: the CRC32C of every full 4 KiB block. The CRC of the
+// last, partial block is in the chunk's metadata record, in a RocksDB at
+// `<path>/meta`. A read verifies only the blocks it touches (a 4 KiB read
+// checks one block) and returns kCorruption (CHECKSUM_MISMATCH) and no bytes
+// on a mismatch.
+//
+// Writes: an append that stays in the chunk's size class writes in place past
+// the committed length (committed bytes and CRCs are never touched); any other
+// write is copy-on-write into a fresh slot. Either way the data is synced,
+// then the metadata record is replaced in one synced RocksDB write, then (COW)
+// the old slot is released. A crash shows the old or the new chunk, never a
+// mix; a slot written but not committed is free again after reopen, because
+// the slot bitmaps are rebuilt from the metadata. An fsync error puts the
+// engine into a failed, read-only state (never retried).
 //
 // Threads: all methods are thread-safe; writes to one chunk are serialized by
 // a striped lock, writes to different chunks run in parallel and are group-
 // committed: one fdatasync per touched group file and one synced metadata
 // batch for all writes waiting at that moment.
-// Memory: one bit per slot, plus per-call buffers of at most one chunk.
+// Memory: one bit per slot, plus a reused scratch buffer of 1 MiB per thread
+// that has written or scrubbed; no allocation proportional to a request.
 // File descriptors: at most `open_files_max` group files are kept open.
 #pragma once
 
@@ -57,6 +64,9 @@ struct ChunkEngineOptions {
   // so that the metadata store never meets ENOSPC itself (RocksDB does not
   // recover from a failed WAL write). Default: 64 MiB.
   uint64_t reserved_bytes = 64ull << 20;
+  // Read and write data blocks with O_DIRECT where the filesystem supports
+  // it (buffered otherwise, e.g. on tmpfs). Default: true.
+  bool direct_io = true;
 };
 
 class ChunkEngine {
@@ -66,30 +76,69 @@ class ChunkEngine {
 
   // Writes `data` at `offset` of chunk `id`, creating it if needed (bytes
   // before `offset` that were never written read as zeros). Returns the new
-  // metadata. kInvalidArgument if the chunk would exceed 64 MiB.
+  // metadata. kInvalidArgument if the chunk would exceed 64 MiB;
+  // kStaleChainVersion if `chain_version` is older than the chunk's.
   Result<ChunkMeta> write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
                           uint64_t chain_version);
+  // Sets the chunk's length: shorter drops the tail, longer appends zeros.
+  // Creates a missing chunk of that length. Returns the new metadata.
+  Result<ChunkMeta> truncate(ChunkId id, uint64_t length, uint64_t chain_version);
   // Reads up to out.size() bytes from `offset`; returns the count (short at
   // the end of the chunk, 0 past it). kNotFound for a missing chunk.
   Result<size_t> read(ChunkId id, uint64_t offset, std::span<uint8_t> out);
   Result<std::optional<ChunkMeta>> query(ChunkId id);
-  // Removes the chunk; removing a missing chunk succeeds (GC retries).
+  // Removes the chunk and returns its slot's space to the filesystem (punch
+  // hole); removing a missing chunk succeeds (GC retries).
   Status remove(ChunkId id);
-  // Re-verifies every chunk's CRC; returns the ids that fail.
-  Result<std::vector<ChunkId>> scrub();
+  // Up to `limit` chunks with id >= `from`, in (inode, index) order.
+  Result<std::vector<std::pair<ChunkId, ChunkMeta>>> list(ChunkId from, uint32_t limit);
+  // Re-verifies the CRCs of every block of every chunk; returns the ids that
+  // fail. `bytes_per_second` > 0 paces the reads (the scrub worker's rate).
+  // `stop`, if given, ends the pass early when it becomes true.
+  Result<std::vector<ChunkId>> scrub(uint64_t bytes_per_second = 0,
+                                     const std::atomic<bool>* stop = nullptr);
 
+  struct ClassSpace {
+    uint64_t slot_bytes = 0;  // class size
+    uint64_t slots_used = 0;
+    uint64_t slots_max = 0;   // groups_max * slots per group
+    uint64_t data_bytes = 0;  // sum of chunk lengths
+  };
+  struct Space {
+    uint64_t fs_total_bytes = 0;
+    uint64_t fs_free_bytes = 0;  // available to this process
+    uint64_t reserved_bytes = 0;
+    uint64_t chunks = 0;
+    uint64_t data_bytes = 0;
+    bool failed = false;
+    std::array<ClassSpace, kClassCount> classes;
+  };
+  Space space() const;
   uint64_t usedSlots(uint32_t size_class) const;
   bool failed() const { return failed_.load(); }
+  const std::string& path() const { return options_.path; }
 
  private:
   ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB> db);
   Status rebuild();
   struct File {
-    int fd;
+    int fd;   // buffered: the CRC area, fdatasync, punch hole
+    int dfd;  // data blocks: O_DIRECT when available, else == fd
     ~File();
   };
   Result<std::shared_ptr<File>> groupFile(uint32_t size_class, uint32_t group);
-  Status readSlot(const ChunkMeta& m, uint8_t* out);
+  // Reads [offset, offset + n) of the chunk `m` into `out`, verifying every
+  // block it touches. REQUIRES: offset + n <= m.length.
+  Status readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out);
+  // The write path shared by write() and truncate(): the new content is the
+  // first `keep` bytes of `old` with [offset, offset + len) replaced by
+  // `data` (zeros if null). REQUIRES: the chunk lock is held.
+  Result<ChunkMeta> apply(ChunkId id, const std::optional<ChunkMeta>& old, uint64_t offset,
+                          const uint8_t* data, uint64_t len, uint64_t chain_version, uint64_t keep);
+  Status checkReserve(uint64_t bytes) const;
+  Status checkChainVersion(ChunkId id, const std::optional<ChunkMeta>& old,
+                           uint64_t chain_version) const;
+  void releaseSlot(uint32_t size_class, SlotAddr a, bool punch);
   Status fail(const std::string& what);
   std::mutex& chunkLock(const ChunkId& id);
 
@@ -102,7 +151,9 @@ class ChunkEngine {
   ChunkEngineOptions options_;
   std::unique_ptr<rocksdb::DB> db_;
   mutable std::mutex alloc_mu_;
-  std::vector<SlotAllocator> allocators_;  // one per size class
+  std::vector<SlotAllocator> allocators_;           // one per size class
+  std::array<uint64_t, kClassCount> data_bytes_{};  // under alloc_mu_
+  uint64_t chunks_ = 0;                             // under alloc_mu_
   std::mutex files_mu_;
   std::unordered_map<uint64_t, std::pair<std::shared_ptr<File>, std::list<uint64_t>::iterator>>
       files_;

@@ -9,17 +9,21 @@ namespace {
 
 template <typename T>
 void putLE(std::string& out, size_t off, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out[off + i] = static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out[off + i] = static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
 }
 
 template <typename T>
 T getLE(std::string_view in, size_t off) {
   uint64_t v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(in[off + i])) << (8 * i);
+  for (size_t i = 0; i < sizeof(T); ++i)
+    v |= static_cast<uint64_t>(static_cast<uint8_t>(in[off + i])) << (8 * i);
   return static_cast<T>(v);
 }
 
-Status corrupt(std::string_view why) { return Status(ErrorCode::kCorruption, fmt::format("chunk meta: {}", why)); }
+Status corrupt(std::string_view why) {
+  return Status(ErrorCode::kCorruption, fmt::format("chunk meta: {}", why));
+}
 
 }  // namespace
 
@@ -27,27 +31,32 @@ Result<uint32_t> classFor(uint64_t length) {
   for (uint32_t c = 0; c < kClassCount; ++c) {
     if (length <= classBytes(c)) return c;
   }
-  return Status(ErrorCode::kInvalidArgument, fmt::format("chunk of {} bytes exceeds {}", length, kMaxChunkBytes));
+  return Status(ErrorCode::kInvalidArgument,
+                fmt::format("chunk of {} bytes exceeds {}", length, kMaxChunkBytes));
 }
 
 std::string encodeChunkKey(const ChunkId& id) {
   std::string out(12, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((id.inode >> (56 - 8 * i)) & 0xff);
-  for (int i = 0; i < 4; ++i) out[static_cast<size_t>(8 + i)] = static_cast<char>((id.index >> (24 - 8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((id.inode >> (56 - 8 * i)) & 0xff);
+  for (int i = 0; i < 4; ++i)
+    out[static_cast<size_t>(8 + i)] = static_cast<char>((id.index >> (24 - 8 * i)) & 0xff);
   return out;
 }
 
 Result<ChunkId> decodeChunkKey(std::string_view key) {
   if (key.size() != 12) return corrupt(fmt::format("chunk key of {} bytes", key.size()));
   ChunkId id;
-  for (int i = 0; i < 8; ++i) id.inode = (id.inode << 8) | static_cast<uint8_t>(key[static_cast<size_t>(i)]);
-  for (int i = 0; i < 4; ++i) id.index = (id.index << 8) | static_cast<uint8_t>(key[static_cast<size_t>(8 + i)]);
+  for (int i = 0; i < 8; ++i)
+    id.inode = (id.inode << 8) | static_cast<uint8_t>(key[static_cast<size_t>(i)]);
+  for (int i = 0; i < 4; ++i)
+    id.index = (id.index << 8) | static_cast<uint8_t>(key[static_cast<size_t>(8 + i)]);
   return id;
 }
 
 // Layout (little-endian): 0 u16 version | 2 u8 class | 3 u8 flags | 4 u32 group |
 // 8 u32 slot | 12 u32 length | 16 u64 chunk_version | 24 u64 chain_version |
-// 32 u32 data crc32c | 36 u32 crc32c of bytes 0..35.
+// 32 u32 tail block crc32c | 36 u32 crc32c of bytes 0..35.
 std::string encodeChunkMeta(const ChunkMeta& m) {
   std::string out(kChunkMetaBytes, '\0');
   putLE<uint16_t>(out, 0, kChunkMetaVersion);
@@ -58,7 +67,7 @@ std::string encodeChunkMeta(const ChunkMeta& m) {
   putLE<uint32_t>(out, 12, m.length);
   putLE<uint64_t>(out, 16, m.chunk_version);
   putLE<uint64_t>(out, 24, m.chain_version);
-  putLE<uint32_t>(out, 32, m.crc32c);
+  putLE<uint32_t>(out, 32, m.tail_crc);
   putLE<uint32_t>(out, 36, crc32c(out.data(), 36));
   return out;
 }
@@ -66,7 +75,8 @@ std::string encodeChunkMeta(const ChunkMeta& m) {
 Result<ChunkMeta> decodeChunkMeta(std::string_view in) {
   if (in.size() != kChunkMetaBytes) return corrupt(fmt::format("record of {} bytes", in.size()));
   if (getLE<uint32_t>(in, 36) != crc32c(in.data(), 36)) return corrupt("record checksum mismatch");
-  if (getLE<uint16_t>(in, 0) != kChunkMetaVersion) return corrupt(fmt::format("record version {}", getLE<uint16_t>(in, 0)));
+  if (getLE<uint16_t>(in, 0) != kChunkMetaVersion)
+    return corrupt(fmt::format("record version {}", getLE<uint16_t>(in, 0)));
   ChunkMeta m;
   m.size_class = getLE<uint8_t>(in, 2);
   m.flags = getLE<uint8_t>(in, 3);
@@ -75,7 +85,7 @@ Result<ChunkMeta> decodeChunkMeta(std::string_view in) {
   m.length = getLE<uint32_t>(in, 12);
   m.chunk_version = getLE<uint64_t>(in, 16);
   m.chain_version = getLE<uint64_t>(in, 24);
-  m.crc32c = getLE<uint32_t>(in, 32);
+  m.tail_crc = getLE<uint32_t>(in, 32);
   if (m.size_class >= kClassCount) return corrupt(fmt::format("size class {}", m.size_class));
   if (m.length > classBytes(m.size_class)) {
     return corrupt(fmt::format("length {} exceeds class {}", m.length, classBytes(m.size_class)));

@@ -2,7 +2,8 @@
 //
 // A chunk is (inode, index). Its bytes live in one fixed-size slot of a group
 // file of its size class; its metadata record says where, how long, which
-// versions, and the CRC32C of the bytes. Records are stored in the target's
+// versions, and the CRC32C of the last partial block (the full blocks' CRCs
+// are in the slot's CRC area). Records are stored in the target's
 // RocksDB under the chunk id; decodeChunkMeta() is total and fuzzed
 // (tests/fuzz/chunk_meta_fuzz.cc). Pure functions; thread-safe.
 #pragma once
@@ -21,6 +22,15 @@ inline constexpr uint64_t kMinChunkBytes = 64 * 1024;
 inline constexpr uint64_t kMaxChunkBytes = kMinChunkBytes << (kClassCount - 1);  // 64 MiB
 
 inline constexpr uint64_t classBytes(uint32_t c) { return kMinChunkBytes << c; }
+
+// Every full 4 KiB block of a chunk has a CRC32C in the CRC area that follows
+// the data in its slot; a slot is the class size plus that area, rounded up to
+// whole blocks, so every slot and every block starts 4 KiB-aligned.
+inline constexpr uint64_t kBlockBytes = 4096;
+inline constexpr uint64_t crcAreaBytes(uint32_t c) {
+  return (classBytes(c) / kBlockBytes * 4 + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+}
+inline constexpr uint64_t slotStride(uint32_t c) { return classBytes(c) + crcAreaBytes(c); }
 // The smallest class holding `length` bytes; kInvalidArgument past 64 MiB.
 Result<uint32_t> classFor(uint64_t length);
 
@@ -44,15 +54,15 @@ struct SlotAddr {
 struct ChunkMeta {
   uint32_t size_class = 0;
   SlotAddr addr;
-  uint32_t length = 0;          // bytes of data, <= classBytes(size_class)
-  uint64_t chunk_version = 0;   // bumped by every committed write
-  uint64_t chain_version = 0;   // routing version the write was accepted under
-  uint32_t crc32c = 0;          // of the `length` data bytes
-  uint8_t flags = 0;            // reserved for replication states; 0 now
+  uint32_t length = 0;         // bytes of data, <= classBytes(size_class)
+  uint64_t chunk_version = 0;  // bumped by every committed write
+  uint64_t chain_version = 0;  // routing version the write was accepted under
+  uint32_t tail_crc = 0;       // of the bytes past the last full 4 KiB block (0 if none)
+  uint8_t flags = 0;           // reserved for replication states; 0 now
   bool operator==(const ChunkMeta&) const = default;
 };
 
-inline constexpr uint16_t kChunkMetaVersion = 1;
+inline constexpr uint16_t kChunkMetaVersion = 2;
 inline constexpr size_t kChunkMetaBytes = 40;
 
 std::string encodeChunkMeta(const ChunkMeta& m);

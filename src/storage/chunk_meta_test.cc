@@ -36,7 +36,7 @@ ChunkMeta sample() {
   m.length = 123456;
   m.chunk_version = 9;
   m.chain_version = 77;
-  m.crc32c = 0xabcdef01;
+  m.tail_crc = 0xabcdef01;
   return m;
 }
 
@@ -120,7 +120,9 @@ TEST(SlotAllocator, RandomAllocAndReleaseMatchAModel) {
       ASSERT_TRUE(s.ok());
       // The lowest free slot in (group, slot) order.
       std::pair<uint32_t, uint32_t> want{0, 0};
-      while (used.count(want)) want = want.second + 1 == 37 ? std::make_pair(want.first + 1, 0u) : std::make_pair(want.first, want.second + 1);
+      while (used.count(want))
+        want = want.second + 1 == 37 ? std::make_pair(want.first + 1, 0u)
+                                     : std::make_pair(want.first, want.second + 1);
       ASSERT_EQ(std::make_pair(s->group, s->slot), want);
       used.insert(want);
     }

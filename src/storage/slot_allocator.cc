@@ -45,10 +45,12 @@ Result<SlotAddr> SlotAllocator::allocate() {
     bits_[w] |= uint64_t{1} << (i % 64);
     ++used_;
     hint_ = w;
-    return SlotAddr{static_cast<uint32_t>(i / slots_per_group_), static_cast<uint32_t>(i % slots_per_group_)};
+    return SlotAddr{static_cast<uint32_t>(i / slots_per_group_),
+                    static_cast<uint32_t>(i % slots_per_group_)};
   }
   if (groups_ >= groups_max_) {
-    return Status(ErrorCode::kNoSpace, fmt::format("all {} groups of {} slots are full", groups_max_, slots_per_group_));
+    return Status(ErrorCode::kNoSpace,
+                  fmt::format("all {} groups of {} slots are full", groups_max_, slots_per_group_));
   }
   SlotAddr a{groups_, 0};
   growTo(groups_ + 1);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/metrics.h"
 #include "net/blocking.h"
 #include "storage.pb.h"
 
@@ -14,7 +15,7 @@ void fill(ChunkInfo* out, const ChunkMeta& m) {
   out->set_length(m.length);
   out->set_chunk_version(m.chunk_version);
   out->set_chain_version(m.chain_version);
-  out->set_crc32c(m.crc32c);
+  out->set_tail_crc(m.tail_crc);
   out->set_size_class(m.size_class);
 }
 
@@ -22,15 +23,72 @@ net::Method method(const char* name) {
   return net::Method::of(std::string("cistern.storage.StorageService.") + name);
 }
 
+// What a request without a payload counts against the budget.
+constexpr uint64_t kRequestBytes = 4096;
+
+metrics::Gauge& queuedGauge() {
+  static auto& g = metrics::Registry::global().gauge(
+      "storage_queued_bytes", {}, "Bytes of admitted storage requests not finished yet");
+  return g;
+}
+
 }  // namespace
 
+// Holds `bytes` of the target's budget while a request runs.
+class StorageService::Admission {
+ public:
+  Admission(StorageService& s, uint64_t bytes) : s_(s), bytes_(bytes) {}
+  ~Admission() {
+    if (held_) s_.done(bytes_);
+  }
+  Status admit(int qos) {
+    RETURN_ON_ERROR(s_.admit(bytes_, qos));
+    held_ = true;
+    return Status::OK();
+  }
+
+ private:
+  StorageService& s_;
+  uint64_t bytes_;
+  bool held_ = false;
+};
+
+Status StorageService::admit(uint64_t bytes, int qos) {
+  static auto& refused = metrics::Registry::global().counter(
+      "storage_requests_refused_total", {}, "Requests refused because the target was busy");
+  uint64_t limit = options_.queued_bytes_max;
+  if (qos == QOS_BACKGROUND) limit = static_cast<uint64_t>(limit * options_.background_share);
+  uint64_t cur = queued_.load();
+  do {
+    // One request larger than the budget still runs when nothing else is queued.
+    if (cur > 0 && cur + bytes > limit) {
+      refused.inc();
+      return Status(ErrorCode::kTargetBusy,
+                    fmt::format("target {} has {} bytes queued (limit {}); retry later",
+                                engine_.path(), cur, limit));
+    }
+  } while (!queued_.compare_exchange_weak(cur, cur + bytes));
+  queuedGauge().add(static_cast<int64_t>(bytes));
+  return Status::OK();
+}
+
+void StorageService::done(uint64_t bytes) {
+  queued_.fetch_sub(bytes);
+  queuedGauge().add(-static_cast<int64_t>(bytes));
+}
+
 StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
-                               uint32_t blocking_threads, uint64_t batch_read_bytes_max)
-    : engine_(engine), pool_(blocking_threads), batch_read_bytes_max_(batch_read_bytes_max) {
+                               StorageServiceOptions options)
+    : engine_(engine),
+      options_(options),
+      pool_(options.blocking_threads),
+      buffers_(options.batch_read_bytes_max) {
   server.handle<WriteReq, WriteResp>(
       method("Write"),
       [this](net::CallContext& ctx, const WriteReq& req,
              WriteResp& resp) -> asio::awaitable<Status> {
+        Admission admitted(*this, ctx.requestPayload().size());
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
           ASSIGN_OR_RETURN(ChunkMeta m, engine_.write(idOf(req.chunk()), req.offset(),
                                                       ctx.requestPayload(), req.chain_version()));
@@ -44,13 +102,15 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
              BatchReadResp& resp) -> asio::awaitable<Status> {
         uint64_t total = 0;
         for (const auto& r : req.ranges()) total += r.length();
-        if (total > batch_read_bytes_max_) {
-          co_return Status(
-              ErrorCode::kPayloadTooLarge,
-              fmt::format("batch read of {} bytes exceeds {}", total, batch_read_bytes_max_));
+        if (total > options_.batch_read_bytes_max) {
+          co_return Status(ErrorCode::kPayloadTooLarge,
+                           fmt::format("batch read of {} bytes exceeds {}", total,
+                                       options_.batch_read_bytes_max));
         }
-        auto out = std::make_shared<std::vector<uint8_t>>(total);
+        Admission admitted(*this, total);
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          auto out = std::make_shared<net::PooledBuffer>(buffers_.get(total));
           size_t at = 0;
           for (const auto& r : req.ranges()) {
             auto n = engine_.read(idOf(r.chunk()), r.offset(),
@@ -60,14 +120,15 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
             resp.add_lengths(static_cast<uint32_t>(got));
             at += got;  // the payload carries only the bytes returned
           }
-          out->resize(at);
-          ctx.setResponsePayload(*out, out);
+          ctx.setResponsePayload(std::span<const uint8_t>(out->data(), at), out);
           return Status::OK();
         });
       });
   server.handle<RemoveReq, RemoveResp>(
       method("Remove"),
       [this](net::CallContext&, const RemoveReq& req, RemoveResp& resp) -> asio::awaitable<Status> {
+        Admission admitted(*this, kRequestBytes);
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
           for (const auto& c : req.chunks())
             resp.add_codes(static_cast<uint32_t>(engine_.remove(idOf(c)).code()));
@@ -77,12 +138,67 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
   server.handle<QueryReq, QueryResp>(
       method("Query"),
       [this](net::CallContext&, const QueryReq& req, QueryResp& resp) -> asio::awaitable<Status> {
+        Admission admitted(*this, kRequestBytes);
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
           ASSIGN_OR_RETURN(auto m, engine_.query(idOf(req.chunk())));
           resp.set_exists(m.has_value());
           if (m) fill(resp.mutable_info(), *m);
           return Status::OK();
         });
+      });
+  server.handle<TruncateReq, TruncateResp>(
+      method("Truncate"),
+      [this](net::CallContext&, const TruncateReq& req,
+             TruncateResp& resp) -> asio::awaitable<Status> {
+        Admission admitted(*this, kRequestBytes);
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
+        co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          ASSIGN_OR_RETURN(ChunkMeta m,
+                           engine_.truncate(idOf(req.chunk()), req.length(), req.chain_version()));
+          fill(resp.mutable_info(), m);
+          return Status::OK();
+        });
+      });
+  server.handle<ListReq, ListResp>(
+      method("List"),
+      [this](net::CallContext&, const ListReq& req, ListResp& resp) -> asio::awaitable<Status> {
+        Admission admitted(*this, kRequestBytes);
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
+        co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          uint32_t limit = req.limit() == 0 ? 1000 : std::min<uint32_t>(req.limit(), 10000);
+          ASSIGN_OR_RETURN(auto chunks, engine_.list(idOf(req.from()), limit + 1));
+          resp.set_more(chunks.size() > limit);
+          if (chunks.size() > limit) chunks.pop_back();
+          for (const auto& [id, m] : chunks) {
+            auto* c = resp.add_chunks();
+            c->mutable_chunk()->set_inode(id.inode);
+            c->mutable_chunk()->set_index(id.index);
+            fill(c->mutable_info(), m);
+          }
+          return Status::OK();
+        });
+      });
+  server.handle<SpaceReq, SpaceResp>(
+      method("Space"),
+      [this](net::CallContext&, const SpaceReq&, SpaceResp& resp) -> asio::awaitable<Status> {
+        auto s = engine_.space();  // statvfs and counters: cheap, runs inline
+        resp.set_path(engine_.path());
+        resp.set_fs_total_bytes(s.fs_total_bytes);
+        resp.set_fs_free_bytes(s.fs_free_bytes);
+        resp.set_reserved_bytes(s.reserved_bytes);
+        resp.set_chunks(s.chunks);
+        resp.set_data_bytes(s.data_bytes);
+        resp.set_failed(s.failed);
+        resp.set_queued_bytes(queued_.load());
+        for (const auto& c : s.classes) {
+          auto* k = resp.add_classes();
+          k->set_slot_bytes(c.slot_bytes);
+          k->set_slots_used(c.slots_used);
+          k->set_slots_max(c.slots_max);
+          k->set_data_bytes(c.data_bytes);
+        }
+        co_return Status::OK();
       });
 }
 

@@ -1,30 +1,50 @@
 // StorageService: serves one ChunkEngine over RPC (cistern.storage.StorageService).
 //
 // Chunk I/O blocks (pread/pwrite, fdatasync), so handlers run on a pool of
-// `blocking_threads` threads; the pool and the RPC server's per-connection
-// in-flight bound together bound the bytes a server holds. A batch read
-// returns at most `batch_read_bytes_max` bytes (kPayloadTooLarge beyond).
-// Targets, chains and QoS classes come with mgmtd; today one engine is one target.
+// `blocking_threads` threads. Every request is admitted against the target's
+// queued-bytes budget before it is queued there: past `queued_bytes_max`
+// (foreground) or `background_share` of it (background QoS), the request is
+// refused with kTargetBusy (EAGAIN) and the client backs off and retries —
+// backpressure instead of unbounded queues. A batch read returns at most
+// `batch_read_bytes_max` bytes (kPayloadTooLarge beyond), into a pooled buffer.
+// Today one service serves one target; chains come with mgmtd.
 #pragma once
 
 #include <asio/thread_pool.hpp>
+#include <atomic>
 
+#include "net/buffer_pool.h"
 #include "net/rpc_server.h"
 #include "storage/chunk_engine.h"
 
 namespace cistern::storage {
 
+struct StorageServiceOptions {
+  uint32_t blocking_threads = 8;
+  uint64_t batch_read_bytes_max = 64ull << 20;
+  uint64_t queued_bytes_max = 256ull << 20;
+  double background_share = 0.25;
+};
+
 class StorageService {
  public:
   // Registers the methods on `server` (before server.start()).
-  StorageService(ChunkEngine& engine, net::RpcServer& server, uint32_t blocking_threads = 8,
-                 uint64_t batch_read_bytes_max = 64ull << 20);
+  StorageService(ChunkEngine& engine, net::RpcServer& server, StorageServiceOptions options = {});
   ~StorageService();  // stop the RpcServer first
 
+  uint64_t queuedBytes() const { return queued_.load(); }
+
  private:
+  class Admission;
+  // Reserves `bytes` of the budget for a request of QoS class `qos`.
+  Status admit(uint64_t bytes, int qos);
+  void done(uint64_t bytes);
+
   ChunkEngine& engine_;
+  StorageServiceOptions options_;
   asio::thread_pool pool_;
-  uint64_t batch_read_bytes_max_;
+  net::BufferPool buffers_;
+  std::atomic<uint64_t> queued_{0};
 };
 
 }  // namespace cistern::storage

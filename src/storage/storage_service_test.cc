@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <future>
+
+#include "common/fault.h"
 
 #include "common/random.h"
 #include "net/rpc_client.h"
@@ -30,7 +33,10 @@ class StorageServiceTest : public ::testing::Test {
     o.reserved_bytes = 0;
     engine_ = std::move(ChunkEngine::open(o)).value();
     server_ = std::make_unique<net::RpcServer>(net::ServerOptions{.threads = 1});
-    service_ = std::make_unique<StorageService>(*engine_, *server_, 4, 1 << 20);
+    service_ = std::make_unique<StorageService>(
+        *engine_, *server_,
+        StorageServiceOptions{
+            .blocking_threads = 4, .batch_read_bytes_max = 1 << 20, .queued_bytes_max = 4 << 20});
     ASSERT_TRUE(server_->start().ok());
   }
   void TearDown() override {
@@ -127,6 +133,85 @@ TEST_F(StorageServiceTest, QueryRemoveAndLimits) {
   EXPECT_EQ(client_->callSync(server_->endpoint(), m("BatchRead"), big, &br).code(),
             ErrorCode::kPayloadTooLarge);
   EXPECT_EQ(write(3, 0, kMaxChunkBytes, bytes(1, 4), &w).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(StorageServiceTest, TruncateListAndSpace) {
+  WriteResp w;
+  for (uint32_t i = 0; i < 5; ++i) ASSERT_TRUE(write(4, i, 0, bytes(70000, i), &w).ok());
+  TruncateReq t;
+  t.mutable_chunk()->set_inode(4);
+  t.mutable_chunk()->set_index(2);
+  t.set_length(100);
+  t.set_chain_version(3);
+  TruncateResp tr;
+  ASSERT_TRUE(client_->callSync(server_->endpoint(), m("Truncate"), t, &tr).ok());
+  EXPECT_EQ(tr.info().length(), 100u);
+  EXPECT_EQ(tr.info().size_class(), 0u);
+
+  ListReq l;
+  l.mutable_from()->set_inode(4);
+  l.set_limit(3);
+  ListResp lr;
+  ASSERT_TRUE(client_->callSync(server_->endpoint(), m("List"), l, &lr).ok());
+  ASSERT_EQ(lr.chunks_size(), 3);
+  EXPECT_TRUE(lr.more());
+  EXPECT_EQ(lr.chunks(2).chunk().index(), 2u);
+  EXPECT_EQ(lr.chunks(2).info().length(), 100u);
+  l.mutable_from()->set_index(3);
+  ASSERT_TRUE(client_->callSync(server_->endpoint(), m("List"), l, &lr).ok());
+  ASSERT_EQ(lr.chunks_size(), 2);
+  EXPECT_FALSE(lr.more());
+
+  SpaceResp sr;
+  ASSERT_TRUE(client_->callSync(server_->endpoint(), m("Space"), SpaceReq(), &sr).ok());
+  EXPECT_EQ(sr.path(), dir_);
+  EXPECT_EQ(sr.chunks(), 5u);
+  EXPECT_EQ(sr.data_bytes(), 4u * 70000 + 100);
+  ASSERT_EQ(sr.classes_size(), static_cast<int>(kClassCount));
+  EXPECT_EQ(sr.classes(1).slots_used(), 4u);
+  EXPECT_EQ(sr.classes(0).data_bytes(), 100u);
+  EXPECT_GT(sr.fs_total_bytes(), 0u);
+  EXPECT_FALSE(sr.failed());
+
+  // A writer with an older chain version is refused and changes nothing.
+  WriteReq stale;
+  stale.mutable_chunk()->set_inode(4);
+  stale.set_chain_version(2);
+  auto one = bytes(1, 9);
+  EXPECT_EQ(client_->callSync(server_->endpoint(), m("Write"), stale, &w, {.request_payload = one})
+                .code(),
+            ErrorCode::kStaleChainVersion);
+}
+
+// With writes parked in the engine, the queued bytes reach the budget and
+// further requests are refused with kTargetBusy instead of queuing; a
+// background request is refused earlier than a foreground one.
+TEST_F(StorageServiceTest, QueuedBytesAreBoundedPerTarget) {
+  fault::enable("storage.write.after_data", fault::Spec{.action = fault::Action::kDelay,
+                                                        .delay = std::chrono::milliseconds(300)});
+  auto data = bytes(1 << 20, 5);
+  std::vector<std::future<Status>> inflight;
+  for (uint32_t i = 0; i < 4; ++i) {
+    inflight.push_back(std::async(std::launch::async, [&, i] {
+      WriteResp w;
+      return write(5, i, 0, data, &w);
+    }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(service_->queuedBytes(), 4u << 20);
+  WriteResp w;
+  WriteReq bg;
+  bg.mutable_chunk()->set_inode(6);
+  bg.set_qos(QOS_BACKGROUND);
+  auto small = bytes(4096, 1);
+  EXPECT_EQ(
+      client_->callSync(server_->endpoint(), m("Write"), bg, &w, {.request_payload = small}).code(),
+      ErrorCode::kTargetBusy);                                         // background budget: 1 MiB
+  EXPECT_EQ(write(5, 9, 0, data, &w).code(), ErrorCode::kTargetBusy);  // the 4 MiB budget is full
+  for (auto& f : inflight) EXPECT_TRUE(f.get().ok());
+  fault::disableAll();
+  EXPECT_EQ(service_->queuedBytes(), 0u);
+  EXPECT_TRUE(write(5, 9, 0, data, &w).ok());
 }
 
 }  // namespace
