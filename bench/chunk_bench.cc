@@ -1,12 +1,15 @@
 // bench/run chunk — the chunk engine next to fio on the same directory.
 //
-// Each side writes 1 MiB blocks sequentially with 4 writers (every write
+// Each side writes 256 MiB in 1 MiB blocks with 4 writers, one 64 MiB file each (every write
 // durable before it returns: the engine group-commits, fio uses fdatasync=1),
-// reads them back sequentially, and does 4 KiB random reads with 32 readers
-// (fio: 32 jobs, psync). Page caches are dropped before reads when allowed.
-// Figures: chunk_seqwrite_vs_fio, chunk_seqread_vs_fio, chunk_randread_vs_fio (x),
-// and the absolute MB/s and IOPS behind them, plus peak RSS.
-// The storage RPC figure (storage_rpc_seqread_vs_fio) comes with the storage service.
+// reads them back sequentially with 4 readers, and does 4 KiB random reads
+// over the same 256 MiB with 32 readers (fio: 32 threads, psync, one shared
+// file). Both sides use O_DIRECT (the engine's default on a filesystem that
+// has it; fio --direct=1), so the page cache favours neither. The sequential
+// read is run a second time through the storage RPC on loopback (4 clients,
+// one 1 MiB BatchRead each at a time).
+// Figures: chunk_seqwrite_vs_fio, chunk_seqread_vs_fio, chunk_randread_vs_fio,
+// storage_rpc_seqread_vs_fio (x), the MB/s and IOPS behind them, peak RSS.
 #include <unistd.h>
 
 #include <atomic>
@@ -20,7 +23,11 @@
 #include "bench/bench_util.h"
 #include "common/log.h"
 #include "common/random.h"
+#include "net/rpc_client.h"
+#include "net/rpc_server.h"
+#include "storage.pb.h"
 #include "storage/chunk_engine.h"
+#include "storage/storage_service.h"
 
 using namespace cistern;
 using namespace cistern::storage;
@@ -29,6 +36,10 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint32_t kChunks = 256;  // 256 MiB
+constexpr uint32_t kPerThread = kChunks / 4;  // each of 4 threads: one file of 64 chunks
+
+// The i-th chunk of the benchmark: chunk i % 64 of file (inode) 1 + i / 64.
+ChunkId chunkOf(uint32_t i) { return ChunkId{1 + i / kPerThread, i % kPerThread}; }
 
 void dropCaches() {
   ::sync();
@@ -78,7 +89,7 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(base);
   std::filesystem::create_directories(base + "/fio");
 
-  double eng_write, eng_read, eng_iops;
+  double eng_write, eng_read, eng_iops, rpc_read;
   {
     ChunkEngineOptions o;
     o.path = base + "/target";
@@ -90,16 +101,16 @@ int main(int argc, char** argv) {
     ChunkEngine& e = **engine;
     std::vector<uint8_t> block(kMiB, 0x5a);
     double took = parallel(4, [&](int t) {
-      for (uint32_t i = static_cast<uint32_t>(t); i < kChunks; i += 4) {
-        if (!e.write({1, i}, 0, block, 1).ok()) std::exit(1);
+      for (uint32_t i = static_cast<uint32_t>(t) * kPerThread; i < (t + 1) * kPerThread; ++i) {
+        if (!e.write(chunkOf(i), 0, block, 1).ok()) std::exit(1);
       }
     });
     eng_write = kChunks * kMiB / took;
     dropCaches();
     took = parallel(4, [&](int t) {
       std::vector<uint8_t> out(kMiB);
-      for (uint32_t i = static_cast<uint32_t>(t); i < kChunks; i += 4) {
-        if (!e.read({1, i}, 0, out).ok()) std::exit(1);
+      for (uint32_t i = static_cast<uint32_t>(t) * kPerThread; i < (t + 1) * kPerThread; ++i) {
+        if (!e.read(chunkOf(i), 0, out).ok()) std::exit(1);
       }
     });
     eng_read = kChunks * kMiB / took;
@@ -111,26 +122,57 @@ int main(int argc, char** argv) {
       auto t0 = std::chrono::steady_clock::now();
       uint64_t n = 0;
       while (bench::secondsSince(t0) < rand_secs) {
-        if (!e.read({1, static_cast<uint32_t>(rng.uniform(kChunks))}, rng.uniform(256) * 4096, out).ok()) std::exit(1);
+        if (!e.read(chunkOf(static_cast<uint32_t>(rng.uniform(kChunks))), rng.uniform(256) * 4096, out).ok()) std::exit(1);
         ++n;
       }
       reads += n;
     });
     eng_iops = static_cast<double>(reads.load()) / took;
+
+    net::RpcServer server(net::ServerOptions{.threads = 1});
+    StorageService service(e, server);
+    if (!server.start().ok()) return 1;
+    dropCaches();
+    {
+      net::RpcClient client;
+      auto method = net::Method::of("cistern.storage.StorageService.BatchRead");
+      took = parallel(4, [&](int t) {
+        std::vector<uint8_t> out(kMiB);
+        for (uint32_t i = static_cast<uint32_t>(t) * kPerThread; i < (t + 1) * kPerThread; ++i) {
+          BatchReadReq req;
+          auto* r = req.add_ranges();
+          r->mutable_chunk()->set_inode(chunkOf(i).inode);
+          r->mutable_chunk()->set_index(chunkOf(i).index);
+          r->set_length(kMiB);
+          BatchReadResp resp;
+          size_t got = 0;
+          Status s = client.callSync(server.endpoint(), method, req, &resp,
+                                     {.response_payload = out, .response_payload_len = &got});
+          if (!s.ok() || got != kMiB) {
+            std::fprintf(stderr, "chunk bench: rpc read: %s\n", s.toString().c_str());
+            std::exit(1);
+          }
+        }
+      });
+    }
+    rpc_read = kChunks * kMiB / took;
+    server.stop();
   }
 
   std::string dir = "--directory=" + base + "/fio";
-  auto [fio_write, w_iops] = fio(dir + " --name=w --rw=write --bs=1m --size=64m --numjobs=4 --ioengine=psync --fdatasync=1 --group_reporting");
+  std::string common = dir + " --direct=1 --thread --ioengine=psync --group_reporting";
+  auto [fio_write, w_iops] = fio(common + " --name=w --rw=write --bs=1m --size=64m --numjobs=4 --fdatasync=1");
   dropCaches();
-  auto [fio_read, r_iops] = fio(dir + " --name=w --rw=read --bs=1m --size=64m --numjobs=4 --ioengine=psync --group_reporting");
+  auto [fio_read, r_iops] = fio(common + " --name=w --rw=read --bs=1m --size=64m --numjobs=4");
   dropCaches();
-  auto [rbw, fio_iops] = fio(dir + " --name=w --rw=randread --bs=4k --size=64m --numjobs=32 --ioengine=psync --time_based --runtime=" +
-                             std::to_string(static_cast<int>(rand_secs)) + " --group_reporting");
+  auto [rbw, fio_iops] = fio(common + " --name=r --filename=rand --rw=randread --bs=4k --size=256m --numjobs=32 --time_based --runtime=" +
+                             std::to_string(static_cast<int>(rand_secs)));
   (void)w_iops;
   (void)r_iops;
   (void)rbw;
   std::filesystem::remove_all(base);
 
+  std::printf("storage rpc: read %.0f MB/s\n", rpc_read / 1e6);
   std::printf("chunk engine: write %.0f MB/s, read %.0f MB/s, 4K randread %.0f IOPS; fio: write %.0f MB/s, read %.0f MB/s, randread %.0f IOPS\n",
               eng_write / 1e6, eng_read / 1e6, eng_iops, fio_write / 1e6, fio_read / 1e6, fio_iops);
   bench::figure("chunk_seqwrite_mbps", eng_write / 1e6, "MB/s");
@@ -143,5 +185,7 @@ int main(int argc, char** argv) {
   bench::figure("chunk_seqwrite_vs_fio", eng_write / fio_write, "x");
   bench::figure("chunk_seqread_vs_fio", eng_read / fio_read, "x");
   bench::figure("chunk_randread_vs_fio", eng_iops / fio_iops, "x");
+  bench::figure("storage_rpc_seqread_mbps", rpc_read / 1e6, "MB/s");
+  bench::figure("storage_rpc_seqread_vs_fio", rpc_read / fio_read, "x");
   return 0;
 }

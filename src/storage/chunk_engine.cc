@@ -5,6 +5,7 @@
 #include <linux/falloc.h>
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -36,6 +37,12 @@ Status fromRocks(const rocksdb::Status& s, const std::string& what) {
   return Status(s.IsNoSpace() ? ErrorCode::kNoSpace : ErrorCode::kIOError,
                 fmt::format("{}: {}", what, s.ToString()));
 }
+
+// Classes from 1 MiB up place new chunks in runs (SlotAllocator::allocateRun)
+// in pre-allocated group files; smaller ones, mostly small files, stay dense
+// and sparse.
+constexpr uint32_t kRunClass = 4;
+static_assert(classBytes(kRunClass) == 1 << 20);
 
 uint32_t slotsPerGroup(const ChunkEngineOptions& o, uint32_t c) {
   return static_cast<uint32_t>(std::max<uint64_t>(4, o.group_bytes / classBytes(c)));
@@ -194,6 +201,17 @@ Result<std::shared_ptr<ChunkEngine::File>> ChunkEngine::groupFile(uint32_t c, ui
   // Data blocks go through O_DIRECT where the filesystem has it (tmpfs does
   // not); the CRC area, in pages of its own, stays in the page cache.
   int dfd = options_.direct_io ? ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_DIRECT) : -1;
+  if (c >= kRunClass) {
+    // Large classes are read in runs of slots: allocate the whole group at
+    // once so that it is contiguous on disk (writes into holes from several
+    // writers at a time would scatter it). Best effort: a full disk is
+    // reported by the writes themselves.
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && st.st_size == 0) {
+      (void)::fallocate(fd, 0, 0,
+                        static_cast<off_t>(uint64_t{slotsPerGroup(options_, c)} * slotStride(c)));
+    }
+  }
   std::shared_ptr<File> file(new File{fd, dfd >= 0 ? dfd : fd});
   lru_.push_front(key);
   files_[key] = {file, lru_.begin()};
@@ -216,7 +234,9 @@ struct AlignedFree {
 };
 using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
 AlignedBuffer alignedBuffer() {
-  return AlignedBuffer(static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, kPieceBytes)));
+  // One block more than a piece: room for a CRC page read with the data.
+  return AlignedBuffer(
+      static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, kPieceBytes + kBlockBytes)));
 }
 // Buffers are block-aligned for O_DIRECT and allocated on first use.
 struct Scratch {
@@ -289,19 +309,30 @@ Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uin
   const uint64_t b0 = offset / kBlockBytes;
   const uint64_t b1 = (end - 1) / kBlockBytes;  // inclusive
   Scratch& sc = scratch();
-  if (b0 < full) {
-    uint64_t count = std::min(b1 + 1, full) - b0;
-    if (sc.read_crcs.size() < count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
-    RETURN_ON_ERROR(
-        preadFull(file->fd, sc.read_crcs.data(), count * 4, crcPos(m.size_class, m.addr) + b0 * 4));
+  uint8_t* buf = sc.ioBuf();
+  const uint64_t crc_count = b0 < full ? std::min(b1 + 1, full) - b0 : 0;
+  // A read of a full slot's last blocks whose CRCs lie in the first page of
+  // the CRC area (right after the data) fetches data and CRCs in one I/O.
+  const uint64_t data_to = roundUp(std::min((b1 + 1) * kBlockBytes, uint64_t{m.length}));
+  const bool fused = crc_count > 0 && data_to == classBytes(m.size_class) &&
+                     (b0 + crc_count) * 4 <= kBlockBytes && data_to - b0 * kBlockBytes <= kPieceBytes;
+  if (crc_count > 0 && !fused) {
+    if (sc.read_crcs.size() < crc_count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
+    RETURN_ON_ERROR(preadFull(file->fd, sc.read_crcs.data(), crc_count * 4,
+                              crcPos(m.size_class, m.addr) + b0 * 4));
   }
   // Whole blocks, a piece at a time, into the aligned buffer: verified there,
   // then the wanted bytes are copied out.
-  uint8_t* buf = sc.ioBuf();
   for (uint64_t ps = b0 * kBlockBytes; ps < end; ps += kPieceBytes) {
     // Data end of the piece: whole blocks, up to the block holding `end`.
     const uint64_t pe = std::min({ps + kPieceBytes, (b1 + 1) * kBlockBytes, uint64_t{m.length}});
-    RETURN_ON_ERROR(preadFull(file->dfd, buf, roundUp(pe - ps), base + ps));
+    if (fused) {
+      RETURN_ON_ERROR(preadFull(file->dfd, buf, data_to - ps + kBlockBytes, base + ps));
+      if (sc.read_crcs.size() < crc_count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
+      std::memcpy(sc.read_crcs.data(), buf + (data_to - ps) + b0 * 4, crc_count * 4);
+    } else {
+      RETURN_ON_ERROR(preadFull(file->dfd, buf, roundUp(pe - ps), base + ps));
+    }
     for (uint64_t bs = ps; bs < pe; bs += kBlockBytes) {
       uint64_t block = bs / kBlockBytes;
       uint32_t want = block < full ? sc.read_crcs[block - b0] : m.tail_crc;
@@ -426,9 +457,22 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
   SlotAddr addr;
   if (in_place) {
     addr = old->addr;
-  } else {
+  } else if (old || c < kRunClass) {
     std::lock_guard lock(alloc_mu_);
-    ASSIGN_OR_RETURN(addr, allocators_[c].allocate());
+    ASSIGN_OR_RETURN(addr, allocators_[c].allocate());  // lowest free: dense
+  } else {
+    // A new large chunk goes right after the file's previous chunk, so a
+    // file written in order reads back sequentially from disk.
+    std::optional<ChunkMeta> prev;
+    if (id.index > 0) {
+      ASSIGN_OR_RETURN(prev, query(ChunkId{id.inode, id.index - 1}));
+    }
+    std::lock_guard lock(alloc_mu_);
+    if (prev && prev->size_class == c) {
+      ASSIGN_OR_RETURN(addr, allocators_[c].allocateAfter(prev->addr));
+    } else {
+      ASSIGN_OR_RETURN(addr, allocators_[c].allocateRun());
+    }
   }
   auto releaseNew = [&] {
     if (!in_place) releaseSlot(c, addr, false);

@@ -58,6 +58,36 @@ Result<SlotAddr> SlotAllocator::allocate() {
   return a;
 }
 
+Result<SlotAddr> SlotAllocator::allocateRun() {
+  for (int round = 0; round < 2; ++round) {
+    uint64_t total = uint64_t{groups_} * slots_per_group_;
+    for (size_t w = hint_; w < bits_.size() && w * 64 + 63 < total; ++w) {
+      if (bits_[w] != 0) continue;
+      bits_[w] = 1;
+      ++used_;
+      uint64_t i = w * 64;
+      return SlotAddr{static_cast<uint32_t>(i / slots_per_group_),
+                      static_cast<uint32_t>(i % slots_per_group_)};
+    }
+    if (round > 0 || groups_ >= groups_max_) break;
+    growTo(groups_ + 1);  // a fresh group has free runs
+  }
+  return allocate();
+}
+
+Result<SlotAddr> SlotAllocator::allocateAfter(SlotAddr prev) {
+  if (prev.group < groups_ && prev.slot + 1 < slots_per_group_) {
+    uint64_t i = index(prev) + 1;
+    uint64_t bit = uint64_t{1} << (i % 64);
+    if (!(bits_[i / 64] & bit)) {
+      bits_[i / 64] |= bit;
+      ++used_;
+      return SlotAddr{prev.group, prev.slot + 1};
+    }
+  }
+  return allocateRun();
+}
+
 void SlotAllocator::release(SlotAddr a) {
   CISTERN_CHECK(inUse(a), "releasing a free slot");
   uint64_t i = index(a);

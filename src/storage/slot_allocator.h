@@ -25,6 +25,14 @@ class SlotAllocator {
   // already referenced (two chunks in one slot: corruption) or out of range.
   bool markUsed(SlotAddr a);
   Result<SlotAddr> allocate();
+  // Placement for files read sequentially: allocateRun() starts a new run at
+  // the first slot of the lowest wholly free 64-slot word (opening a group if
+  // needed; the lowest free slot if there is no such word), allocateAfter()
+  // takes the slot right after `prev` if it is free, else starts a run. So
+  // the chunks of a file written in order lie in order on disk even while
+  // other files are written at the same time.
+  Result<SlotAddr> allocateRun();
+  Result<SlotAddr> allocateAfter(SlotAddr prev);
   // REQUIRES: `a` is in use.
   void release(SlotAddr a);
   bool inUse(SlotAddr a) const;
