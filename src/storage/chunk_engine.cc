@@ -6,6 +6,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -275,6 +276,33 @@ Status preadFull(int fd, void* out, size_t n, uint64_t pos) {
   return Status::OK();
 }
 
+// preadv of `total` bytes into iov[0..n) (n <= 2); a short read (end of
+// file) leaves zeros, like preadFull.
+Status preadvFull(int fd, iovec* iov, int n, uint64_t pos, size_t total) {
+  if (n == 1) return preadFull(fd, iov[0].iov_base, iov[0].iov_len, pos);
+  ssize_t r;
+  do {
+    r = ::preadv(fd, iov, n, static_cast<off_t>(pos));
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return errnoStatus(errno, "read slot");
+  if (static_cast<size_t>(r) == total) return Status::OK();
+  // Rare (end of file or a partial transfer): finish piece by piece.
+  size_t done = static_cast<size_t>(r);
+  for (int i = 0; i < n; ++i) {
+    size_t len = iov[i].iov_len;
+    if (done >= len) {
+      done -= len;
+      pos += len;
+      continue;
+    }
+    RETURN_ON_ERROR(preadFull(fd, static_cast<uint8_t*>(iov[i].iov_base) + done, len - done,
+                              pos + done));
+    pos += len;
+    done = 0;
+  }
+  return Status::OK();
+}
+
 Status pwriteFull(int fd, const void* data, size_t n, uint64_t pos) {
   auto* p = static_cast<const uint8_t*>(data);
   for (size_t done = 0; done < n;) {
@@ -326,21 +354,36 @@ Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uin
   for (uint64_t ps = b0 * kBlockBytes; ps < end; ps += kPieceBytes) {
     // Data end of the piece: whole blocks, up to the block holding `end`.
     const uint64_t pe = std::min({ps + kPieceBytes, (b1 + 1) * kBlockBytes, uint64_t{m.length}});
+    // Whole blocks wanted whole, at a block-aligned place in `out`: read
+    // straight into `out` (no copy).
+    uint8_t* dst = buf;
+    if (ps >= offset && pe <= end && (pe - ps) % kBlockBytes == 0 &&
+        reinterpret_cast<uintptr_t>(out + (ps - offset)) % kBlockBytes == 0) {
+      dst = out + (ps - offset);
+    }
     if (fused) {
-      RETURN_ON_ERROR(preadFull(file->dfd, buf, data_to - ps + kBlockBytes, base + ps));
+      // Data and the first CRC page in one I/O; the CRC page lands in `buf`.
+      uint64_t data_len = data_to - ps;
+      uint8_t* crc_page = dst == buf ? buf + data_len : buf;
+      iovec iov[2] = {{dst, data_len}, {crc_page, kBlockBytes}};
+      if (dst == buf) iov[0].iov_len += kBlockBytes;  // contiguous: one buffer
+      RETURN_ON_ERROR(preadvFull(file->dfd, iov, dst == buf ? 1 : 2, base + ps,
+                                 data_len + kBlockBytes));
       if (sc.read_crcs.size() < crc_count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
-      std::memcpy(sc.read_crcs.data(), buf + (data_to - ps) + b0 * 4, crc_count * 4);
+      std::memcpy(sc.read_crcs.data(), crc_page + b0 * 4, crc_count * 4);
     } else {
-      RETURN_ON_ERROR(preadFull(file->dfd, buf, roundUp(pe - ps), base + ps));
+      RETURN_ON_ERROR(preadFull(file->dfd, dst, roundUp(pe - ps), base + ps));
     }
     for (uint64_t bs = ps; bs < pe; bs += kBlockBytes) {
       uint64_t block = bs / kBlockBytes;
       uint32_t want = block < full ? sc.read_crcs[block - b0] : m.tail_crc;
-      if (crc32c(buf + (bs - ps), std::min(kBlockBytes, pe - bs)) != want)
+      if (crc32c(dst + (bs - ps), std::min(kBlockBytes, pe - bs)) != want)
         return mismatch(m, block);
     }
-    uint64_t from = std::max(ps, offset), to = std::min(pe, end);
-    std::memcpy(out + (from - offset), buf + (from - ps), to - from);
+    if (dst == buf) {
+      uint64_t from = std::max(ps, offset), to = std::min(pe, end);
+      std::memcpy(out + (from - offset), buf + (from - ps), to - from);
+    }
   }
   return Status::OK();
 }

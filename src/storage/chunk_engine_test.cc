@@ -320,6 +320,40 @@ TEST_F(ChunkEngineTest, SmallReadsVerifyOnlyTheBlocksTheyTouch) {
   EXPECT_EQ(*bad, std::vector<ChunkId>{id});
 }
 
+// Page-aligned destination buffers take the no-copy path (data straight into
+// the caller's buffer, with the CRC page in the same I/O for full slots).
+TEST_F(ChunkEngineTest, AlignedReadsAreExactAndVerified) {
+  auto full = pattern(65536, 21), part = pattern(100000, 22);
+  ASSERT_TRUE(engine_->write({18, 0}, 0, full, 1).ok());
+  ASSERT_TRUE(engine_->write({18, 1}, 0, part, 1).ok());
+  std::unique_ptr<uint8_t, decltype(&std::free)> mem(
+      static_cast<uint8_t*>(std::aligned_alloc(4096, 1 << 17)), &std::free);
+  std::span<uint8_t> out(mem.get(), 1 << 17);
+  ASSERT_EQ(*engine_->read({18, 0}, 0, out), 65536u);
+  EXPECT_TRUE(std::equal(full.begin(), full.end(), out.begin()));
+  ASSERT_EQ(*engine_->read({18, 1}, 0, out), 100000u);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), out.begin()));
+  ASSERT_EQ(*engine_->read({18, 1}, 8192, out.first(8192)), 8192u);
+  EXPECT_TRUE(std::equal(part.begin() + 8192, part.begin() + 16384, out.begin()));
+  engine_.reset();
+  // Flip a data byte of {18, 0} (slot 0, block 9) and a CRC byte of block 2.
+  int fd = ::open((dir_ + "/data/c0/g0.dat").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t b;
+  for (off_t pos : {off_t(9 * 4096 + 5), off_t(classBytes(0) + 2 * 4)}) {
+    ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
+    b ^= 0x04;
+    ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
+  }
+  ::close(fd);
+  reopen();
+  EXPECT_EQ(engine_->read({18, 0}, 0, out).code(), ErrorCode::kCorruption);
+  EXPECT_EQ(engine_->read({18, 0}, 9 * 4096, out.first(4096)).code(), ErrorCode::kCorruption);
+  EXPECT_EQ(engine_->read({18, 0}, 2 * 4096, out.first(4096)).code(), ErrorCode::kCorruption);
+  ASSERT_EQ(*engine_->read({18, 0}, 3 * 4096, out.first(4096)), 4096u);
+  EXPECT_TRUE(std::equal(full.begin() + 3 * 4096, full.begin() + 4 * 4096, out.begin()));
+}
+
 TEST_F(ChunkEngineTest, FlippedBitsInTheCrcAreaAreDetected) {
   ChunkId id{14, 0};
   auto data = pattern(40000, 8);
