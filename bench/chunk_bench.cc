@@ -35,7 +35,7 @@ using namespace cistern::storage;
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
-constexpr uint32_t kChunks = 256;  // 256 MiB
+constexpr uint32_t kChunks = 256;             // 256 MiB
 constexpr uint32_t kPerThread = kChunks / 4;  // each of 4 threads: one file of 64 chunks
 
 // The i-th chunk of the benchmark: chunk i % 64 of file (inode) 1 + i / 64.
@@ -85,7 +85,8 @@ double parallel(int threads, const std::function<void(int)>& fn) {
 int main(int argc, char** argv) {
   log::setLevel(log::Level::kWarn);
   double rand_secs = argc > 1 ? std::atof(argv[1]) : 5.0;
-  std::string base = std::filesystem::absolute("build/bench-chunk-" + std::to_string(getpid())).string();
+  std::string base =
+      std::filesystem::absolute("build/bench-chunk-" + std::to_string(getpid())).string();
   std::filesystem::remove_all(base);
   std::filesystem::create_directories(base + "/fio");
 
@@ -125,7 +126,10 @@ int main(int argc, char** argv) {
       auto t0 = std::chrono::steady_clock::now();
       uint64_t n = 0;
       while (bench::secondsSince(t0) < rand_secs) {
-        if (!e.read(chunkOf(static_cast<uint32_t>(rng.uniform(kChunks))), rng.uniform(256) * 4096, out).ok()) std::exit(1);
+        if (!e.read(chunkOf(static_cast<uint32_t>(rng.uniform(kChunks))), rng.uniform(256) * 4096,
+                    out)
+                 .ok())
+          std::exit(1);
         ++n;
       }
       reads += n;
@@ -164,11 +168,14 @@ int main(int argc, char** argv) {
 
   std::string dir = "--directory=" + base + "/fio";
   std::string common = dir + " --direct=1 --thread --ioengine=psync --group_reporting";
-  auto [fio_write, w_iops] = fio(common + " --name=w --rw=write --bs=1m --size=64m --numjobs=4 --fdatasync=1");
+  auto [fio_write, w_iops] =
+      fio(common + " --name=w --rw=write --bs=1m --size=64m --numjobs=4 --fdatasync=1");
   dropCaches();
   auto [fio_read, r_iops] = fio(common + " --name=w --rw=read --bs=1m --size=64m --numjobs=4");
   dropCaches();
-  auto [rbw, fio_iops] = fio(common + " --name=r --filename=rand --rw=randread --bs=4k --size=256m --numjobs=32 --time_based --runtime=" +
+  auto [rbw, fio_iops] = fio(common +
+                             " --name=r --filename=rand --rw=randread --bs=4k --size=256m "
+                             "--numjobs=32 --time_based --runtime=" +
                              std::to_string(static_cast<int>(rand_secs)));
   (void)w_iops;
   (void)r_iops;
@@ -176,8 +183,10 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(base);
 
   std::printf("storage rpc: read %.0f MB/s\n", rpc_read / 1e6);
-  std::printf("chunk engine: write %.0f MB/s, read %.0f MB/s, 4K randread %.0f IOPS; fio: write %.0f MB/s, read %.0f MB/s, randread %.0f IOPS\n",
-              eng_write / 1e6, eng_read / 1e6, eng_iops, fio_write / 1e6, fio_read / 1e6, fio_iops);
+  std::printf(
+      "chunk engine: write %.0f MB/s, read %.0f MB/s, 4K randread %.0f IOPS; fio: write %.0f MB/s, "
+      "read %.0f MB/s, randread %.0f IOPS\n",
+      eng_write / 1e6, eng_read / 1e6, eng_iops, fio_write / 1e6, fio_read / 1e6, fio_iops);
   bench::figure("chunk_seqwrite_mbps", eng_write / 1e6, "MB/s");
   bench::figure("fio_seqwrite_mbps", fio_write / 1e6, "MB/s");
   bench::figure("chunk_seqread_mbps", eng_read / 1e6, "MB/s");

@@ -6,8 +6,8 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -295,8 +295,8 @@ Status preadvFull(int fd, iovec* iov, int n, uint64_t pos, size_t total) {
       pos += len;
       continue;
     }
-    RETURN_ON_ERROR(preadFull(fd, static_cast<uint8_t*>(iov[i].iov_base) + done, len - done,
-                              pos + done));
+    RETURN_ON_ERROR(
+        preadFull(fd, static_cast<uint8_t*>(iov[i].iov_base) + done, len - done, pos + done));
     pos += len;
     done = 0;
   }
@@ -343,7 +343,8 @@ Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uin
   // the CRC area (right after the data) fetches data and CRCs in one I/O.
   const uint64_t data_to = roundUp(std::min((b1 + 1) * kBlockBytes, uint64_t{m.length}));
   const bool fused = crc_count > 0 && data_to == classBytes(m.size_class) &&
-                     (b0 + crc_count) * 4 <= kBlockBytes && data_to - b0 * kBlockBytes <= kPieceBytes;
+                     (b0 + crc_count) * 4 <= kBlockBytes &&
+                     data_to - b0 * kBlockBytes <= kPieceBytes;
   if (crc_count > 0 && !fused) {
     if (sc.read_crcs.size() < crc_count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
     RETURN_ON_ERROR(preadFull(file->fd, sc.read_crcs.data(), crc_count * 4,
@@ -367,8 +368,8 @@ Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uin
       uint8_t* crc_page = dst == buf ? buf + data_len : buf;
       iovec iov[2] = {{dst, data_len}, {crc_page, kBlockBytes}};
       if (dst == buf) iov[0].iov_len += kBlockBytes;  // contiguous: one buffer
-      RETURN_ON_ERROR(preadvFull(file->dfd, iov, dst == buf ? 1 : 2, base + ps,
-                                 data_len + kBlockBytes));
+      RETURN_ON_ERROR(
+          preadvFull(file->dfd, iov, dst == buf ? 1 : 2, base + ps, data_len + kBlockBytes));
       if (sc.read_crcs.size() < crc_count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
       std::memcpy(sc.read_crcs.data(), crc_page + b0 * 4, crc_count * 4);
     } else {
