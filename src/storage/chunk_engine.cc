@@ -24,6 +24,7 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "storage/io_backend.h"
 
 namespace cistern::storage {
 namespace {
@@ -67,14 +68,44 @@ struct ChunkEngine::PendingCommit {
   bool done = false;
 };
 
+// Group commit in two pipelined stages, each led by one thread at a time:
+// stage 1 fdatasyncs the group files a batch wrote, stage 2 puts the batch's
+// records in one synced RocksDB write. While one batch's records are being
+// written, the next batch's data is being synced. Batches enter stage 2 in
+// the order they left stage 1. Each waiting writer leads whichever stage has
+// work and no leader, so no batch is ever stranded.
 Status ChunkEngine::commit(PendingCommit& p) {
   std::unique_lock lock(commit_mu_);
-  commit_queue_.push_back(&p);
+  sync_queue_.push_back(&p);
   while (!p.done) {
-    if (!committing_) {
-      committing_ = true;
-      leadCommits(lock);
-      committing_ = false;
+    std::vector<PendingCommit*> batch;
+    if (!sync_queue_.empty() && !syncing_) {
+      syncing_ = true;
+      batch.swap(sync_queue_);
+      lock.unlock();
+      Status s = syncData(batch);
+      lock.lock();
+      for (PendingCommit* q : batch) {
+        if (s.ok()) {
+          meta_queue_.push_back(q);
+        } else {
+          q->status = s;
+          q->done = true;
+        }
+      }
+      syncing_ = false;
+      commit_cv_.notify_all();
+    } else if (!meta_queue_.empty() && !writing_meta_) {
+      writing_meta_ = true;
+      batch.swap(meta_queue_);
+      lock.unlock();
+      Status s = writeRecords(batch);
+      lock.lock();
+      for (PendingCommit* q : batch) {
+        q->status = s;
+        q->done = true;
+      }
+      writing_meta_ = false;
       commit_cv_.notify_all();
     } else {
       commit_cv_.wait(lock);
@@ -83,50 +114,36 @@ Status ChunkEngine::commit(PendingCommit& p) {
   return p.status;
 }
 
-void ChunkEngine::leadCommits(std::unique_lock<std::mutex>& lock) {
+Status ChunkEngine::syncData(const std::vector<PendingCommit*>& batch) {
+  if (failed_)
+    return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
+  if (!options_.sync) return Status::OK();
+  std::vector<int> synced;
+  for (PendingCommit* p : batch) {
+    if (!p->file || std::find(synced.begin(), synced.end(), p->file->fd) != synced.end()) continue;
+    if (::fdatasync(p->file->fd) != 0) {
+      // Never retried: the page cache may have dropped the dirty pages.
+      return fail(fmt::format("fdatasync of a group file: {}", std::strerror(errno)));
+    }
+    synced.push_back(p->file->fd);
+  }
+  return Status::OK();
+}
+
+Status ChunkEngine::writeRecords(const std::vector<PendingCommit*>& batch) {
   static auto& batch_size = metrics::Registry::global().histogram(
       "storage_commit_batch_size", {}, "Chunk writes sharing one data sync and metadata batch");
-  while (!commit_queue_.empty()) {
-    std::vector<PendingCommit*> batch;
-    batch.swap(commit_queue_);
-    lock.unlock();
-    batch_size.observe(batch.size());
-    Status s;
-    if (failed_)
-      s = Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
-    if (s.ok() && options_.sync) {
-      std::vector<int> synced;
-      for (PendingCommit* p : batch) {
-        if (!p->file || std::find(synced.begin(), synced.end(), p->file->fd) != synced.end())
-          continue;
-        if (::fdatasync(p->file->fd) != 0) {
-          // Never retried: the page cache may have dropped the dirty pages.
-          s = fail(fmt::format("fdatasync of a group file: {}", std::strerror(errno)));
-          break;
-        }
-        synced.push_back(p->file->fd);
-      }
-    }
-    if (s.ok()) {
-      rocksdb::WriteBatch wb;
-      for (PendingCommit* p : batch)
-        (void)(p->erase ? wb.Delete(p->key) : wb.Put(p->key, p->value));
-      rocksdb::WriteOptions wo;
-      wo.sync = options_.sync;
-      rocksdb::Status ps = db_->Write(wo, &wb);
-      if (ps.IsNoSpace()) {
-        s = Status(ErrorCode::kNoSpace, "chunk metadata: " + ps.ToString());
-      } else if (!ps.ok()) {
-        s = fail("metadata write: " + ps.ToString());
-      }
-    }
-    lock.lock();
-    for (PendingCommit* p : batch) {
-      p->status = s;
-      p->done = true;
-    }
-    commit_cv_.notify_all();
-  }
+  batch_size.observe(batch.size());
+  if (failed_)
+    return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
+  rocksdb::WriteBatch wb;
+  for (PendingCommit* p : batch) (void)(p->erase ? wb.Delete(p->key) : wb.Put(p->key, p->value));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  rocksdb::Status ps = db_->Write(wo, &wb);
+  if (ps.IsNoSpace()) return Status(ErrorCode::kNoSpace, "chunk metadata: " + ps.ToString());
+  if (!ps.ok()) return fail("metadata write: " + ps.ToString());
+  return Status::OK();
 }
 
 ChunkEngine::ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB> db)
@@ -152,6 +169,13 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   RETURN_ON_ERROR(fromRocks(rocksdb::DB::Open(o, options.path + "/meta", &raw),
                             "open " + options.path + "/meta"));
   std::unique_ptr<ChunkEngine> engine(new ChunkEngine(options, std::unique_ptr<rocksdb::DB>(raw)));
+  auto io = makeIoBackend(options.io_engine);
+  if (!io.ok() && io.code() == ErrorCode::kNotSupported) {
+    CLOG_WARN("storage", "target {}: {}; using psync", options.path, io.status().toString());
+    io = makeIoBackend("psync");
+  }
+  if (!io.ok()) return io.status().withContext("target " + options.path);
+  engine->io_ = std::move(io).value();
   RETURN_ON_ERROR(engine->rebuild());
   return engine;
 }
@@ -260,60 +284,6 @@ Scratch& scratch() {
 }
 uint64_t roundUp(uint64_t n) { return (n + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
 
-// Reads n bytes at pos; bytes past the end of the file read as zeros (the CRC
-// check decides whether that is right).
-Status preadFull(int fd, void* out, size_t n, uint64_t pos) {
-  auto* p = static_cast<uint8_t*>(out);
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(pos + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return errnoStatus(errno, "read slot");
-    if (r == 0) break;
-    done += static_cast<size_t>(r);
-  }
-  if (done < n) std::memset(p + done, 0, n - done);
-  return Status::OK();
-}
-
-// preadv of `total` bytes into iov[0..n) (n <= 2); a short read (end of
-// file) leaves zeros, like preadFull.
-Status preadvFull(int fd, iovec* iov, int n, uint64_t pos, size_t total) {
-  if (n == 1) return preadFull(fd, iov[0].iov_base, iov[0].iov_len, pos);
-  ssize_t r;
-  do {
-    r = ::preadv(fd, iov, n, static_cast<off_t>(pos));
-  } while (r < 0 && errno == EINTR);
-  if (r < 0) return errnoStatus(errno, "read slot");
-  if (static_cast<size_t>(r) == total) return Status::OK();
-  // Rare (end of file or a partial transfer): finish piece by piece.
-  size_t done = static_cast<size_t>(r);
-  for (int i = 0; i < n; ++i) {
-    size_t len = iov[i].iov_len;
-    if (done >= len) {
-      done -= len;
-      pos += len;
-      continue;
-    }
-    RETURN_ON_ERROR(
-        preadFull(fd, static_cast<uint8_t*>(iov[i].iov_base) + done, len - done, pos + done));
-    pos += len;
-    done = 0;
-  }
-  return Status::OK();
-}
-
-Status pwriteFull(int fd, const void* data, size_t n, uint64_t pos) {
-  auto* p = static_cast<const uint8_t*>(data);
-  for (size_t done = 0; done < n;) {
-    ssize_t r = ::pwrite(fd, p + done, n - done, static_cast<off_t>(pos + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return errnoStatus(errno, "write slot");
-    done += static_cast<size_t>(r);
-  }
-  return Status::OK();
-}
-
 uint64_t slotPos(uint32_t c, SlotAddr a) { return uint64_t{a.slot} * slotStride(c); }
 uint64_t crcPos(uint32_t c, SlotAddr a) { return slotPos(c, a) + classBytes(c); }
 
@@ -345,10 +315,12 @@ Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uin
   const bool fused = crc_count > 0 && data_to == classBytes(m.size_class) &&
                      (b0 + crc_count) * 4 <= kBlockBytes &&
                      data_to - b0 * kBlockBytes <= kPieceBytes;
+  if (sc.read_crcs.size() < crc_count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
+  // Otherwise the CRCs are read together with the first piece's data.
+  std::optional<IoRequest> crc_read;
   if (crc_count > 0 && !fused) {
-    if (sc.read_crcs.size() < crc_count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
-    RETURN_ON_ERROR(preadFull(file->fd, sc.read_crcs.data(), crc_count * 4,
-                              crcPos(m.size_class, m.addr) + b0 * 4));
+    crc_read = IoRequest::readOf(file->fd, sc.read_crcs.data(), crc_count * 4,
+                                 crcPos(m.size_class, m.addr) + b0 * 4);
   }
   // Whole blocks, a piece at a time, into the aligned buffer: verified there,
   // then the wanted bytes are copied out.
@@ -366,14 +338,23 @@ Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uin
       // Data and the first CRC page in one I/O; the CRC page lands in `buf`.
       uint64_t data_len = data_to - ps;
       uint8_t* crc_page = dst == buf ? buf + data_len : buf;
-      iovec iov[2] = {{dst, data_len}, {crc_page, kBlockBytes}};
-      if (dst == buf) iov[0].iov_len += kBlockBytes;  // contiguous: one buffer
-      RETURN_ON_ERROR(
-          preadvFull(file->dfd, iov, dst == buf ? 1 : 2, base + ps, data_len + kBlockBytes));
-      if (sc.read_crcs.size() < crc_count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
+      IoRequest r = IoRequest::readOf(file->dfd, dst, data_len, base + ps);
+      if (dst == buf) {
+        r.iov[0].iov_len += kBlockBytes;  // contiguous: one buffer
+      } else {
+        r.iov[1] = {crc_page, kBlockBytes};
+        r.iovcnt = 2;
+      }
+      RETURN_ON_ERROR(io_->run({&r, 1}));
       std::memcpy(sc.read_crcs.data(), crc_page + b0 * 4, crc_count * 4);
     } else {
-      RETURN_ON_ERROR(preadFull(file->dfd, dst, roundUp(pe - ps), base + ps));
+      IoRequest rs[2] = {IoRequest::readOf(file->dfd, dst, roundUp(pe - ps), base + ps)};
+      size_t count = 1;
+      if (crc_read) {
+        rs[count++] = *crc_read;
+        crc_read.reset();
+      }
+      RETURN_ON_ERROR(io_->run({rs, count}));
     }
     for (uint64_t bs = ps; bs < pe; bs += kBlockBytes) {
       uint64_t block = bs / kBlockBytes;
@@ -542,27 +523,36 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
       // bytes, zeros (also past the end, up to the block boundary).
       uint64_t old_to = std::min(pe, keep);
       if (ps < old_to) RETURN_ON_ERROR(readRange(*old, ps, old_to - ps, buf));
-      uint64_t zero_from = std::max(ps, old_to);
-      std::memset(buf + (zero_from - ps), 0, roundUp(pe - ps) - (zero_from - ps));
+      // Past the kept bytes: new bytes where the write covers, zeros elsewhere.
+      const uint64_t zero_from = std::max(ps, old_to), buf_end = ps + roundUp(pe - ps);
       uint64_t from = std::max(ps, offset), to = std::min(pe, end);
-      if (from < to && data) std::memcpy(buf + (from - ps), data + (from - offset), to - from);
+      if (from < to && data) {
+        std::memcpy(buf + (from - ps), data + (from - offset), to - from);
+        if (zero_from < from) std::memset(buf + (zero_from - ps), 0, from - zero_from);
+        uint64_t zero_to = std::max(to, zero_from);
+        std::memset(buf + (zero_to - ps), 0, buf_end - zero_to);
+      } else {
+        std::memset(buf + (zero_from - ps), 0, buf_end - zero_from);
+      }
       // In place, the block holding the old end is rewritten with the same
       // committed bytes; nothing before it is touched.
-      const uint64_t wstart = std::max(ps, write_from / kBlockBytes * kBlockBytes);
-      RETURN_ON_ERROR(pwriteFull(dfd, buf + (wstart - ps), roundUp(pe - wstart), base + wstart));
-      const uint8_t* src = buf;
       for (uint64_t bs = ps; bs < pe; bs += kBlockBytes) {
         uint64_t be = std::min(bs + kBlockBytes, pe);
-        uint32_t crc = crc32c(src + (bs - ps), be - bs);
+        uint32_t crc = crc32c(buf + (bs - ps), be - bs);
         if (bs / kBlockBytes < full)
           sc.crcs[bs / kBlockBytes - first_block] = crc;
         else
           tail_crc = crc;
       }
-    }
-    if (full > first_block) {
-      RETURN_ON_ERROR(pwriteFull(fd, sc.crcs.data(), (full - first_block) * 4,
-                                 crcPos(c, addr) + first_block * 4));
+      const uint64_t wstart = std::max(ps, write_from / kBlockBytes * kBlockBytes);
+      IoRequest ws[2] = {
+          IoRequest::writeOf(dfd, buf + (wstart - ps), roundUp(pe - wstart), base + wstart)};
+      size_t count = 1;
+      if (pe == new_len && full > first_block) {  // the last piece: with the CRCs
+        ws[count++] = IoRequest::writeOf(fd, sc.crcs.data(), (full - first_block) * 4,
+                                         crcPos(c, addr) + first_block * 4);
+      }
+      RETURN_ON_ERROR(io_->run({ws, count}));
     }
     return CISTERN_FAULT("storage.write.after_data");
   };

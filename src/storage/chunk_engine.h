@@ -21,7 +21,7 @@
 // Threads: all methods are thread-safe; writes to one chunk are serialized by
 // a striped lock, writes to different chunks run in parallel and are group-
 // committed: one fdatasync per touched group file and one synced metadata
-// batch for all writes waiting at that moment.
+// batch for all writes waiting at that moment, the two pipelined.
 // Memory: one bit per slot, plus a reused scratch buffer of 1 MiB per thread
 // that has written or scrubbed; no allocation proportional to a request.
 // File descriptors: at most `open_files_max` group files are kept open.
@@ -48,6 +48,10 @@ class DB;
 }
 
 namespace cistern::storage {
+class IoBackend;
+}
+
+namespace cistern::storage {
 
 struct ChunkEngineOptions {
   // Target directory; created if missing.
@@ -67,6 +71,9 @@ struct ChunkEngineOptions {
   // Read and write data blocks with O_DIRECT where the filesystem supports
   // it (buffered otherwise, e.g. on tmpfs). Default: true.
   bool direct_io = true;
+  // "io_uring" (falls back to psync where io_uring cannot be set up) or
+  // "psync" (pread/pwrite). Default: io_uring.
+  std::string io_engine = "io_uring";
 };
 
 class ChunkEngine {
@@ -142,13 +149,15 @@ class ChunkEngine {
   Status fail(const std::string& what);
   std::mutex& chunkLock(const ChunkId& id);
 
-  // Group commit: concurrent writes share one fdatasync per group file and
-  // one synced RocksDB batch for their metadata.
+  // Group commit (two pipelined stages, see commit()): concurrent writes
+  // share one fdatasync per group file and one synced RocksDB batch.
   struct PendingCommit;
   Status commit(PendingCommit& p);
-  void leadCommits(std::unique_lock<std::mutex>& lock);
+  Status syncData(const std::vector<PendingCommit*>& batch);
+  Status writeRecords(const std::vector<PendingCommit*>& batch);
 
   ChunkEngineOptions options_;
+  std::unique_ptr<IoBackend> io_;
   std::unique_ptr<rocksdb::DB> db_;
   mutable std::mutex alloc_mu_;
   std::vector<SlotAllocator> allocators_;           // one per size class
@@ -161,8 +170,10 @@ class ChunkEngine {
   std::array<std::mutex, 64> chunk_locks_;
   std::mutex commit_mu_;
   std::condition_variable commit_cv_;
-  std::vector<PendingCommit*> commit_queue_;
-  bool committing_ = false;
+  std::vector<PendingCommit*> sync_queue_;  // waiting for stage 1
+  std::vector<PendingCommit*> meta_queue_;  // data synced, waiting for stage 2
+  bool syncing_ = false;
+  bool writing_meta_ = false;
   std::atomic<bool> failed_{false};
 };
 

@@ -27,7 +27,8 @@ std::vector<uint8_t> pattern(size_t n, uint64_t seed) {
   return v;
 }
 
-class ChunkEngineTest : public ::testing::Test {
+// Every test runs with each I/O engine.
+class ChunkEngineTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/cistern-chunk-XXXXXX";
@@ -45,6 +46,7 @@ class ChunkEngineTest : public ::testing::Test {
     o.path = dir_;
     o.group_bytes = 1 << 20;  // small groups so tests cross group boundaries
     o.reserved_bytes = 0;
+    o.io_engine = GetParam();
     auto e = ChunkEngine::open(o);
     ASSERT_TRUE(e.ok()) << e.status().toString();
     engine_ = std::move(e).value();
@@ -61,7 +63,7 @@ class ChunkEngineTest : public ::testing::Test {
   std::unique_ptr<ChunkEngine> engine_;
 };
 
-TEST_F(ChunkEngineTest, WritesAtEveryAlignmentReadBackExactly) {
+TEST_P(ChunkEngineTest, WritesAtEveryAlignmentReadBackExactly) {
   for (uint64_t offset : {0ull, 1ull, 4095ull, 4096ull, 65535ull, 65536ull, 65537ull, 1048575ull}) {
     for (size_t len : {size_t{1}, size_t{4095}, size_t{4096}, size_t{65536}, size_t{100000}}) {
       ChunkId id{offset + 1, static_cast<uint32_t>(len)};
@@ -83,7 +85,7 @@ TEST_F(ChunkEngineTest, WritesAtEveryAlignmentReadBackExactly) {
   }
 }
 
-TEST_F(ChunkEngineTest, OverwriteInTheMiddleAndGrowAcrossClasses) {
+TEST_P(ChunkEngineTest, OverwriteInTheMiddleAndGrowAcrossClasses) {
   ChunkId id{7, 0};
   auto base = pattern(60000, 1);
   ASSERT_TRUE(engine_->write(id, 0, base, 1).ok());
@@ -104,7 +106,7 @@ TEST_F(ChunkEngineTest, OverwriteInTheMiddleAndGrowAcrossClasses) {
   EXPECT_EQ(engine_->usedSlots(1), 1u);
 }
 
-TEST_F(ChunkEngineTest, RepeatedOverwritesReuseSlotsInsteadOfGrowing) {
+TEST_P(ChunkEngineTest, RepeatedOverwritesReuseSlotsInsteadOfGrowing) {
   ChunkId id{9, 0};
   for (int i = 0; i < 200; ++i)
     ASSERT_TRUE(engine_->write(id, 0, pattern(4096, static_cast<uint64_t>(i)), 1).ok());
@@ -114,7 +116,7 @@ TEST_F(ChunkEngineTest, RepeatedOverwritesReuseSlotsInsteadOfGrowing) {
   EXPECT_LE(size, 2u * slotStride(0));
 }
 
-TEST_F(ChunkEngineTest, DataAndSlotsSurviveReopen) {
+TEST_P(ChunkEngineTest, DataAndSlotsSurviveReopen) {
   std::vector<std::vector<uint8_t>> written;
   for (uint32_t i = 0; i < 40; ++i) {
     written.push_back(pattern(1000 + i * 3000, i));
@@ -136,7 +138,7 @@ TEST_F(ChunkEngineTest, DataAndSlotsSurviveReopen) {
   EXPECT_TRUE(engine_->remove({1, 5}).ok());  // removing twice is fine
 }
 
-TEST_F(ChunkEngineTest, FlippedBitsAreDetectedByReadAndScrub) {
+TEST_P(ChunkEngineTest, FlippedBitsAreDetectedByReadAndScrub) {
   std::vector<std::vector<uint8_t>> data;
   for (uint32_t i = 0; i < 20; ++i) {
     data.push_back(pattern(5000, 100 + i));
@@ -172,7 +174,7 @@ TEST_F(ChunkEngineTest, FlippedBitsAreDetectedByReadAndScrub) {
   EXPECT_EQ(bad->size(), 10u);
 }
 
-TEST_F(ChunkEngineTest, FailureAfterDataLeavesTheOldChunkAndFreesTheSlot) {
+TEST_P(ChunkEngineTest, FailureAfterDataLeavesTheOldChunkAndFreesTheSlot) {
   auto v1 = pattern(3000, 1);
   ASSERT_TRUE(engine_->write({3, 0}, 0, v1, 1).ok());
   fault::enable("storage.write.after_data", fault::Spec{.code = ErrorCode::kIOError});
@@ -182,7 +184,7 @@ TEST_F(ChunkEngineTest, FailureAfterDataLeavesTheOldChunkAndFreesTheSlot) {
   EXPECT_EQ(engine_->usedSlots(0), 1u);
 }
 
-TEST_F(ChunkEngineTest, SlotsLeakedByACrashAfterMetadataAreReclaimedOnReopen) {
+TEST_P(ChunkEngineTest, SlotsLeakedByACrashAfterMetadataAreReclaimedOnReopen) {
   ASSERT_TRUE(engine_->write({4, 0}, 0, pattern(100, 1), 1).ok());
   fault::enable("storage.write.after_meta", fault::Spec{.code = ErrorCode::kIOError});
   EXPECT_FALSE(
@@ -194,7 +196,7 @@ TEST_F(ChunkEngineTest, SlotsLeakedByACrashAfterMetadataAreReclaimedOnReopen) {
   EXPECT_EQ(readAll({4, 0}, 100), pattern(100, 2));  // the committed (new) version
 }
 
-TEST_F(ChunkEngineTest, ConcurrentWritersToDifferentChunksAllCommit) {
+TEST_P(ChunkEngineTest, ConcurrentWritersToDifferentChunksAllCommit) {
   auto& batches = metrics::Registry::global().histogram("storage_commit_batch_size");
   uint64_t batches_before = batches.count(), writes_before = batches.sum();
   std::vector<std::thread> threads;
@@ -218,7 +220,7 @@ TEST_F(ChunkEngineTest, ConcurrentWritersToDifferentChunksAllCommit) {
   EXPECT_EQ(engine_->usedSlots(0), 320u);
 }
 
-TEST_F(ChunkEngineTest, ConcurrentWritersToDisjointRangesOfOneChunk) {
+TEST_P(ChunkEngineTest, ConcurrentWritersToDisjointRangesOfOneChunk) {
   std::vector<std::thread> threads;
   for (uint32_t t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
@@ -240,7 +242,7 @@ TEST_F(ChunkEngineTest, ConcurrentWritersToDisjointRangesOfOneChunk) {
   EXPECT_EQ(engine_->query({200, 0})->value().chunk_version, 80u);
 }
 
-TEST_F(ChunkEngineTest, AppendsWithinTheClassStayInTheirSlot) {
+TEST_P(ChunkEngineTest, AppendsWithinTheClassStayInTheirSlot) {
   ChunkId id{11, 0};
   std::vector<uint8_t> all;
   auto first = engine_->write(id, 0, pattern(1000, 1), 1);
@@ -267,7 +269,7 @@ TEST_F(ChunkEngineTest, AppendsWithinTheClassStayInTheirSlot) {
   EXPECT_EQ(readAll(id, all.size()), all);
 }
 
-TEST_F(ChunkEngineTest, TruncateShrinksAndGrowsWithZeros) {
+TEST_P(ChunkEngineTest, TruncateShrinksAndGrowsWithZeros) {
   ChunkId id{12, 0};
   auto data = pattern(200000, 5);  // class 2 (256 KiB)
   ASSERT_TRUE(engine_->write(id, 0, data, 1).ok());
@@ -298,7 +300,7 @@ TEST_F(ChunkEngineTest, TruncateShrinksAndGrowsWithZeros) {
   EXPECT_EQ(engine_->truncate(id, kMaxChunkBytes + 1, 1).code(), ErrorCode::kInvalidArgument);
 }
 
-TEST_F(ChunkEngineTest, SmallReadsVerifyOnlyTheBlocksTheyTouch) {
+TEST_P(ChunkEngineTest, SmallReadsVerifyOnlyTheBlocksTheyTouch) {
   ChunkId id{13, 0};
   auto data = pattern(65536, 7);
   ASSERT_TRUE(engine_->write(id, 0, data, 1).ok());
@@ -322,7 +324,7 @@ TEST_F(ChunkEngineTest, SmallReadsVerifyOnlyTheBlocksTheyTouch) {
 
 // Page-aligned destination buffers take the no-copy path (data straight into
 // the caller's buffer, with the CRC page in the same I/O for full slots).
-TEST_F(ChunkEngineTest, AlignedReadsAreExactAndVerified) {
+TEST_P(ChunkEngineTest, AlignedReadsAreExactAndVerified) {
   auto full = pattern(65536, 21), part = pattern(100000, 22);
   ASSERT_TRUE(engine_->write({18, 0}, 0, full, 1).ok());
   ASSERT_TRUE(engine_->write({18, 1}, 0, part, 1).ok());
@@ -354,7 +356,7 @@ TEST_F(ChunkEngineTest, AlignedReadsAreExactAndVerified) {
   EXPECT_TRUE(std::equal(full.begin() + 3 * 4096, full.begin() + 4 * 4096, out.begin()));
 }
 
-TEST_F(ChunkEngineTest, FlippedBitsInTheCrcAreaAreDetected) {
+TEST_P(ChunkEngineTest, FlippedBitsInTheCrcAreaAreDetected) {
   ChunkId id{14, 0};
   auto data = pattern(40000, 8);
   ASSERT_TRUE(engine_->write(id, 0, data, 1).ok());
@@ -373,7 +375,7 @@ TEST_F(ChunkEngineTest, FlippedBitsInTheCrcAreaAreDetected) {
   EXPECT_EQ(engine_->scrub()->size(), 1u);
 }
 
-TEST_F(ChunkEngineTest, ListSpaceAndRemoveReturnsSpace) {
+TEST_P(ChunkEngineTest, ListSpaceAndRemoveReturnsSpace) {
   for (uint32_t i = 0; i < 10; ++i)
     ASSERT_TRUE(engine_->write({15, i}, 0, pattern(70000, i), 1).ok());
   ASSERT_TRUE(engine_->write({16, 0}, 0, pattern(10, 1), 1).ok());
@@ -414,7 +416,7 @@ TEST_F(ChunkEngineTest, ListSpaceAndRemoveReturnsSpace) {
 
 // Writers racing on one chunk: every read sees one whole version, never a
 // mix or a checksum error, and the final content is one writer's.
-TEST_F(ChunkEngineTest, ConcurrentWritersAndReadersOnOneChunk) {
+TEST_P(ChunkEngineTest, ConcurrentWritersAndReadersOnOneChunk) {
   ChunkId id{17, 0};
   constexpr size_t kLen = 20000;
   ASSERT_TRUE(engine_->write(id, 0, pattern(kLen, 0), 1).ok());
@@ -447,7 +449,7 @@ TEST_F(ChunkEngineTest, ConcurrentWritersAndReadersOnOneChunk) {
   EXPECT_EQ(engine_->usedSlots(0), 1u);
 }
 
-TEST_F(ChunkEngineTest, BadRequestsGetClearErrors) {
+TEST_P(ChunkEngineTest, BadRequestsGetClearErrors) {
   std::vector<uint8_t> one(1);
   EXPECT_EQ(engine_->write({5, 0}, kMaxChunkBytes, one, 1).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(engine_->read({5, 0}, 0, one).code(), ErrorCode::kNotFound);
@@ -460,6 +462,9 @@ TEST_F(ChunkEngineTest, BadRequestsGetClearErrors) {
   EXPECT_EQ(engine_->query({5, 1})->value().length, 1u);
   EXPECT_TRUE(engine_->write({5, 1}, 0, one, 8).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(IoEngines, ChunkEngineTest, ::testing::Values("io_uring", "psync"),
+                         [](const auto& info) { return info.param; });
 
 // A target on a 3 MiB tmpfs fills up: writes fail with kNoSpace (ENOSPC),
 // everything written before stays readable, and the target has not failed.

@@ -1,0 +1,85 @@
+// Both I/O backends against a real file: two-buffer writes and reads, reads
+// past the end of the file (zeros), many requests in one run, and errors.
+#include "storage/io_backend.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+namespace cistern::storage {
+namespace {
+
+class IoBackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cistern-io-XXXXXX";
+    fd_ = mkstemp(tmpl);
+    path_ = tmpl;
+    ASSERT_GE(fd_, 0);
+    auto io = makeIoBackend(GetParam());
+    ASSERT_TRUE(io.ok()) << io.status().toString();
+    io_ = std::move(io).value();
+    EXPECT_EQ(io_->name(), GetParam());
+  }
+  void TearDown() override {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  int fd_;
+  std::string path_;
+  std::unique_ptr<IoBackend> io_;
+};
+
+TEST_P(IoBackendTest, WritesAndReadsManyRequestsAndZeroFillsPastTheEnd) {
+  std::vector<uint8_t> a(5000, 'a'), b(3000, 'b');
+  IoRequest w = IoRequest::writeOf(fd_, a.data(), a.size(), 100);
+  w.iov[1] = {b.data(), b.size()};
+  w.iovcnt = 2;
+  std::vector<IoRequest> writes{w};
+  std::vector<std::vector<uint8_t>> blocks;
+  for (int i = 0; i < 40; ++i) blocks.emplace_back(512, static_cast<uint8_t>(i));
+  for (int i = 0; i < 40; ++i)  // more than one ring's worth
+    writes.push_back(IoRequest::writeOf(fd_, blocks[i].data(), 512, 10000 + 512 * i));
+  ASSERT_TRUE(io_->run(writes).ok());
+  EXPECT_EQ(::lseek(fd_, 0, SEEK_END), 10000 + 512 * 40);
+
+  std::vector<uint8_t> x(5000), y(3000), tail(2000, 0xff);
+  IoRequest r = IoRequest::readOf(fd_, x.data(), x.size(), 100);
+  r.iov[1] = {y.data(), y.size()};
+  r.iovcnt = 2;
+  IoRequest past = IoRequest::readOf(fd_, tail.data(), tail.size(), 10000 + 512 * 40 - 1000);
+  IoRequest rs[2] = {r, past};
+  ASSERT_TRUE(io_->run(rs).ok());
+  EXPECT_EQ(x, a);
+  EXPECT_EQ(y, b);
+  EXPECT_TRUE(std::all_of(tail.begin(), tail.begin() + 488, [](uint8_t c) { return c == 38; }));
+  EXPECT_TRUE(std::all_of(tail.begin() + 1000, tail.end(), [](uint8_t c) { return c == 0; }))
+      << "bytes past the end of the file must read as zeros";
+}
+
+TEST_P(IoBackendTest, ErrorsNameTheOperation) {
+  std::vector<uint8_t> buf(10);
+  IoRequest bad = IoRequest::readOf(-1, buf.data(), buf.size(), 0);
+  Status s = io_->run({&bad, 1});
+  EXPECT_EQ(s.code(), ErrorCode::kIOError);
+  EXPECT_NE(s.message().find("read of 10 bytes"), std::string::npos) << s.toString();
+  int ro = ::open(path_.c_str(), O_RDONLY);
+  IoRequest w = IoRequest::writeOf(ro, buf.data(), buf.size(), 0);
+  EXPECT_EQ(io_->run({&w, 1}).code(), ErrorCode::kIOError);
+  ::close(ro);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, IoBackendTest, ::testing::Values("io_uring", "psync"),
+                         [](const auto& info) { return info.param; });
+
+TEST(IoBackend, UnknownNameIsRefused) {
+  auto io = makeIoBackend("aio");
+  EXPECT_EQ(io.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(io.status().message().find("'aio'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cistern::storage
