@@ -548,7 +548,16 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
       IoRequest ws[2] = {
           IoRequest::writeOf(dfd, buf + (wstart - ps), roundUp(pe - wstart), base + wstart)};
       size_t count = 1;
-      if (pe == new_len && full > first_block) {  // the last piece: with the CRCs
+      if (pe == new_len && first_block == 0 && new_len == classBytes(c) && wstart == 0 &&
+          full * 4 <= kBlockBytes) {
+        // A whole slot rewritten: its CRC page follows the data, so both go
+        // out as one direct I/O (no dirty page left for the sync to write).
+        uint8_t* page = sc.ioBuf();
+        std::memcpy(page, sc.crcs.data(), full * 4);
+        std::memset(page + full * 4, 0, kBlockBytes - full * 4);
+        ws[0].iov[1] = {page, kBlockBytes};
+        ws[0].iovcnt = 2;
+      } else if (pe == new_len && full > first_block) {  // the last piece: with the CRCs
         ws[count++] = IoRequest::writeOf(fd, sc.crcs.data(), (full - first_block) * 4,
                                          crcPos(c, addr) + first_block * 4);
       }
