@@ -16,6 +16,7 @@
 #include "common/fault.h"
 #include "common/metrics.h"
 #include "common/random.h"
+#include "storage/scrub_worker.h"
 
 namespace cistern::storage {
 namespace {
@@ -354,6 +355,37 @@ TEST_P(ChunkEngineTest, AlignedReadsAreExactAndVerified) {
   EXPECT_EQ(engine_->read({18, 0}, 2 * 4096, out.first(4096)).code(), ErrorCode::kCorruption);
   ASSERT_EQ(*engine_->read({18, 0}, 3 * 4096, out.first(4096)), 4096u);
   EXPECT_TRUE(std::equal(full.begin() + 3 * 4096, full.begin() + 4 * 4096, out.begin()));
+}
+
+// The background scrubber finds a flipped bit at its configured rate, and
+// its metrics say so.
+TEST_P(ChunkEngineTest, ScrubWorkerReportsBadChunksInItsMetrics) {
+  for (uint32_t i = 0; i < 8; ++i)
+    ASSERT_TRUE(engine_->write({19, i}, 0, pattern(30000, i), 1).ok());
+  engine_.reset();
+  int fd = ::open((dir_ + "/data/c0/g0.dat").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  off_t pos = static_cast<off_t>(3 * slotStride(0) + 777);  // chunk {19, 3}
+  uint8_t b;
+  ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
+  b ^= 1;
+  ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
+  ::close(fd);
+  reopen();
+  auto& bad_total = metrics::Registry::global().counter("storage_scrub_bad_chunks_total");
+  auto& scrubbed = metrics::Registry::global().counter("storage_scrub_bytes_total");
+  uint64_t bad_before = bad_total.value(), bytes_before = scrubbed.value();
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    ScrubWorker worker(*engine_, /*bytes_per_second=*/480000, std::chrono::milliseconds(10));
+    while (worker.passes() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(worker.lastBad(), (std::vector<ChunkId>{ChunkId{19, 3}}));
+  }
+  // 240,000 bytes at 480,000 bytes/s: a pass takes about half a second.
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(400));
+  EXPECT_GE(bad_total.value() - bad_before, 1u);
+  EXPECT_GE(scrubbed.value() - bytes_before, 240000u);
+  EXPECT_EQ(metrics::Registry::global().gauge("storage_scrub_bad_chunks").value(), 1);
 }
 
 TEST_P(ChunkEngineTest, FlippedBitsInTheCrcAreaAreDetected) {
