@@ -1,25 +1,86 @@
 // `cistern up`: the one-machine cluster (mgmtd + meta + storage on the
-// embedded KV). The services it runs are being built issue by issue; until
-// they exist the command says so and exits with EX_UNAVAILABLE (69), rather
-// than pretend to serve.
+// embedded RocksDB KV) in the foreground until SIGINT or SIGTERM.
 #include <fmt/format.h>
+#include <signal.h>
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "net/endpoint.h"
+#include "server/local_cluster.h"
 
 namespace cistern::cli {
 
 void addUp(CLI::App& app) {
-  auto* cmd = app.add_subcommand("up", "run a one-machine cluster");
+  auto* cmd = app.add_subcommand("up", "run a one-machine cluster in the foreground");
   static std::string data = "./cistern-data";
-  cmd->add_option("--data", data, "data directory")->capture_default_str();
+  static uint32_t targets = 1;
+  static std::string listen = "127.0.0.1:7420";
+  static int metrics_port = -1;
+  static std::string mount;
+  static bool no_sync = false;
+  cmd->add_option("--data", data, "data directory (created if missing)")->capture_default_str();
+  cmd->add_option("--targets", targets, "storage targets (one chain each)")->capture_default_str();
+  cmd->add_option("--listen", listen,
+                  "host:port of meta+mgmt; storage targets use the next ports (port 0: free ports)")
+      ->capture_default_str();
+  cmd->add_option("--metrics-port", metrics_port,
+                  "port of /metrics (default 9420, or a free one with --listen HOST:0)");
+  cmd->add_option("--mount", mount, "also mount the file system here (needs FUSE support)");
+  cmd->add_flag("--no-sync", no_sync, "do not fsync commits (tests only: a crash loses data)");
   cmd->callback([] {
-    fmt::print(stderr,
-               "cistern up: the one-machine cluster is not available yet: the foundation\n"
-               "(RPC, KV, config, metrics) and the metadata service are built; storage\n"
-               "and mgmtd come next.\n"
-               "Try `cistern config --defaults` or `make test`.\n");
-    setExitCode(69);
+    if (!mount.empty()) {
+      fmt::print(stderr,
+                 "cistern up: --mount is not available yet: the FUSE mount is being built "
+                 "(issue 6); use the CLI (cistern put/get/ls) or libcistern meanwhile\n");
+      setExitCode(2);
+      return;
+    }
+    auto ep = net::Endpoint::parse(listen);
+    if (!ep.ok()) {
+      fmt::print(stderr, "cistern up: --listen {}: {}\n", listen, ep.status().message());
+      setExitCode(2);
+      return;
+    }
+    // Signals are taken by sigwait below; block them before any thread starts.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    server::LocalClusterOptions o;
+    o.data_dir = data;
+    o.targets = targets;
+    o.listen_host = ep->host;
+    o.listen_port = ep->port;
+    o.metrics_port =
+        metrics_port >= 0 ? static_cast<uint16_t>(metrics_port) : (ep->port == 0 ? 0 : 9420);
+    o.sync = !no_sync;
+    auto cluster = server::LocalCluster::start(o);
+    if (!cluster.ok()) {
+      fmt::print(stderr, "cistern up: {}\n", cluster.status().message());
+      setExitCode(1);
+      return;
+    }
+    auto& c = **cluster;
+    fmt::print("cistern up: data {}\n", data);
+    fmt::print("cistern up: cluster {} (mgmtd + meta)\n", c.endpoint().toString());
+    auto storage = c.storageEndpoints();
+    for (size_t i = 0; i < storage.size(); ++i)
+      fmt::print("cistern up: storage target {} at {}/target-{} on {}\n", i + 1, data, i + 1,
+                 storage[i].toString());
+    fmt::print("cistern up: metrics http://{}:{}/metrics\n", ep->host, c.metricsPort());
+    fmt::print(
+        "cistern up: ready; try `build/cistern --help`, e.g. "
+        "`build/cistern put FILE /` with CISTERN_CLUSTER={}; Ctrl-C stops\n",
+        c.endpoint().toString());
+    std::fflush(stdout);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fmt::print("cistern up: {} received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    std::fflush(stdout);
+    cluster->reset();
+    fmt::print("cistern up: stopped\n");
   });
 }
 

@@ -14,6 +14,10 @@ std::string versionString();
 void addVersion(CLI::App& app);
 void addConfig(CLI::App& app);
 void addUp(CLI::App& app);
+void addFileCommands(CLI::App& app);     // ls, stat, mkdir, rm, mv, cat
+void addCopyCommands(CLI::App& app);     // put, get
+void addClusterCommands(CLI::App& app);  // df, status, fsck
+void addBench(CLI::App& app);
 
 // Exit code recorded by the subcommand that ran (0 when none failed).
 int exitCode();

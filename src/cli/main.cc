@@ -11,6 +11,10 @@ int main(int argc, char** argv) {
   cistern::cli::addVersion(app);
   cistern::cli::addConfig(app);
   cistern::cli::addUp(app);
+  cistern::cli::addFileCommands(app);
+  cistern::cli::addCopyCommands(app);
+  cistern::cli::addClusterCommands(app);
+  cistern::cli::addBench(app);
   CLI11_PARSE(app, argc, argv);
   return cistern::cli::exitCode();
 }

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/random.h"
 #include "kv/engine.h"
 
@@ -20,6 +21,9 @@ Status runTransaction(Engine& engine, const std::function<Status(Transaction&)>&
     if (s.ok()) return s;
     if (s.code() != ErrorCode::kTxnConflict && s.code() != ErrorCode::kTxnTooOld) return s;
     last = s;
+    static auto& retries = metrics::Registry::global().counter(
+        "kv_txn_retries_total", {}, "Transactions run again after a conflict or too-old read");
+    retries.inc();
     txn.reset();
     // Full jitter: sleep uniformly in [0, backoff] so that colliding retries spread out.
     uint64_t sleep_us = threadLocalRandom().uniform(uint64_t{backoff_ms} * 1000 + 1);

@@ -51,6 +51,8 @@ struct MethodEntry {
   metrics::Counter* calls;
   metrics::Counter* errors;
   metrics::Histogram* latency_us;
+  metrics::Counter* request_bytes;
+  metrics::Counter* response_bytes;
 };
 
 struct ServerMetrics {
@@ -280,7 +282,19 @@ awaitable<void> ServerConnection::serve(const MethodEntry* entry, FrameHeader he
     CLOG_ERROR("net", "{} handler threw: {}", entry->method.name, e.what());
   }
   entry->calls->inc();
-  if (!status.ok()) entry->errors->inc();
+  entry->request_bytes->inc(header.message_len + header.payload_len);
+  if (!status.ok()) {
+    entry->errors->inc();
+    // By code too; looked up only on failure.
+    metrics::Registry::global()
+        .counter(
+            "rpc_server_errors_by_code_total",
+            {{"method", entry->method.name}, {"code", std::string(errorCodeName(status.code()))}},
+            "Failed calls by method and error code")
+        .inc();
+  } else {
+    entry->response_bytes->inc(ctx.response_payload_.size());
+  }
   entry->latency_us->observe(
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                 std::chrono::steady_clock::now() - start)
@@ -427,7 +441,11 @@ void RpcServer::handleRaw(const Method& method, const google::protobuf::Message&
                    MethodEntry{method, &request, &response, std::move(handler),
                                &r.counter("rpc_server_calls_total", labels, "Calls served"),
                                &r.counter("rpc_server_errors_total", labels, "Calls that failed"),
-                               &r.histogram("rpc_server_latency_us", labels, "Handler latency")})
+                               &r.histogram("rpc_server_latency_us", labels, "Handler latency"),
+                               &r.counter("rpc_server_request_bytes_total", labels,
+                                          "Request bytes received (message and payload)"),
+                               &r.counter("rpc_server_response_payload_bytes_total", labels,
+                                          "Response payload bytes sent")})
           .second;
   CISTERN_CHECK(inserted, "method registered twice");
 }

@@ -118,6 +118,8 @@ Status ChunkEngine::syncData(const std::vector<PendingCommit*>& batch) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
   if (!options_.sync) return Status::OK();
+  static auto& syncs = metrics::Registry::global().counter(
+      "storage_data_syncs_total", {}, "fdatasync calls on group files (one per file per batch)");
   std::vector<int> synced;
   for (PendingCommit* p : batch) {
     if (!p->file || std::find(synced.begin(), synced.end(), p->file->fd) != synced.end()) continue;
@@ -126,6 +128,7 @@ Status ChunkEngine::syncData(const std::vector<PendingCommit*>& batch) {
       return fail(fmt::format("fdatasync of a group file: {}", std::strerror(errno)));
     }
     synced.push_back(p->file->fd);
+    syncs.inc();
   }
   return Status::OK();
 }
@@ -472,6 +475,9 @@ Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t ch
 Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>& old,
                                      uint64_t offset, const uint8_t* data, uint64_t len,
                                      uint64_t chain_version, uint64_t keep) {
+  static auto& write_bytes = metrics::Registry::global().counter(
+      "storage_write_bytes_total", {}, "Chunk bytes written by writes and truncates");
+  write_bytes.inc(len);
   const uint64_t old_len = old ? old->length : 0;
   const uint64_t end = offset + len;
   const uint64_t new_len = std::max(keep, end);
@@ -606,7 +612,12 @@ Result<size_t> ChunkEngine::read(ChunkId id, uint64_t offset, std::span<uint8_t>
     if (offset >= m->length) return size_t{0};
     size_t n = std::min<size_t>(out.size(), m->length - offset);
     Status s = readRange(*m, offset, n, out.data());
-    if (s.ok()) return n;
+    if (s.ok()) {
+      static auto& read_bytes = metrics::Registry::global().counter(
+          "storage_read_bytes_total", {}, "Chunk bytes read and verified");
+      read_bytes.inc(n);
+      return n;
+    }
     if (s.code() == ErrorCode::kCorruption && attempt < 3) {
       ASSIGN_OR_RETURN(auto again, query(id));
       if (again != m) continue;

@@ -1,0 +1,152 @@
+// libcistern: the native client of the cistern file system.
+//
+//   cistern::Client::Options o;
+//   o.cluster = "127.0.0.1:7420";            // or $CISTERN_CLUSTER
+//   auto [client, err] = cistern::Client::connect(o);
+//   if (err) { fprintf(stderr, "%s\n", err.message.c_str()); ... }
+//   cistern::File* f = nullptr;
+//   err = client->open("/data/a.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644, &f);
+//   size_t n;
+//   err = f->pwrite(buf, len, 0, &n);
+//   err = f->close();                         // flushes, records the length
+//
+// Every call returns an Error: `errno_value` is 0 on success, else an errno
+// (ENOENT, EEXIST, ENOTDIR, EISDIR, EACCES, ENOSPC, EIO, ENOTCONN, ...), and
+// `message` names the path and the problem, like coreutils does.
+//
+// Paths are absolute, '/'-separated, within the cluster's namespace. The
+// client resolves them component by component with a small dentry cache
+// (entries expire after `attr_cache_ms`; the client's own changes invalidate
+// them). File bytes go straight to the storage targets: a read or write is
+// split by chunk and the pieces for different chains run in parallel, at most
+// `io_parallel_max` at a time. Small sequential writes are coalesced in a
+// buffer of at most one chunk per open file, flushed when full, on fsync(),
+// on close() and before a read of the same file; the file's length is sent
+// to the metadata service on fsync() and close(). Sequential readers get
+// read-ahead that grows up to `readahead_max_bytes`. Transient errors (a busy
+// target, a dropped connection) are retried with backoff for up to
+// `retry_ms`, then reported.
+//
+// Thread-safety: a Client may be used from many threads. A File may be used
+// from many threads for pread/pwrite; its buffers are guarded.
+// Memory: bounded by open files × (one chunk of write buffer + read-ahead).
+#pragma once
+
+#include <fcntl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cistern {
+
+struct Error {
+  int errno_value = 0;
+  std::string message;
+  explicit operator bool() const { return errno_value != 0; }
+};
+
+struct FileInfo {
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // type bits (S_IFREG, S_IFDIR, S_IFLNK) | permissions
+  uint32_t nlink = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  int64_t atime_ns = 0;
+  uint32_t chunk_size = 0;  // regular files
+  bool isDir() const { return (mode & 0170000) == 0040000; }
+  bool isRegular() const { return (mode & 0170000) == 0100000; }
+};
+
+struct DirEntry {
+  std::string name;
+  FileInfo info;
+};
+
+struct SpaceInfo {
+  uint64_t bytes_total = 0;
+  uint64_t bytes_free = 0;
+  uint64_t inodes_used = 0;
+  bool capacity_known = false;
+};
+
+struct TargetInfo {
+  uint32_t id = 0;
+  uint32_t chain = 0;
+  std::string endpoint;
+  std::string path;
+  bool failed = false;
+  uint64_t fs_total_bytes = 0;
+  uint64_t fs_free_bytes = 0;
+  uint64_t chunks = 0;
+  uint64_t data_bytes = 0;
+  bool reachable = false;
+};
+
+// Outcome of a namespace check (cistern fsck).
+struct CheckReport {
+  uint64_t inodes = 0;
+  uint64_t dentries = 0;
+  uint64_t sessions = 0;              // files open for writing
+  uint64_t gc_entries = 0;            // chunk ranges waiting for deletion
+  std::vector<std::string> problems;  // one sentence each; empty when clean
+};
+
+class File {
+ public:
+  virtual ~File() = default;
+  // Reads up to n bytes at offset; *done is less than n only at the end of file.
+  virtual Error pread(void* buf, size_t n, uint64_t offset, size_t* done) = 0;
+  virtual Error pwrite(const void* buf, size_t n, uint64_t offset, size_t* done) = 0;
+  // Durable: buffered bytes are written to storage and the length to meta.
+  virtual Error fsync() = 0;
+  // fsync() and end the file's session. Further calls fail with EBADF.
+  virtual Error close() = 0;
+  // The length as this handle knows it (including its own buffered writes).
+  virtual uint64_t size() const = 0;
+};
+
+class Client {
+ public:
+  struct Options {
+    // host:port of the cluster (mgmtd). Empty: $CISTERN_CLUSTER, else 127.0.0.1:7420.
+    std::string cluster;
+    // Credentials of the calls; default: this process's.
+    uint32_t uid = ~0u;
+    uint32_t gid = ~0u;
+    std::vector<uint32_t> groups;
+    uint32_t attr_cache_ms = 1000;
+    uint32_t io_parallel_max = 8;
+    uint64_t readahead_max_bytes = 8ull << 20;
+    uint32_t retry_ms = 10000;  // transient errors are retried for this long
+    uint32_t call_timeout_ms = 30000;
+  };
+
+  static std::pair<std::unique_ptr<Client>, Error> connect(const Options& options);
+  virtual ~Client() = default;
+
+  virtual Error stat(const std::string& path, FileInfo* out) = 0;
+  virtual Error list(const std::string& path, std::vector<DirEntry>* out) = 0;
+  // `parents`: like mkdir -p (existing directories are fine).
+  virtual Error mkdir(const std::string& path, uint32_t mode, bool parents) = 0;
+  virtual Error rename(const std::string& from, const std::string& to) = 0;
+  virtual Error unlink(const std::string& path) = 0;
+  virtual Error rmdir(const std::string& path) = 0;
+  virtual Error truncate(const std::string& path, uint64_t size) = 0;
+  // flags: O_RDONLY / O_WRONLY / O_RDWR with O_CREAT, O_EXCL, O_TRUNC.
+  virtual Error open(const std::string& path, int flags, uint32_t mode,
+                     std::unique_ptr<File>* out) = 0;
+  virtual Error statfs(SpaceInfo* out) = 0;
+  // Targets, chains and their space (cistern status).
+  virtual Error targets(std::vector<TargetInfo>* out) = 0;
+  // Checks the namespace's invariants on the server (read-only).
+  virtual Error fsck(CheckReport* out) = 0;
+};
+
+}  // namespace cistern

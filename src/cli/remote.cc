@@ -1,0 +1,53 @@
+#include "cli/remote.h"
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <deque>
+
+#include "cli/commands.h"
+
+namespace cistern::cli {
+
+ClusterFlags& addClusterFlags(CLI::App* cmd) {
+  static std::deque<ClusterFlags> all;  // stable addresses, one per subcommand
+  ClusterFlags& f = all.emplace_back();
+  cmd->add_option("--cluster", f.cluster,
+                  "cluster address host:port (default: $CISTERN_CLUSTER or 127.0.0.1:7420)");
+  cmd->add_option("--retry-ms", f.retry_ms, "how long transient errors are retried")
+      ->capture_default_str();
+  return f;
+}
+
+std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags) {
+  Client::Options o;
+  o.cluster = flags.cluster;
+  o.retry_ms = flags.retry_ms;
+  auto [client, err] = Client::connect(o);
+  if (report(err)) return nullptr;
+  return std::move(client);
+}
+
+std::string remotePath(const std::string& p) {
+  if (!p.empty() && p[0] == '/') return p;
+  return "/" + p;
+}
+
+bool report(const Error& e) {
+  if (!e) return false;
+  fmt::print(stderr, "cistern: {}\n", e.message);
+  setExitCode(1);
+  return true;
+}
+
+std::string humanBytes(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 5) {
+    bytes /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.1f} {}", bytes, kUnits[u]);
+}
+
+}  // namespace cistern::cli

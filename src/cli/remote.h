@@ -1,0 +1,37 @@
+// Shared by the CLI commands that talk to a cluster: the --cluster option,
+// connecting, remote path spelling and coreutils-style error reports.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cistern/client.h"
+
+namespace CLI {
+class App;
+}
+
+namespace cistern::cli {
+
+struct ClusterFlags {
+  std::string cluster;  // empty: $CISTERN_CLUSTER, else 127.0.0.1:7420
+  uint32_t retry_ms = 5000;
+};
+
+// Adds --cluster and --retry-ms to `cmd`; the flags live as long as the program.
+ClusterFlags& addClusterFlags(CLI::App* cmd);
+
+// Connects, or prints "cistern: cluster ADDR: ..." and records exit code 1.
+std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags);
+
+// A remote path as the user wrote it, made absolute ("a/b" → "/a/b").
+std::string remotePath(const std::string& p);
+
+// Prints "cistern: <message>" to stderr and records exit code 1. Returns true
+// when there was an error.
+bool report(const Error& e);
+
+// 1536 → "1.5 KiB".
+std::string humanBytes(double bytes);
+
+}  // namespace cistern::cli

@@ -1,0 +1,133 @@
+// Internals of libcistern (include/cistern/client.h): the Client and File
+// implementations and the chunk I/O they share.
+//
+// Threads: public calls block their own thread. Chunk I/O of one call is cut
+// into pieces (one per chunk) that run as coroutines on the client's driver
+// thread, at most `io_parallel_max` in flight per call; the RPC client's I/O
+// threads do the socket work. Metadata calls are synchronous RPCs.
+#pragma once
+
+#include <asio/awaitable.hpp>
+#include <asio/thread_pool.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+#include "cistern/client.h"
+#include "common/result.h"
+#include "meta.pb.h"
+#include "net/endpoint.h"
+#include "net/rpc_client.h"
+
+namespace cistern::client {
+
+// One chunk's share of a read or write.
+struct Piece {
+  uint32_t index = 0;   // chunk index in the file
+  uint32_t chain = 0;   // chain id serving it
+  uint32_t offset = 0;  // within the chunk
+  uint32_t length = 0;
+  uint8_t* data = nullptr;
+};
+
+class ClientImpl final : public Client {
+ public:
+  ClientImpl() = default;
+  ~ClientImpl() override;
+
+  // Fetches routing from the cluster; fails with kConnectionFailed when it is
+  // unreachable within min(retry_ms, connect_budget_ms).
+  Status init(const Options& options);
+
+  Error stat(const std::string& path, FileInfo* out) override;
+  Error list(const std::string& path, std::vector<DirEntry>* out) override;
+  Error mkdir(const std::string& path, uint32_t mode, bool parents) override;
+  Error rename(const std::string& from, const std::string& to) override;
+  Error unlink(const std::string& path) override;
+  Error rmdir(const std::string& path) override;
+  Error truncate(const std::string& path, uint64_t size) override;
+  Error open(const std::string& path, int flags, uint32_t mode,
+             std::unique_ptr<File>* out) override;
+  Error statfs(SpaceInfo* out) override;
+  Error targets(std::vector<TargetInfo>* out) override;
+  Error fsck(CheckReport* out) override;
+
+  // --- used by FileImpl ---
+  // Reads [offset, offset + n) of the file into `out`; holes and bytes past
+  // a chunk's end read as zeros. The caller clips n to the file's length.
+  Status readData(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* out);
+  Status writeData(const meta::Inode& inode, uint64_t offset, size_t n, const uint8_t* in);
+  // Drops the file's bytes in [new_size, old_size) from storage: trims the
+  // chunk holding new_size and removes the chunks wholly past it.
+  Status trimData(const meta::Inode& inode, uint64_t old_size, uint64_t new_size);
+  // A meta Close: ends `session` (0: none) and raises the length to `length`.
+  Result<meta::Inode> metaClose(uint64_t ino, uint64_t session, uint64_t length, bool wrote);
+  void forgetAttrs(uint64_t ino);
+  const Options& options() const { return options_; }
+
+  // Runs one piece (with retries); public for the coroutine worker.
+  asio::awaitable<Status> runPiece(bool write, const meta::Inode& inode, Piece& piece);
+
+ private:
+  struct ChainRoute {
+    net::Endpoint endpoint;
+    uint64_t version = 0;
+  };
+  struct Dentry {
+    uint64_t ino = 0;
+    std::chrono::steady_clock::time_point expires;
+  };
+  struct CachedInode {
+    meta::Inode inode;
+    std::chrono::steady_clock::time_point expires;
+  };
+
+  Status refreshRouting();
+  Result<ChainRoute> route(uint32_t chain);
+  // A metadata RPC with retries of transient errors (mutations carry (client, seq)).
+  Status metaCall(const net::Method& method, const google::protobuf::Message& req,
+                  google::protobuf::Message* resp);
+  meta::Caller caller() const { return caller_; }
+  uint64_t nextSeq() { return seq_.fetch_add(1) + 1; }
+
+  // Path handling: absolute, '.', '..' and repeated '/' folded lexically.
+  Result<std::vector<std::string>> split(const std::string& path) const;
+  Result<meta::Inode> lookup(uint64_t parent, const std::string& name);
+  Result<meta::Inode> resolve(const std::vector<std::string>& parts, size_t count);
+  Result<meta::Inode> resolvePath(const std::string& path);
+  Result<meta::Inode> getattr(uint64_t ino);
+  void remember(uint64_t parent, const std::string& name, const meta::Inode& inode);
+  void forget(uint64_t parent, const std::string& name);
+
+  Status runPieces(bool write, const meta::Inode& inode, std::vector<Piece>& pieces);
+  std::vector<Piece> cut(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* data) const;
+  Status listTargets(std::vector<TargetInfo>* out);
+
+  Options options_;
+  net::Endpoint cluster_;
+  meta::Caller caller_;
+  std::string client_id_;
+  std::atomic<uint64_t> seq_{0};
+  std::unique_ptr<net::RpcClient> rpc_;
+  std::unique_ptr<asio::thread_pool> driver_;
+
+  std::shared_mutex routing_mu_;
+  net::Endpoint meta_endpoint_;
+  std::map<uint32_t, ChainRoute> chains_;
+  std::vector<TargetInfo> targets_;
+
+  std::mutex cache_mu_;
+  std::map<std::pair<uint64_t, std::string>, Dentry> dentries_;
+  std::unordered_map<uint64_t, CachedInode> inodes_;
+};
+
+// Converts a Status to the public Error: "<path>: <strerror>", with the
+// detail for errors whose errno alone does not say what happened.
+Error toError(const Status& s, const std::string& path);
+
+}  // namespace cistern::client

@@ -1,0 +1,245 @@
+// libcistern chunk I/O: a read or write is cut into one piece per chunk;
+// the pieces run as coroutines on the driver thread, at most
+// io_parallel_max at once, each retried on transient errors with backoff.
+#include <fmt/format.h>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <condition_variable>
+#include <cstring>
+
+#include "client/client_impl.h"
+#include "storage.pb.h"
+
+namespace cistern::client {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const net::Method& kWrite() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.Write");
+  return m;
+}
+const net::Method& kBatchRead() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.BatchRead");
+  return m;
+}
+const net::Method& kTruncate() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.Truncate");
+  return m;
+}
+const net::Method& kRemove() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.Remove");
+  return m;
+}
+
+bool retryable(const Status& s) {
+  switch (s.code()) {
+    case ErrorCode::kConnectionFailed:
+    case ErrorCode::kConnectionClosed:
+    case ErrorCode::kDeadlineExceeded:
+    case ErrorCode::kTargetBusy:
+    case ErrorCode::kResourceExhausted:
+    case ErrorCode::kShuttingDown:
+    case ErrorCode::kStaleChainVersion:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Shared by the workers of one runPieces call; lives on the caller's stack
+// until every worker has finished.
+struct PieceRun {
+  ClientImpl* client = nullptr;
+  bool write = false;
+  const meta::Inode* inode = nullptr;
+  std::vector<Piece>* pieces = nullptr;
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t running = 0;
+  Status error;
+};
+
+asio::awaitable<void> pieceWorker(PieceRun* run) {
+  for (;;) {
+    size_t i = run->next.fetch_add(1);
+    if (i >= run->pieces->size()) break;
+    Status s = co_await run->client->runPiece(run->write, *run->inode, (*run->pieces)[i]);
+    if (!s.ok()) {
+      std::lock_guard lock(run->mu);
+      if (run->error.ok()) run->error = s;
+      run->next.store(run->pieces->size());  // stop handing out pieces
+    }
+  }
+  std::lock_guard lock(run->mu);
+  if (--run->running == 0) run->cv.notify_all();
+}
+
+}  // namespace
+
+asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inode, Piece& p) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_ms);
+  auto backoff = std::chrono::milliseconds(5);
+  auto what = [&] {
+    return fmt::format("{} chunk {}:{} on chain {}", write ? "write" : "read", inode.ino(), p.index,
+                       p.chain);
+  };
+  for (;;) {
+    Status s;
+    auto r = route(p.chain);
+    if (!r.ok()) co_return r.status().withContext(what());
+    if (write) {
+      storage::WriteReq req;
+      req.mutable_chunk()->set_inode(inode.ino());
+      req.mutable_chunk()->set_index(p.index);
+      req.set_offset(p.offset);
+      req.set_chain_version(r->version);
+      storage::WriteResp resp;
+      net::CallOptions co;
+      co.request_payload = std::span<const uint8_t>(p.data, p.length);
+      s = co_await rpc_->call(r->endpoint, kWrite(), req, &resp, co);
+    } else {
+      storage::BatchReadReq req;
+      auto* range = req.add_ranges();
+      range->mutable_chunk()->set_inode(inode.ino());
+      range->mutable_chunk()->set_index(p.index);
+      range->set_offset(p.offset);
+      range->set_length(p.length);
+      storage::BatchReadResp resp;
+      size_t got = 0;
+      net::CallOptions co;
+      co.response_payload = std::span<uint8_t>(p.data, p.length);
+      co.response_payload_len = &got;
+      s = co_await rpc_->call(r->endpoint, kBatchRead(), req, &resp, co);
+      if (s.ok()) {
+        auto code = resp.codes_size() > 0 ? static_cast<ErrorCode>(resp.codes(0)) : ErrorCode::kOk;
+        if (code == ErrorCode::kNotFound) {
+          got = 0;  // a hole: the chunk was never written
+        } else if (code != ErrorCode::kOk) {
+          s = Status(code, "");
+        }
+        if (s.ok() && got < p.length) std::memset(p.data + got, 0, p.length - got);
+      }
+    }
+    if (s.ok()) co_return s;
+    if (!retryable(s) || Clock::now() + backoff > deadline) co_return s.withContext(what());
+    if (s.code() == ErrorCode::kStaleChainVersion) {
+      Status refreshed = refreshRouting();  // blocking, on the driver thread: rare
+      if (!refreshed.ok()) co_return refreshed.withContext(what());
+    }
+    asio::steady_timer timer(co_await asio::this_coro::executor, backoff);
+    co_await timer.async_wait(asio::use_awaitable);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+std::vector<Piece> ClientImpl::cut(const meta::Inode& inode, uint64_t offset, size_t n,
+                                   uint8_t* data) const {
+  std::vector<Piece> pieces;
+  const auto& layout = inode.layout();
+  uint64_t chunk = layout.chunk_size();
+  if (chunk == 0 || layout.chains_size() == 0) return pieces;
+  uint64_t end = offset + n;
+  for (uint64_t at = offset; at < end;) {
+    uint64_t index = at / chunk;
+    uint64_t in_chunk = at % chunk;
+    uint64_t len = std::min(end - at, chunk - in_chunk);
+    Piece p;
+    p.index = static_cast<uint32_t>(index);
+    p.chain = layout.chains(static_cast<int>(index % static_cast<uint64_t>(layout.chains_size())));
+    p.offset = static_cast<uint32_t>(in_chunk);
+    p.length = static_cast<uint32_t>(len);
+    p.data = data + (at - offset);
+    pieces.push_back(p);
+    at += len;
+  }
+  return pieces;
+}
+
+Status ClientImpl::runPieces(bool write, const meta::Inode& inode, std::vector<Piece>& pieces) {
+  if (pieces.empty()) return Status::OK();
+  PieceRun run;
+  run.client = this;
+  run.write = write;
+  run.inode = &inode;
+  run.pieces = &pieces;
+  size_t workers = std::min<size_t>(options_.io_parallel_max, pieces.size());
+  run.running = workers;
+  for (size_t i = 0; i < workers; ++i) asio::co_spawn(*driver_, pieceWorker(&run), asio::detached);
+  std::unique_lock lock(run.mu);
+  run.cv.wait(lock, [&] { return run.running == 0; });
+  return run.error;
+}
+
+Status ClientImpl::readData(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* out) {
+  if (inode.layout().chunk_size() == 0)
+    return Status(ErrorCode::kCorruption, fmt::format("inode {} has no layout", inode.ino()));
+  auto pieces = cut(inode, offset, n, out);
+  return runPieces(false, inode, pieces);
+}
+
+Status ClientImpl::writeData(const meta::Inode& inode, uint64_t offset, size_t n,
+                             const uint8_t* in) {
+  if (inode.layout().chunk_size() == 0 || inode.layout().chains_size() == 0)
+    return Status(ErrorCode::kCorruption, fmt::format("inode {} has no layout", inode.ino()));
+  // Pieces only read from `data` when writing.
+  auto pieces = cut(inode, offset, n, const_cast<uint8_t*>(in));
+  return runPieces(true, inode, pieces);
+}
+
+Status ClientImpl::trimData(const meta::Inode& inode, uint64_t old_size, uint64_t new_size) {
+  const auto& layout = inode.layout();
+  uint64_t chunk = layout.chunk_size();
+  if (chunk == 0 || layout.chains_size() == 0 || new_size >= old_size) return Status::OK();
+  auto chainOf = [&](uint64_t index) {
+    return layout.chains(static_cast<int>(index % static_cast<uint64_t>(layout.chains_size())));
+  };
+  if (new_size % chunk != 0) {
+    uint64_t index = new_size / chunk;
+    ASSIGN_OR_RETURN(auto r, route(chainOf(index)));
+    storage::TruncateReq req;
+    req.mutable_chunk()->set_inode(inode.ino());
+    req.mutable_chunk()->set_index(static_cast<uint32_t>(index));
+    req.set_length(new_size % chunk);
+    req.set_chain_version(r.version);
+    storage::TruncateResp resp;
+    RETURN_ON_ERROR(rpc_->callSync(r.endpoint, kTruncate(), req, &resp)
+                        .withContext(fmt::format("truncate chunk {}:{}", inode.ino(), index)));
+  }
+  uint64_t first = (new_size + chunk - 1) / chunk;
+  uint64_t end = (old_size + chunk - 1) / chunk;
+  std::map<uint32_t, storage::RemoveReq> per_chain;
+  auto send = [&](uint32_t chain, storage::RemoveReq& req) -> Status {
+    ASSIGN_OR_RETURN(auto r, route(chain));
+    storage::RemoveResp resp;
+    RETURN_ON_ERROR(rpc_->callSync(r.endpoint, kRemove(), req, &resp)
+                        .withContext(fmt::format("remove chunks of inode {}", inode.ino())));
+    for (int i = 0; i < resp.codes_size(); ++i) {
+      auto code = static_cast<ErrorCode>(resp.codes(i));
+      if (code != ErrorCode::kOk && code != ErrorCode::kNotFound) {
+        return Status(code, fmt::format("remove chunk {}:{}", inode.ino(), req.chunks(i).index()));
+      }
+    }
+    req.clear_chunks();
+    return Status::OK();
+  };
+  for (uint64_t i = first; i < end; ++i) {
+    auto& req = per_chain[chainOf(i)];
+    auto* c = req.add_chunks();
+    c->set_inode(inode.ino());
+    c->set_index(static_cast<uint32_t>(i));
+    if (req.chunks_size() >= 256) RETURN_ON_ERROR(send(chainOf(i), req));
+  }
+  for (auto& [chain, req] : per_chain)
+    if (req.chunks_size() > 0) RETURN_ON_ERROR(send(chain, req));
+  return Status::OK();
+}
+
+}  // namespace cistern::client

@@ -1,0 +1,184 @@
+// libcistern open files: write coalescing, read-ahead, length updates.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "client/file_impl.h"
+
+namespace cistern::client {
+
+namespace {
+constexpr size_t kWindowMin = 128 << 10;
+}
+
+FileImpl::FileImpl(ClientImpl* client, std::string path, meta::Inode inode, uint64_t session,
+                   bool read, bool write, bool append)
+    : client_(client),
+      path_(std::move(path)),
+      inode_(std::move(inode)),
+      session_(session),
+      can_read_(read),
+      can_write_(write),
+      append_(append) {
+  size_ = inode_.size();
+  meta_size_ = size_;
+}
+
+FileImpl::~FileImpl() {
+  if (!closed_) (void)close();
+}
+
+uint64_t FileImpl::size() const {
+  std::lock_guard lock(mu_);
+  return size_;
+}
+
+Status FileImpl::flushLocked() {
+  if (wbuf_len_ == 0) return Status::OK();
+  Status s = client_->writeData(inode_, wbuf_offset_, wbuf_len_, wbuf_.data());
+  // A failed flush loses the buffered bytes: fsync() and close() report it.
+  if (!s.ok() && sticky_error_.ok()) sticky_error_ = s;
+  wbuf_len_ = 0;
+  return s;
+}
+
+Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
+  const uint64_t chunk = chunkSize();
+  if (chunk == 0) return Status(ErrorCode::kCorruption, "file has no layout");
+  // Coherent reads after writes: read-ahead bytes may now be stale.
+  rbuf_len_ = 0;
+  while (n > 0) {
+    // Append to the buffer when contiguous and within the same chunk.
+    if (wbuf_len_ > 0 && offset == wbuf_offset_ + wbuf_len_ && offset % chunk != 0) {
+      uint64_t room = chunk - offset % chunk;
+      size_t take = static_cast<size_t>(std::min<uint64_t>(room, n));
+      std::memcpy(wbuf_.data() + wbuf_len_, p, take);
+      wbuf_len_ += take;
+      p += take;
+      n -= take;
+      offset += take;
+      size_ = std::max(size_, offset);
+      if (offset % chunk == 0) RETURN_ON_ERROR(flushLocked());
+      continue;
+    }
+    RETURN_ON_ERROR(flushLocked());
+    if (offset % chunk == 0 && n >= chunk) {
+      // Whole chunks go straight from the caller's buffer, in parallel.
+      size_t whole = static_cast<size_t>(n / chunk * chunk);
+      RETURN_ON_ERROR(client_->writeData(inode_, offset, whole, p));
+      p += whole;
+      n -= whole;
+      offset += whole;
+      size_ = std::max(size_, offset);
+      continue;
+    }
+    if (wbuf_.size() < chunk) wbuf_.resize(chunk);
+    uint64_t room = chunk - offset % chunk;
+    size_t take = static_cast<size_t>(std::min<uint64_t>(room, n));
+    std::memcpy(wbuf_.data(), p, take);
+    wbuf_offset_ = offset;
+    wbuf_len_ = take;
+    p += take;
+    n -= take;
+    offset += take;
+    size_ = std::max(size_, offset);
+    if (offset % chunk == 0) RETURN_ON_ERROR(flushLocked());
+  }
+  return Status::OK();
+}
+
+Error FileImpl::pwrite(const void* buf, size_t n, uint64_t offset, size_t* done) {
+  *done = 0;
+  std::lock_guard lock(mu_);
+  if (closed_ || !can_write_) return Error{EBADF, path_ + ": Bad file descriptor"};
+  if (append_) offset = size_;
+  if (offset + n < offset)
+    return toError(Status(ErrorCode::kInvalidArgument, "offset overflow"), path_);
+  wrote_ = true;
+  Status s = writeLocked(static_cast<const uint8_t*>(buf), n, offset);
+  if (!s.ok()) return toError(s, path_);
+  *done = n;
+  return {};
+}
+
+Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
+  const size_t window_max =
+      static_cast<size_t>(std::max<uint64_t>(client_->options().readahead_max_bytes, 0));
+  bool sequential = offset == next_sequential_;
+  next_sequential_ = offset + n;
+  window_ = sequential ? std::min(std::max(window_ * 2, kWindowMin), window_max) : 0;
+  while (n > 0) {
+    // Served from read-ahead?
+    if (rbuf_len_ > 0 && offset >= rbuf_offset_ && offset < rbuf_offset_ + rbuf_len_) {
+      size_t take = static_cast<size_t>(std::min<uint64_t>(n, rbuf_offset_ + rbuf_len_ - offset));
+      std::memcpy(p, rbuf_.data() + (offset - rbuf_offset_), take);
+      p += take;
+      n -= take;
+      offset += take;
+      continue;
+    }
+    if (window_ == 0 || n >= window_) {
+      // Random or large: straight into the caller's buffer.
+      return client_->readData(inode_, offset, n, p);
+    }
+    size_t fetch = static_cast<size_t>(std::min<uint64_t>(window_, size_ - offset));
+    if (rbuf_.size() < fetch) rbuf_.resize(window_max);
+    rbuf_len_ = 0;
+    RETURN_ON_ERROR(client_->readData(inode_, offset, fetch, rbuf_.data()));
+    rbuf_offset_ = offset;
+    rbuf_len_ = fetch;
+  }
+  return Status::OK();
+}
+
+Error FileImpl::pread(void* buf, size_t n, uint64_t offset, size_t* done) {
+  *done = 0;
+  std::lock_guard lock(mu_);
+  if (closed_ || !can_read_) return Error{EBADF, path_ + ": Bad file descriptor"};
+  if (wbuf_len_ > 0) {
+    Status s = flushLocked();
+    if (!s.ok()) return toError(s, path_);
+  }
+  if (offset >= size_ || n == 0) return {};
+  size_t len = static_cast<size_t>(std::min<uint64_t>(n, size_ - offset));
+  Status s = readLocked(static_cast<uint8_t*>(buf), len, offset);
+  if (!s.ok()) return toError(s, path_);
+  *done = len;
+  return {};
+}
+
+Status FileImpl::syncLocked() {
+  RETURN_ON_ERROR(flushLocked());
+  if (!sticky_error_.ok()) return sticky_error_;
+  if (wrote_ || size_ > meta_size_) {
+    ASSIGN_OR_RETURN(auto n, client_->metaClose(inode_.ino(), 0, size_, wrote_));
+    meta_size_ = size_;
+    (void)n;
+    wrote_ = false;
+  }
+  return Status::OK();
+}
+
+Error FileImpl::fsync() {
+  std::lock_guard lock(mu_);
+  if (closed_) return Error{EBADF, path_ + ": Bad file descriptor"};
+  return toError(syncLocked(), path_);
+}
+
+Error FileImpl::close() {
+  std::lock_guard lock(mu_);
+  if (closed_) return Error{EBADF, path_ + ": Bad file descriptor"};
+  closed_ = true;
+  Status flushed = flushLocked();
+  if (flushed.ok()) flushed = sticky_error_;
+  uint64_t length = flushed.ok() ? size_ : meta_size_;
+  Status closed;
+  if (session_ != 0 || wrote_)
+    closed = client_->metaClose(inode_.ino(), session_, length, wrote_).status();
+  wbuf_ = {};
+  rbuf_ = {};
+  if (!flushed.ok()) return toError(flushed, path_);
+  return toError(closed, path_);
+}
+
+}  // namespace cistern::client

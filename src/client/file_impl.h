@@ -1,0 +1,60 @@
+// FileImpl: an open file of libcistern — its write buffer (at most one
+// chunk, always within one chunk so a flush is one chunk write) and its
+// read-ahead window (doubles on each sequential read, from 128 KiB up to
+// Options::readahead_max_bytes; a random read resets it). Both buffers are
+// allocated once per handle and reused. All calls on one handle are
+// serialized by its mutex.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "client/client_impl.h"
+
+namespace cistern::client {
+
+class FileImpl final : public File {
+ public:
+  FileImpl(ClientImpl* client, std::string path, meta::Inode inode, uint64_t session, bool read,
+           bool write, bool append);
+  ~FileImpl() override;
+
+  Error pread(void* buf, size_t n, uint64_t offset, size_t* done) override;
+  Error pwrite(const void* buf, size_t n, uint64_t offset, size_t* done) override;
+  Error fsync() override;
+  Error close() override;
+  uint64_t size() const override;
+
+ private:
+  Status flushLocked();
+  Status syncLocked();
+  Status writeLocked(const uint8_t* p, size_t n, uint64_t offset);
+  Status readLocked(uint8_t* p, size_t n, uint64_t offset);
+  uint64_t chunkSize() const { return inode_.layout().chunk_size(); }
+
+  ClientImpl* const client_;
+  const std::string path_;
+  const meta::Inode inode_;  // as opened (layout, ino)
+  const uint64_t session_;
+  const bool can_read_, can_write_, append_;
+
+  mutable std::mutex mu_;
+  bool closed_ = false;
+  bool wrote_ = false;      // since the last length update
+  uint64_t size_ = 0;       // length including buffered bytes
+  uint64_t meta_size_ = 0;  // length the meta service has
+  Status sticky_error_;     // a failed flush: reported by fsync/close
+
+  std::vector<uint8_t> wbuf_;
+  uint64_t wbuf_offset_ = 0;
+  size_t wbuf_len_ = 0;
+
+  std::vector<uint8_t> rbuf_;
+  uint64_t rbuf_offset_ = 0;
+  size_t rbuf_len_ = 0;
+  uint64_t next_sequential_ = 0;
+  size_t window_ = 0;
+};
+
+}  // namespace cistern::client

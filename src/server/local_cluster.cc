@@ -1,0 +1,248 @@
+#include "server/local_cluster.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "common/log.h"
+#include "kv/engine.h"
+#include "meta/fsck.h"
+#include "meta/gc_worker.h"
+#include "meta/meta_service.h"
+#include "meta/schema.h"
+#include "mgmt.pb.h"
+#include "net/blocking.h"
+#include "net/rpc_server.h"
+#include "server/metrics_http.h"
+#include "storage/remote_chunk_remover.h"
+#include "storage/scrub_worker.h"
+#include "storage/storage_service.h"
+
+namespace cistern::server {
+
+struct TargetRuntime {
+  uint32_t id = 0;
+  std::string path;
+  std::unique_ptr<storage::ChunkEngine> engine;
+  std::unique_ptr<net::RpcServer> server;
+  std::unique_ptr<storage::StorageService> service;
+  std::unique_ptr<storage::ScrubWorker> scrub;
+};
+
+struct LocalCluster::Impl {
+  LocalClusterOptions options;
+  std::unique_ptr<kv::Engine> kv;
+  std::unique_ptr<meta::MetaStore> meta;
+  std::unique_ptr<net::RpcServer> server;
+  std::unique_ptr<meta::MetaService> meta_service;
+  std::vector<TargetRuntime> targets;
+  mgmt::Routing routing;
+  std::unique_ptr<MetricsHttp> metrics;
+  asio::thread_pool blocking{1};  // fsck
+  net::RpcClient gc_client;
+  std::unique_ptr<storage::RemoteChunkRemover> remover;
+  std::thread gc_thread;
+  std::mutex gc_mu;
+  std::condition_variable gc_cv;
+  bool stopping = false;
+
+  Status startTargets();
+  void buildRouting();
+  Result<std::pair<uint64_t, uint64_t>> capacity();
+  void gcLoop();
+  void stop();
+};
+
+namespace {
+
+// Existing target-<i> directories: the count never shrinks across restarts.
+uint32_t existingTargets(const std::string& data) {
+  uint32_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(data, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("target-", 0) == 0) n = std::max<uint32_t>(n, std::atoi(name.c_str() + 7));
+  }
+  return n;
+}
+
+}  // namespace
+
+Status LocalCluster::Impl::startTargets() {
+  uint32_t k = std::max(options.targets, existingTargets(options.data_dir));
+  targets.resize(k);
+  for (uint32_t i = 0; i < k; ++i) {
+    TargetRuntime& t = targets[i];
+    t.id = i + 1;
+    t.path = fmt::format("{}/target-{}", options.data_dir, t.id);
+    storage::ChunkEngineOptions eo;
+    eo.path = t.path;
+    eo.sync = options.sync;
+    ASSIGN_OR_RETURN(t.engine, storage::ChunkEngine::open(eo));
+    net::ServerOptions so;
+    so.listen_host = options.listen_host;
+    so.listen_port = options.listen_port == 0 ? 0 : options.listen_port + t.id;
+    so.threads = 1;
+    t.server = std::make_unique<net::RpcServer>(so);
+    t.service = std::make_unique<storage::StorageService>(*t.engine, *t.server);
+    RETURN_ON_ERROR(t.server->start().withContext(fmt::format("storage target {}", t.id)));
+    if (options.scrub_bytes_per_second > 0)
+      t.scrub = std::make_unique<storage::ScrubWorker>(*t.engine, options.scrub_bytes_per_second);
+  }
+  return Status::OK();
+}
+
+void LocalCluster::Impl::buildRouting() {
+  routing.set_version(1);
+  routing.set_meta_endpoint(server->endpoint().toString());
+  for (const auto& t : targets) {
+    auto* rt = routing.add_targets();
+    rt->set_id(t.id);
+    rt->set_endpoint(t.server->endpoint().toString());
+    rt->set_path(t.path);
+    rt->set_chain(t.id);
+    auto* c = routing.add_chains();
+    c->set_id(t.id);
+    c->set_version(1);
+    c->add_targets(t.id);
+  }
+}
+
+// Total and free bytes over the distinct filesystems of the targets.
+Result<std::pair<uint64_t, uint64_t>> LocalCluster::Impl::capacity() {
+  std::set<dev_t> seen;
+  uint64_t total = 0, free_bytes = 0;
+  for (const auto& t : targets) {
+    struct stat st;
+    if (::stat(t.path.c_str(), &st) == 0 && !seen.insert(st.st_dev).second) continue;
+    auto s = t.engine->space();
+    total += s.fs_total_bytes;
+    free_bytes += s.fs_free_bytes > s.reserved_bytes ? s.fs_free_bytes - s.reserved_bytes : 0;
+  }
+  return std::pair<uint64_t, uint64_t>{total, free_bytes};
+}
+
+void LocalCluster::Impl::gcLoop() {
+  meta::GcWorker gc(*kv, *remover);
+  std::unique_lock lock(gc_mu);
+  while (!stopping) {
+    lock.unlock();
+    auto done = gc.runOnce();
+    if (!done.ok()) CLOG_WARN("gc", "chunk GC: {}", done.status().toString());
+    lock.lock();
+    // Busy while there is work; otherwise look again in a second.
+    if (done.ok() && *done > 0) continue;
+    gc_cv.wait_for(lock, std::chrono::seconds(1), [this] { return stopping; });
+  }
+}
+
+void LocalCluster::Impl::stop() {
+  {
+    std::lock_guard lock(gc_mu);
+    stopping = true;
+  }
+  gc_cv.notify_all();
+  if (gc_thread.joinable()) gc_thread.join();
+  metrics.reset();
+  if (server) server->stop();
+  blocking.join();
+  for (auto& t : targets) {
+    t.scrub.reset();
+    if (t.server) t.server->stop();
+  }
+  meta_service.reset();
+  for (auto& t : targets) {
+    t.service.reset();
+    t.server.reset();
+    t.engine.reset();
+  }
+  server.reset();
+  meta.reset();
+  kv.reset();
+}
+
+LocalCluster::LocalCluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LocalCluster::~LocalCluster() { impl_->stop(); }
+
+Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOptions& options) {
+  if (options.targets == 0) return Status(ErrorCode::kInvalidArgument, "--targets must be >= 1");
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) {
+    return Status(ErrorCode::kIOError,
+                  fmt::format("cannot create {}: {}", options.data_dir, ec.message()));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(impl)));
+  Impl& c = *cluster->impl_;
+  kv::RocksEngineOptions ko;
+  ko.path = options.data_dir + "/kv";
+  ko.engine.sync_commits = options.sync;
+  ASSIGN_OR_RETURN(c.kv, kv::openRocksEngine(ko));
+  RETURN_ON_ERROR(c.startTargets());
+  // mgmtd registers one chain per target in the chain table meta reads.
+  RETURN_ON_ERROR(kv::runTransaction(*c.kv, [&](kv::Transaction& t) -> Status {
+    for (const auto& tr : c.targets) t.set(meta::chainKey(tr.id), "");
+    return Status::OK();
+  }));
+  c.meta = std::make_unique<meta::MetaStore>(*c.kv);
+  RETURN_ON_ERROR(c.meta->init());
+  c.meta->setCapacitySource([&c] { return c.capacity(); });
+  net::ServerOptions so;
+  so.listen_host = options.listen_host;
+  so.listen_port = options.listen_port;
+  c.server = std::make_unique<net::RpcServer>(so);
+  c.meta_service = std::make_unique<meta::MetaService>(*c.meta, *c.server);
+  c.server->handle<mgmt::GetRoutingReq, mgmt::Routing>(
+      net::Method::of("cistern.mgmt.MgmtService.GetRouting"),
+      [&c](net::CallContext&, const mgmt::GetRoutingReq&,
+           mgmt::Routing& resp) -> asio::awaitable<Status> {
+        resp = c.routing;
+        for (int i = 0; i < resp.targets_size(); ++i)
+          resp.mutable_targets(i)->set_failed(c.targets[static_cast<size_t>(i)].engine->failed());
+        co_return Status::OK();
+      });
+  c.server->handle<mgmt::FsckReq, mgmt::FsckResp>(
+      net::Method::of("cistern.mgmt.MgmtService.Fsck"),
+      [&c](net::CallContext&, const mgmt::FsckReq&,
+           mgmt::FsckResp& resp) -> asio::awaitable<Status> {
+        co_return co_await net::runBlocking(c.blocking, [&]() -> Status {
+          ASSIGN_OR_RETURN(meta::FsckReport r, meta::fsck(*c.kv));
+          resp.set_inodes(r.inodes);
+          resp.set_dentries(r.dentries);
+          resp.set_sessions(r.sessions);
+          resp.set_gc_entries(r.gc_entries);
+          for (auto& p : r.problems) resp.add_problems(std::move(p));
+          return Status::OK();
+        });
+      });
+  RETURN_ON_ERROR(c.server->start().withContext("meta/mgmt endpoint"));
+  c.buildRouting();
+  uint16_t mport = options.metrics_port;
+  ASSIGN_OR_RETURN(c.metrics, MetricsHttp::start(options.listen_host, mport));
+  c.remover = std::make_unique<storage::RemoteChunkRemover>(
+      c.gc_client, [&c](uint32_t chain) -> Result<net::Endpoint> {
+        if (chain == 0 || chain > c.targets.size())
+          return Status(ErrorCode::kNotFound, fmt::format("no chain {}", chain));
+        return c.targets[chain - 1].server->endpoint();
+      });
+  c.gc_thread = std::thread([&c] { c.gcLoop(); });
+  return cluster;
+}
+
+net::Endpoint LocalCluster::endpoint() const { return impl_->server->endpoint(); }
+
+std::vector<net::Endpoint> LocalCluster::storageEndpoints() const {
+  std::vector<net::Endpoint> out;
+  for (const auto& t : impl_->targets) out.push_back(t.server->endpoint());
+  return out;
+}
+
+uint16_t LocalCluster::metricsPort() const { return impl_->metrics->port(); }
+
+}  // namespace cistern::server

@@ -1,0 +1,52 @@
+// LocalCluster: mgmtd, meta and storage for one machine in one process, on
+// the embedded RocksDB KV (`cistern up`).
+//
+// Layout of the data directory:
+//   <data>/kv/          the metadata KV (RocksDB)
+//   <data>/target-<i>/  storage target i (i = 1..K), one chunk engine each
+// Target i serves chain i (replication 1). The meta and mgmt services share
+// the main RPC endpoint; each target has its own storage endpoint (the next
+// ports after the main one, or free ports when the main port is 0). mgmtd's
+// GetRouting tells clients where everything is. A GC thread removes the
+// chunks of deleted and truncated files through the storage RPC; a scrub
+// worker per target re-verifies chunks at `scrub_bytes_per_second`.
+// Everything is stopped and flushed by the destructor; data survives restarts
+// (the target count only grows: existing target directories are reopened).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "net/endpoint.h"
+
+namespace cistern::server {
+
+struct LocalClusterOptions {
+  std::string data_dir = "./cistern-data";
+  uint32_t targets = 1;
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;   // 0: free ports for everything
+  uint16_t metrics_port = 0;  // 0: a free port
+  uint64_t scrub_bytes_per_second = 32ull << 20;
+  bool sync = true;  // fsync metadata and chunk commits
+};
+
+class LocalCluster {
+ public:
+  static Result<std::unique_ptr<LocalCluster>> start(const LocalClusterOptions& options);
+  ~LocalCluster();
+
+  net::Endpoint endpoint() const;  // meta + mgmt
+  std::vector<net::Endpoint> storageEndpoints() const;
+  uint16_t metricsPort() const;
+
+  struct Impl;
+
+ private:
+  explicit LocalCluster(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cistern::server

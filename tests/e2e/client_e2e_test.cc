@@ -1,0 +1,518 @@
+// End to end: `cistern up` as a child process on free ports, driven through
+// libcistern and the `cistern` CLI.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "cistern/client.h"
+#include "common/crc32c.h"
+#include "tests/support/cluster_process.h"
+
+namespace cistern {
+namespace {
+
+using testing::ClusterProcess;
+using testing::runProgram;
+
+constexpr uint64_t kChunk = 1 << 20;  // the default layout
+
+// Deterministic contents: byte i of a file with `seed` depends on (seed, i).
+void fill(uint8_t* p, size_t n, uint64_t offset, uint64_t seed) {
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t x = (offset + i) * 0x9E3779B97F4A7C15ull ^ seed;
+    p[i] = static_cast<uint8_t>((x >> 29) ^ (x >> 47));
+  }
+}
+
+class E2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("cistern-e2e-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    cluster_ = std::make_unique<ClusterProcess>(CISTERN_BIN, (dir_ / "data").string(), 2);
+    ASSERT_TRUE(cluster_->start());
+    client_ = connect();
+    ASSERT_NE(client_, nullptr);
+  }
+  void TearDown() override {
+    client_.reset();
+    if (cluster_) {
+      EXPECT_EQ(cluster_->stop(), 0) << cluster_->log();
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::unique_ptr<Client> connect(uint32_t uid = ~0u, uint32_t gid = ~0u) {
+    Client::Options o;
+    o.cluster = cluster_->cluster();
+    o.uid = uid;
+    o.gid = gid;
+    auto [c, err] = Client::connect(o);
+    EXPECT_FALSE(err) << err.message;
+    return std::move(c);
+  }
+
+  // Writes `size` bytes of (seed) contents in `block` writes; returns their CRC.
+  uint32_t writeFile(Client& c, const std::string& path, uint64_t size, uint64_t seed,
+                     size_t block = 4 << 20) {
+    std::unique_ptr<File> f;
+    Error e = c.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &f);
+    EXPECT_FALSE(e) << e.message;
+    if (e) return 0;
+    std::vector<uint8_t> buf(block);
+    uint32_t crc = 0;
+    for (uint64_t off = 0; off < size; off += block) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(block, size - off)), done = 0;
+      fill(buf.data(), n, off, seed);
+      crc = crc32cExtend(crc, buf.data(), n);
+      e = f->pwrite(buf.data(), n, off, &done);
+      EXPECT_FALSE(e) << e.message;
+      EXPECT_EQ(done, n);
+    }
+    e = f->close();
+    EXPECT_FALSE(e) << e.message;
+    return crc;
+  }
+
+  // Reads the whole file; returns its CRC and size.
+  std::pair<uint32_t, uint64_t> readFile(Client& c, const std::string& path,
+                                         size_t block = 4 << 20) {
+    std::unique_ptr<File> f;
+    Error e = c.open(path, O_RDONLY, 0, &f);
+    EXPECT_FALSE(e) << e.message;
+    if (e) return {0, 0};
+    std::vector<uint8_t> buf(block);
+    uint32_t crc = 0;
+    uint64_t off = 0;
+    for (;;) {
+      size_t got = 0;
+      e = f->pread(buf.data(), block, off, &got);
+      EXPECT_FALSE(e) << e.message;
+      if (e || got == 0) break;
+      crc = crc32cExtend(crc, buf.data(), got);
+      off += got;
+    }
+    EXPECT_FALSE(f->close());
+    return {crc, off};
+  }
+
+  std::vector<uint8_t> readAll(Client& c, const std::string& path) {
+    FileInfo info;
+    EXPECT_FALSE(c.stat(path, &info));
+    std::vector<uint8_t> out(info.size);
+    std::unique_ptr<File> f;
+    EXPECT_FALSE(c.open(path, O_RDONLY, 0, &f));
+    if (!f) return {};
+    size_t got = 0;
+    Error e = f->pread(out.data(), out.size(), 0, &got);
+    EXPECT_FALSE(e) << e.message;
+    EXPECT_EQ(got, out.size());
+    EXPECT_FALSE(f->close());
+    return out;
+  }
+
+  testing::CliResult cli(std::vector<std::string> args) {
+    args.push_back("--cluster");
+    args.push_back(cluster_->cluster());
+    return runProgram(CISTERN_BIN, args);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<ClusterProcess> cluster_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(E2E, FilesOfEverySizeRoundTripByteExact) {
+  const std::vector<uint64_t> sizes = {0,      1,          4095,           kChunk - 1,
+                                       kChunk, kChunk + 1, kChunk * 7 / 2, 1ull << 30};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::string path = "/f" + std::to_string(i);
+    uint32_t crc = writeFile(*client_, path, sizes[i], i);
+    FileInfo info;
+    ASSERT_FALSE(client_->stat(path, &info));
+    EXPECT_EQ(info.size, sizes[i]);
+    EXPECT_TRUE(info.isRegular());
+    // Odd read sizes cross chunk boundaries at every alignment.
+    auto [rcrc, rsize] = readFile(*client_, path, sizes[i] > kChunk * 4 ? 4 << 20 : 333333);
+    EXPECT_EQ(rsize, sizes[i]) << path;
+    EXPECT_EQ(rcrc, crc) << path;
+  }
+  // Small writes are coalesced and still land byte-exact.
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(client_->open("/small-writes", O_WRONLY | O_CREAT, 0644, &f));
+  std::vector<uint8_t> want(3 * kChunk + 123);
+  fill(want.data(), want.size(), 0, 99);
+  for (size_t off = 0; off < want.size(); off += 1000) {
+    size_t n = std::min<size_t>(1000, want.size() - off), done = 0;
+    ASSERT_FALSE(f->pwrite(want.data() + off, n, off, &done));
+  }
+  ASSERT_FALSE(f->close());
+  EXPECT_EQ(readAll(*client_, "/small-writes"), want);
+}
+
+TEST_F(E2E, SparseFilesOverwriteAndTruncate) {
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(client_->open("/sparse", O_RDWR | O_CREAT, 0644, &f));
+  std::vector<uint8_t> tail(5000);
+  fill(tail.data(), tail.size(), 0, 7);
+  size_t done = 0;
+  const uint64_t at = 5 * kChunk + 17;
+  ASSERT_FALSE(f->pwrite(tail.data(), tail.size(), at, &done));
+  ASSERT_FALSE(f->close());
+  auto got = readAll(*client_, "/sparse");
+  ASSERT_EQ(got.size(), at + tail.size());
+  EXPECT_TRUE(std::all_of(got.begin(), got.begin() + at, [](uint8_t b) { return b == 0; }));
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), got.begin() + at));
+
+  // Overwrite in the middle, across a chunk boundary.
+  std::vector<uint8_t> model(3 * kChunk);
+  fill(model.data(), model.size(), 0, 1);
+  writeFile(*client_, "/mid", model.size(), 1);
+  std::vector<uint8_t> patch(10000);
+  fill(patch.data(), patch.size(), 0, 2);
+  ASSERT_FALSE(client_->open("/mid", O_WRONLY, 0, &f));
+  ASSERT_FALSE(f->pwrite(patch.data(), patch.size(), kChunk - 5000, &done));
+  ASSERT_FALSE(f->close());
+  std::copy(patch.begin(), patch.end(), model.begin() + (kChunk - 5000));
+  EXPECT_EQ(readAll(*client_, "/mid"), model);
+
+  // Truncate down into the second chunk, then up: the cut bytes read as zeros.
+  ASSERT_FALSE(client_->truncate("/mid", kChunk + 100));
+  model.resize(kChunk + 100);
+  EXPECT_EQ(readAll(*client_, "/mid"), model);
+  ASSERT_FALSE(client_->truncate("/mid", 2 * kChunk + 5));
+  model.resize(2 * kChunk + 5, 0);
+  EXPECT_EQ(readAll(*client_, "/mid"), model);
+
+  // O_TRUNC then a write past a hole: nothing of the old contents shows through.
+  ASSERT_FALSE(client_->open("/mid", O_WRONLY | O_TRUNC, 0, &f));
+  ASSERT_FALSE(f->pwrite(patch.data(), 100, kChunk + 50, &done));
+  ASSERT_FALSE(f->close());
+  got = readAll(*client_, "/mid");
+  ASSERT_EQ(got.size(), kChunk + 150);
+  EXPECT_TRUE(
+      std::all_of(got.begin(), got.begin() + kChunk + 50, [](uint8_t b) { return b == 0; }));
+
+  // O_APPEND writes at the end whatever the offset.
+  ASSERT_FALSE(client_->open("/mid", O_WRONLY | O_APPEND, 0, &f));
+  ASSERT_FALSE(f->pwrite("xyz", 3, 0, &done));
+  ASSERT_FALSE(f->close());
+  got = readAll(*client_, "/mid");
+  ASSERT_EQ(got.size(), kChunk + 153);
+  EXPECT_EQ(std::string(got.end() - 3, got.end()), "xyz");
+}
+
+TEST_F(E2E, ConcurrentClientsOnFilesAndOnDisjointRangesOfOneFile) {
+  constexpr int kClients = 8;
+  constexpr uint64_t kEach = 3 * kChunk + 4321;
+  std::vector<std::thread> threads;
+  std::vector<uint32_t> crcs(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = connect();
+      if (c)
+        crcs[static_cast<size_t>(i)] =
+            writeFile(*c, "/own-" + std::to_string(i), kEach, 100 + i, 777777);
+    });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  for (int i = 0; i < kClients; ++i)
+    EXPECT_EQ(readFile(*client_, "/own-" + std::to_string(i)).first, crcs[static_cast<size_t>(i)]);
+
+  // Disjoint ranges of one file, each range not chunk-aligned.
+  constexpr uint64_t kRange = kChunk + 12345;
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(client_->open("/shared", O_WRONLY | O_CREAT, 0644, &f));
+  ASSERT_FALSE(f->close());
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = connect();
+      if (!c) return;
+      std::unique_ptr<File> h;
+      Error e = c->open("/shared", O_WRONLY, 0, &h);
+      ASSERT_FALSE(e) << e.message;
+      std::vector<uint8_t> buf(kRange);
+      fill(buf.data(), buf.size(), static_cast<uint64_t>(i) * kRange, 5);
+      for (uint64_t off = 0; off < kRange; off += 100000) {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(100000, kRange - off)), done = 0;
+        e = h->pwrite(buf.data() + off, n, static_cast<uint64_t>(i) * kRange + off, &done);
+        ASSERT_FALSE(e) << e.message;
+      }
+      e = h->close();
+      ASSERT_FALSE(e) << e.message;
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<uint8_t> want(kRange * kClients);
+  fill(want.data(), want.size(), 0, 5);
+  EXPECT_EQ(readAll(*client_, "/shared"), want);
+}
+
+TEST_F(E2E, EveryByteSurvivesARestart) {
+  std::map<std::string, std::pair<uint64_t, uint32_t>> files;
+  ASSERT_FALSE(client_->mkdir("/keep/a/b", 0755, true));
+  for (int i = 0; i < 6; ++i) {
+    std::string p = "/keep/a/b/file" + std::to_string(i);
+    uint64_t size = static_cast<uint64_t>(i) * 777777 + 3;
+    files[p] = {size, writeFile(*client_, p, size, 1000 + i)};
+  }
+  client_.reset();
+  ASSERT_EQ(cluster_->stop(), 0) << cluster_->log();
+  ASSERT_TRUE(cluster_->start());  // new ports, same data
+  client_ = connect();
+  ASSERT_NE(client_, nullptr);
+  for (const auto& [p, want] : files) {
+    auto [crc, size] = readFile(*client_, p);
+    EXPECT_EQ(size, want.first) << p;
+    EXPECT_EQ(crc, want.second) << p;
+  }
+  auto r = cli({"fsck"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("clean"), std::string::npos) << r.out;
+}
+
+TEST_F(E2E, BadInputGetsTheRightErrnoAndWritesNothing) {
+  std::unique_ptr<File> f;
+  FileInfo info;
+  std::vector<DirEntry> before, after;
+  ASSERT_FALSE(client_->mkdir("/dir", 0755, false));
+  writeFile(*client_, "/dir/file", 10, 1);
+  ASSERT_FALSE(client_->list("/", &before));
+
+  Error e = client_->open("/missing", O_RDONLY, 0, &f);
+  EXPECT_EQ(e.errno_value, ENOENT);
+  EXPECT_EQ(e.message, "/missing: No such file or directory");
+  EXPECT_EQ(client_->stat("/dir/nope/x", &info).errno_value, ENOENT);
+  EXPECT_EQ(client_->open("/dir", O_WRONLY, 0, &f).errno_value, EISDIR);
+  EXPECT_EQ(client_->open("/dir", O_RDONLY, 0, &f).errno_value, EISDIR);
+  EXPECT_EQ(client_->open("/dir/file/x", O_WRONLY | O_CREAT, 0644, &f).errno_value, ENOTDIR);
+  EXPECT_EQ(client_->list("/dir/file", &after).errno_value, ENOTDIR);
+  EXPECT_EQ(client_->open("/dir/file", O_WRONLY | O_CREAT | O_EXCL, 0644, &f).errno_value, EEXIST);
+  EXPECT_EQ(client_->mkdir("/dir", 0755, false).errno_value, EEXIST);
+  EXPECT_EQ(client_->mkdir("/dir/file/sub", 0755, true).errno_value, ENOTDIR);
+  EXPECT_EQ(client_->rmdir("/dir").errno_value, ENOTEMPTY);
+  EXPECT_EQ(client_->unlink("/dir").errno_value, EISDIR);
+  EXPECT_EQ(client_->truncate("/dir", 0).errno_value, EISDIR);
+  EXPECT_EQ(client_->stat("relative/path", &info).errno_value, EINVAL);
+  EXPECT_EQ(client_->open(std::string("/a\0b", 4), O_WRONLY | O_CREAT, 0644, &f).errno_value,
+            EINVAL);
+  EXPECT_EQ(client_->open("/" + std::string(256, 'n'), O_WRONLY | O_CREAT, 0644, &f).errno_value,
+            ENAMETOOLONG);
+  EXPECT_EQ(client_->rename("/dir", "/dir/file/inside").errno_value, ENOTDIR);
+  EXPECT_EQ(client_->rename("/dir", "/dir/sub").errno_value, EINVAL);
+
+  // A read-only handle cannot write and a write-only one cannot read.
+  ASSERT_FALSE(client_->open("/dir/file", O_RDONLY, 0, &f));
+  size_t done = 0;
+  EXPECT_EQ(f->pwrite("x", 1, 0, &done).errno_value, EBADF);
+  ASSERT_FALSE(f->close());
+  EXPECT_EQ(f->close().errno_value, EBADF);
+
+  // Permissions: an unprivileged caller in a root-owned private directory.
+  ASSERT_FALSE(client_->mkdir("/private", 0700, false));
+  auto user = connect(1000, 1000);
+  ASSERT_NE(user, nullptr);
+  EXPECT_EQ(user->open("/private/x", O_WRONLY | O_CREAT, 0644, &f).errno_value, EACCES);
+  EXPECT_EQ(user->mkdir("/private/d", 0755, false).errno_value, EACCES);
+  EXPECT_EQ(user->open("/dir/file", O_WRONLY, 0, &f).errno_value, EACCES);
+  EXPECT_EQ(user->open("/dir/new", O_WRONLY | O_CREAT, 0644, &f).errno_value, EACCES);
+  EXPECT_EQ(user->unlink("/dir/file").errno_value, EACCES);
+  auto [crc, size] = readFile(*user, "/dir/file");  // 0644: others may read
+  EXPECT_EQ(size, 10u);
+
+  // Nothing was created by the failed calls.
+  ASSERT_FALSE(client_->list("/", &after));
+  std::vector<std::string> names;
+  for (const auto& d : after) names.push_back(d.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"dir", "private"}));
+  std::vector<DirEntry> in_dir, in_private;
+  ASSERT_FALSE(client_->list("/dir", &in_dir));
+  EXPECT_EQ(in_dir.size(), 1u);
+  ASSERT_FALSE(client_->list("/private", &in_private));
+  EXPECT_TRUE(in_private.empty());
+
+  // An unreachable cluster: ENOTCONN after the retry budget, with the address in the message.
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  std::string dead = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));  // bound, not listening
+  Client::Options o;
+  o.cluster = dead;
+  o.retry_ms = 300;
+  auto [none, err] = Client::connect(o);
+  close(s);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(err.errno_value, ENOTCONN);
+  EXPECT_NE(err.message.find(dead), std::string::npos) << err.message;
+}
+
+TEST_F(E2E, CliCommands) {
+  auto local = dir_ / "local";
+  std::filesystem::create_directories(local / "tree" / "sub");
+  auto put_file = [](const std::filesystem::path& p, const std::string& text) {
+    std::ofstream(p, std::ios::binary) << text;
+  };
+  std::string big(3 * kChunk + 77, '\0');
+  fill(reinterpret_cast<uint8_t*>(big.data()), big.size(), 0, 3);
+  put_file(local / "tree" / "a.txt", "hello\n");
+  put_file(local / "tree" / "sub" / "big.bin", big);
+  put_file(local / "one.txt", "just one\n");
+
+  auto r = cli({"mkdir", "-p", "/x/y/z"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = cli({"put", (local / "tree").string(), "/x"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = cli({"put", (local / "one.txt").string(), "/x/y/one.txt"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = cli({"ls", "/x"});
+  EXPECT_EQ(r.out, "tree\ny\n");
+  r = cli({"ls", "-l", "/x/tree/sub"});
+  EXPECT_NE(r.out.find(std::to_string(big.size()) + " "), std::string::npos) << r.out;
+  r = cli({"cat", "/x/tree/a.txt", "/x/y/one.txt"});
+  EXPECT_EQ(r.out, "hello\njust one\n");
+  r = cli({"stat", "/x/tree/sub/big.bin"});
+  EXPECT_NE(r.out.find("Size: " + std::to_string(big.size())), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("regular file"), std::string::npos) << r.out;
+
+  r = cli({"get", "/x/tree", (local / "back").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(local / "back" / "sub" / "big.bin", std::ios::binary);
+  std::string back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(back == big);
+
+  r = cli({"mv", "/x/y/one.txt", "/x/tree"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = cli({"cat", "/x/tree/one.txt"});
+  EXPECT_EQ(r.out, "just one\n");
+
+  // Errors read like coreutils and exit non-zero.
+  r = cli({"cat", "/nope"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "cistern: /nope: No such file or directory\n");
+  r = cli({"get", "/nope", (local / "nope").string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_FALSE(std::filesystem::exists(local / "nope"));  // nothing written
+  r = cli({"put", (local / "missing").string(), "/m"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "cistern: " + (local / "missing").string() + ": No such file or directory\n");
+  r = cli({"rm", "/x"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "cistern: /x: Is a directory\n");
+  r = cli({"mkdir", "/x"});
+  EXPECT_EQ(r.err, "cistern: /x: File exists\n");
+  r = runProgram(CISTERN_BIN, {"ls", "/", "--retry-ms", "200", "--cluster", "127.0.0.1:1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cistern: cluster 127.0.0.1:1: Transport endpoint is not connected"),
+            std::string::npos)
+      << r.err;
+  r = runProgram(CISTERN_BIN, {"ls", "/"}, {"CISTERN_CLUSTER=" + cluster_->cluster()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "x\n");
+
+  r = cli({"rm", "-r", "/x"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = cli({"ls", "/"});
+  EXPECT_EQ(r.out, "");
+  r = cli({"df"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Avail"), std::string::npos) << r.out;
+  r = cli({"status"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 targets, 2 chains"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("healthy"), std::string::npos) << r.out;
+  r = cli({"fsck"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+}
+
+// GET path from the metrics port; returns the body.
+std::string httpGet(int port, const std::string& path) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(s);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  (void)!write(s, req.data(), req.size());
+  std::string resp;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(s, buf, sizeof buf)) > 0) resp.append(buf, static_cast<size_t>(n));
+  close(s);
+  size_t body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+// Parses Prometheus text format 0.0.4; fails the test on a malformed line.
+std::map<std::string, double> parseMetrics(const std::string& text) {
+  static const std::regex sample(
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? ([-+]?([0-9.eE+-]+|Inf|NaN))$)");
+  static const std::regex comment(R"(^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .*$)");
+  std::map<std::string, double> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      EXPECT_TRUE(std::regex_match(line, comment)) << line;
+      continue;
+    }
+    std::smatch m;
+    EXPECT_TRUE(std::regex_match(line, m, sample)) << line;
+    if (m.size() > 1)
+      out[line.substr(0, line.rfind(' '))] = std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return out;
+}
+
+double sumOf(const std::map<std::string, double>& m, const std::string& prefix) {
+  double s = 0;
+  for (const auto& [k, v] : m)
+    if (k.rfind(prefix, 0) == 0) s += v;
+  return s;
+}
+
+TEST_F(E2E, MetricsParseAndMoveWithTheWorkload) {
+  EXPECT_EQ(httpGet(cluster_->metricsPort(), "/healthz").substr(0, 2), "ok");
+  auto before = parseMetrics(httpGet(cluster_->metricsPort(), "/metrics"));
+  ASSERT_FALSE(before.empty());
+  writeFile(*client_, "/m", 5 * kChunk, 1);
+  readFile(*client_, "/m");
+  auto after = parseMetrics(httpGet(cluster_->metricsPort(), "/metrics"));
+  const char* moving[] = {"rpc_server_calls_total{method=\"cistern.storage.StorageService.Write\"",
+                          "rpc_server_calls_total{method=\"cistern.meta.MetaService.Create\"",
+                          "rpc_server_request_bytes_total",
+                          "rpc_server_latency_us_count",
+                          "storage_write_bytes_total",
+                          "storage_read_bytes_total",
+                          "kv_commits_total"};
+  for (const char* name : moving) EXPECT_GT(sumOf(after, name), sumOf(before, name)) << name;
+  EXPECT_GE(sumOf(after, "storage_write_bytes_total") - sumOf(before, "storage_write_bytes_total"),
+            5.0 * kChunk);
+}
+
+}  // namespace
+}  // namespace cistern

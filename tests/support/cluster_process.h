@@ -1,0 +1,161 @@
+// Test support: a `cistern up` child process on free loopback ports, and a
+// helper that runs the `cistern` CLI and captures its output.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cistern::testing {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs `bin args...` with stdin from /dev/null; returns its exit code and output.
+inline CliResult runProgram(const std::string& bin, const std::vector<std::string>& args,
+                            const std::vector<std::string>& env = {}) {
+  CliResult r;
+  char out_tmpl[] = "/tmp/cistern-cli-out-XXXXXX";
+  char err_tmpl[] = "/tmp/cistern-cli-err-XXXXXX";
+  int out_fd = mkstemp(out_tmpl), err_fd = mkstemp(err_tmpl);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, STDIN_FILENO);
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> argv{const_cast<char*>(bin.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  auto slurp = [](int fd) {
+    std::string s;
+    lseek(fd, 0, SEEK_SET);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
+    close(fd);
+    return s;
+  };
+  r.out = slurp(out_fd);
+  r.err = slurp(err_fd);
+  unlink(out_tmpl);
+  unlink(err_tmpl);
+  return r;
+}
+
+// `cistern up` on 127.0.0.1 with free ports. start() waits for "ready".
+class ClusterProcess {
+ public:
+  ClusterProcess(std::string bin, std::string data_dir, uint32_t targets)
+      : bin_(std::move(bin)), data_(std::move(data_dir)), targets_(targets) {}
+  ~ClusterProcess() { stop(); }
+
+  // Returns false (with a gtest failure) if it does not come up in 30 s.
+  bool start() {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return false;
+    log_.clear();
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(pipefd[1], STDOUT_FILENO);
+      close(pipefd[0]);
+      close(pipefd[1]);
+      std::vector<std::string> args{
+          bin_,       "up",          "--data",    data_,
+          "--listen", "127.0.0.1:0", "--targets", std::to_string(targets_),
+          "--no-sync"};
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(bin_.c_str(), argv.data());
+      _exit(127);
+    }
+    close(pipefd[1]);
+    out_fd_ = pipefd[0];
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_fd_, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(out_fd_, buf, sizeof buf);
+      if (n <= 0) break;
+      log_.append(buf, static_cast<size_t>(n));
+      if (log_.find("ready") != std::string::npos) {
+        cluster_ = field("cluster ", " ");
+        std::string m = field("metrics http://", "/metrics");
+        metrics_port_ = std::stoi(m.substr(m.rfind(':') + 1));
+        return true;
+      }
+    }
+    ADD_FAILURE() << "cistern up did not start; its output:\n" << log_;
+    stop();
+    return false;
+  }
+
+  // SIGTERM, then waits; returns the exit status (0 = clean).
+  int stop() {
+    if (pid_ <= 0) return 0;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 300; ++i) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        drain();
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "cistern up did not stop within 30 s of SIGTERM";
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return -1;
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& cluster() const { return cluster_; }
+  int metricsPort() const { return metrics_port_; }
+  const std::string& log() const { return log_; }
+
+ private:
+  std::string field(const std::string& after, const std::string& until) {
+    size_t a = log_.find(after);
+    if (a == std::string::npos) return "";
+    a += after.size();
+    return log_.substr(a, log_.find(until, a) - a);
+  }
+  void drain() {
+    if (out_fd_ < 0) return;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(out_fd_, buf, sizeof buf)) > 0) log_.append(buf, static_cast<size_t>(n));
+    close(out_fd_);
+    out_fd_ = -1;
+  }
+
+  std::string bin_, data_;
+  uint32_t targets_;
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  std::string log_, cluster_;
+  int metrics_port_ = 0;
+};
+
+}  // namespace cistern::testing
