@@ -117,6 +117,34 @@ TEST_P(ChunkEngineTest, RepeatedOverwritesReuseSlotsInsteadOfGrowing) {
   EXPECT_LE(size, 2u * slotStride(0));
 }
 
+// A client writes a file's chunks in parallel, so a chunk's predecessor is
+// often not committed yet and its placement starts a new run. Run starts must
+// not open groups while existing ones have free slots (they once did: a 2 GiB
+// file took 77 GB of pre-allocated group files).
+TEST_P(ChunkEngineTest, ParallelRunStartsDoNotGrowTheTarget) {
+  engine_.reset();
+  ChunkEngineOptions o;
+  o.path = dir_;
+  o.group_bytes = 128 << 20;  // 128 slots of the 1 MiB class: two 64-slot words
+  o.reserved_bytes = 0;
+  o.io_engine = GetParam();
+  auto e = ChunkEngine::open(o);
+  ASSERT_TRUE(e.ok()) << e.status().toString();
+  engine_ = std::move(e).value();
+  auto data = pattern(1 << 20, 5);
+  for (uint32_t batch = 0; batch < 16; ++batch)
+    for (uint32_t k = 4; k-- > 0;)  // 3, 2, 1, 0: predecessors missing
+      ASSERT_TRUE(engine_->write(ChunkId{77, batch * 4 + k}, 0, data, 1).ok());
+  size_t groups = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir_ + "/data/c4")) {
+    (void)f;
+    ++groups;
+  }
+  EXPECT_EQ(groups, 1u);
+  EXPECT_EQ(engine_->usedSlots(4), 64u);
+  EXPECT_EQ(readAll(ChunkId{77, 63}, 1 << 20), data);
+}
+
 TEST_P(ChunkEngineTest, DataAndSlotsSurviveReopen) {
   std::vector<std::vector<uint8_t>> written;
   for (uint32_t i = 0; i < 40; ++i) {

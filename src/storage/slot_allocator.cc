@@ -59,20 +59,19 @@ Result<SlotAddr> SlotAllocator::allocate() {
 }
 
 Result<SlotAddr> SlotAllocator::allocateRun() {
-  for (int round = 0; round < 2; ++round) {
-    uint64_t total = uint64_t{groups_} * slots_per_group_;
-    for (size_t w = hint_; w < bits_.size() && w * 64 + 63 < total; ++w) {
-      if (bits_[w] != 0) continue;
-      bits_[w] = 1;
-      ++used_;
-      uint64_t i = w * 64;
-      return SlotAddr{static_cast<uint32_t>(i / slots_per_group_),
-                      static_cast<uint32_t>(i % slots_per_group_)};
-    }
-    if (round > 0 || groups_ >= groups_max_) break;
-    growTo(groups_ + 1);  // a fresh group has free runs
+  // Never opens a group for a run: a run start takes a wholly free word, and
+  // many concurrent run starts (the chunks of one file written in parallel)
+  // must not grow the target while existing groups have free slots.
+  uint64_t total = uint64_t{groups_} * slots_per_group_;
+  for (size_t w = hint_; w < bits_.size() && w * 64 + 63 < total; ++w) {
+    if (bits_[w] != 0) continue;
+    bits_[w] = 1;
+    ++used_;
+    uint64_t i = w * 64;
+    return SlotAddr{static_cast<uint32_t>(i / slots_per_group_),
+                    static_cast<uint32_t>(i % slots_per_group_)};
   }
-  return allocate();
+  return allocate();  // the lowest free slot; grows only when every group is full
 }
 
 Result<SlotAddr> SlotAllocator::allocateAfter(SlotAddr prev) {

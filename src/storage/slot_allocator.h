@@ -26,8 +26,8 @@ class SlotAllocator {
   bool markUsed(SlotAddr a);
   Result<SlotAddr> allocate();
   // Placement for files read sequentially: allocateRun() starts a new run at
-  // the first slot of the lowest wholly free 64-slot word (opening a group if
-  // needed; the lowest free slot if there is no such word), allocateAfter()
+  // the first slot of the lowest wholly free 64-slot word (the lowest free slot if
+  // there is no such word: a run never opens a group by itself), allocateAfter()
   // takes the slot right after `prev` if it is free, else starts a run. So
   // the chunks of a file written in order lie in order on disk even while
   // other files are written at the same time.

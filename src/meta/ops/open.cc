@@ -16,10 +16,19 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
                                           const RequestId& rid) {
   if (truncate && !write)
     return Status(ErrorCode::kInvalidArgument, "O_TRUNC without write access");
-  uint64_t session = 0;
-  if (write) {
-    ASSIGN_OR_RETURN(session, allocator_.next());
+  if (!write) {
+    // A read open changes nothing: a read-only transaction, no idempotency record, no commit.
+    Inode out;
+    RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
+      ASSIGN_OR_RETURN(out, requireInode(t, ino));
+      if (out.type() == SYMLINK)
+        return Status(ErrorCode::kInvalidArgument, fmt::format("open of symlink {}", ino));
+      return checkAccess(out, c, read ? kMayRead : 0);
+    }));
+    return Opened{std::move(out), 0};
   }
+  uint64_t session = 0;
+  ASSIGN_OR_RETURN(session, allocator_.next());
   ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
                      ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
                      if (n.type() == DIRECTORY && write)
