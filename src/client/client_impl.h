@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -33,6 +34,25 @@ struct Piece {
   uint32_t offset = 0;  // within the chunk
   uint32_t length = 0;
   uint8_t* data = nullptr;
+};
+
+class ClientImpl;
+
+// Chunk I/O in flight: the pieces run on the client's driver thread. The
+// destructor waits for them (the buffers they use must outlive it).
+struct PendingIo {
+  ClientImpl* client = nullptr;
+  bool write = false;
+  meta::Inode inode;
+  std::vector<Piece> pieces;
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t running = 0;
+  Status error;
+
+  Status wait();
+  ~PendingIo();
 };
 
 class ClientImpl final : public Client {
@@ -65,6 +85,9 @@ class ClientImpl final : public Client {
   // Drops the file's bytes in [new_size, old_size) from storage: trims the
   // chunk holding new_size and removes the chunks wholly past it.
   Status trimData(const meta::Inode& inode, uint64_t old_size, uint64_t new_size);
+  // Starts reading [offset, offset + n) into `out` (read-ahead); wait() on the result.
+  std::unique_ptr<PendingIo> startRead(const meta::Inode& inode, uint64_t offset, size_t n,
+                                       uint8_t* out);
   // A meta Close: ends `session` (0: none) and raises the length to `length`.
   Result<meta::Inode> metaClose(uint64_t ino, uint64_t session, uint64_t length, bool wrote);
   void forgetAttrs(uint64_t ino);
@@ -105,6 +128,7 @@ class ClientImpl final : public Client {
   void forget(uint64_t parent, const std::string& name);
 
   Status runPieces(bool write, const meta::Inode& inode, std::vector<Piece>& pieces);
+  std::unique_ptr<PendingIo> start(bool write, const meta::Inode& inode, std::vector<Piece> pieces);
   std::vector<Piece> cut(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* data) const;
   Status listTargets(std::vector<TargetInfo>* out);
 

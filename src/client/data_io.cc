@@ -53,29 +53,15 @@ bool retryable(const Status& s) {
   }
 }
 
-// Shared by the workers of one runPieces call; lives on the caller's stack
-// until every worker has finished.
-struct PieceRun {
-  ClientImpl* client = nullptr;
-  bool write = false;
-  const meta::Inode* inode = nullptr;
-  std::vector<Piece>* pieces = nullptr;
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t running = 0;
-  Status error;
-};
-
-asio::awaitable<void> pieceWorker(PieceRun* run) {
+asio::awaitable<void> pieceWorker(PendingIo* run) {
   for (;;) {
     size_t i = run->next.fetch_add(1);
-    if (i >= run->pieces->size()) break;
-    Status s = co_await run->client->runPiece(run->write, *run->inode, (*run->pieces)[i]);
+    if (i >= run->pieces.size()) break;
+    Status s = co_await run->client->runPiece(run->write, run->inode, run->pieces[i]);
     if (!s.ok()) {
       std::lock_guard lock(run->mu);
       if (run->error.ok()) run->error = s;
-      run->next.store(run->pieces->size());  // stop handing out pieces
+      run->next.store(run->pieces.size());  // stop handing out pieces
     }
   }
   std::lock_guard lock(run->mu);
@@ -163,19 +149,36 @@ std::vector<Piece> ClientImpl::cut(const meta::Inode& inode, uint64_t offset, si
   return pieces;
 }
 
+Status PendingIo::wait() {
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return running == 0; });
+  return error;
+}
+
+PendingIo::~PendingIo() { (void)wait(); }
+
+std::unique_ptr<PendingIo> ClientImpl::start(bool write, const meta::Inode& inode,
+                                             std::vector<Piece> pieces) {
+  auto run = std::make_unique<PendingIo>();
+  run->client = this;
+  run->write = write;
+  run->inode = inode;
+  run->pieces = std::move(pieces);
+  size_t workers = std::min<size_t>(options_.io_parallel_max, run->pieces.size());
+  run->running = workers;
+  for (size_t i = 0; i < workers; ++i)
+    asio::co_spawn(*driver_, pieceWorker(run.get()), asio::detached);
+  return run;
+}
+
 Status ClientImpl::runPieces(bool write, const meta::Inode& inode, std::vector<Piece>& pieces) {
   if (pieces.empty()) return Status::OK();
-  PieceRun run;
-  run.client = this;
-  run.write = write;
-  run.inode = &inode;
-  run.pieces = &pieces;
-  size_t workers = std::min<size_t>(options_.io_parallel_max, pieces.size());
-  run.running = workers;
-  for (size_t i = 0; i < workers; ++i) asio::co_spawn(*driver_, pieceWorker(&run), asio::detached);
-  std::unique_lock lock(run.mu);
-  run.cv.wait(lock, [&] { return run.running == 0; });
-  return run.error;
+  return start(write, inode, std::move(pieces))->wait();
+}
+
+std::unique_ptr<PendingIo> ClientImpl::startRead(const meta::Inode& inode, uint64_t offset,
+                                                 size_t n, uint8_t* out) {
+  return start(false, inode, cut(inode, offset, n, out));
 }
 
 Status ClientImpl::readData(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* out) {

@@ -26,6 +26,7 @@ FileImpl::FileImpl(ClientImpl* client, std::string path, meta::Inode inode, uint
 
 FileImpl::~FileImpl() {
   if (!closed_) (void)close();
+  dropPrefetch();
 }
 
 uint64_t FileImpl::size() const {
@@ -47,6 +48,7 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
   if (chunk == 0) return Status(ErrorCode::kCorruption, "file has no layout");
   // Coherent reads after writes: read-ahead bytes may now be stale.
   rbuf_len_ = 0;
+  dropPrefetch();
   while (n > 0) {
     // Append to the buffer when contiguous and within the same chunk.
     if (wbuf_len_ > 0 && offset == wbuf_offset_ + wbuf_len_ && offset % chunk != 0) {
@@ -101,12 +103,29 @@ Error FileImpl::pwrite(const void* buf, size_t n, uint64_t offset, size_t* done)
   return {};
 }
 
+void FileImpl::dropPrefetch() {
+  if (prefetch_) {
+    (void)prefetch_->wait();
+    prefetch_.reset();
+  }
+  pbuf_len_ = 0;
+}
+
+void FileImpl::startPrefetch(uint64_t offset) {
+  if (prefetch_ || window_ == 0 || offset >= size_) return;
+  size_t len = static_cast<size_t>(std::min<uint64_t>(window_, size_ - offset));
+  if (pbuf_.size() < len) pbuf_.resize(client_->options().readahead_max_bytes);
+  pbuf_offset_ = offset;
+  pbuf_len_ = len;
+  prefetch_ = client_->startRead(inode_, offset, len, pbuf_.data());
+}
+
 Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
-  const size_t window_max =
-      static_cast<size_t>(std::max<uint64_t>(client_->options().readahead_max_bytes, 0));
+  const size_t window_max = static_cast<size_t>(client_->options().readahead_max_bytes);
   bool sequential = offset == next_sequential_;
   next_sequential_ = offset + n;
-  window_ = sequential ? std::min(std::max(window_ * 2, kWindowMin), window_max) : 0;
+  window_ =
+      sequential && window_max > 0 ? std::min(std::max(window_ * 2, kWindowMin), window_max) : 0;
   while (n > 0) {
     // Served from read-ahead?
     if (rbuf_len_ > 0 && offset >= rbuf_offset_ && offset < rbuf_offset_ + rbuf_len_) {
@@ -117,9 +136,25 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
       offset += take;
       continue;
     }
+    // The prefetched window becomes the current one.
+    if (prefetch_ && offset >= pbuf_offset_ && offset < pbuf_offset_ + pbuf_len_) {
+      Status s = prefetch_->wait();
+      prefetch_.reset();
+      if (s.ok()) {
+        std::swap(rbuf_, pbuf_);
+        rbuf_offset_ = pbuf_offset_;
+        rbuf_len_ = pbuf_len_;
+        pbuf_len_ = 0;
+        continue;
+      }
+      pbuf_len_ = 0;  // read again below; a real error shows there
+    }
+    dropPrefetch();
     if (window_ == 0 || n >= window_) {
       // Random or large: straight into the caller's buffer.
-      return client_->readData(inode_, offset, n, p);
+      RETURN_ON_ERROR(client_->readData(inode_, offset, n, p));
+      if (window_ > 0) startPrefetch(offset + n);
+      return Status::OK();
     }
     size_t fetch = static_cast<size_t>(std::min<uint64_t>(window_, size_ - offset));
     if (rbuf_.size() < fetch) rbuf_.resize(window_max);
@@ -128,6 +163,7 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
     rbuf_offset_ = offset;
     rbuf_len_ = fetch;
   }
+  if (window_ > 0 && rbuf_len_ > 0) startPrefetch(rbuf_offset_ + rbuf_len_);
   return Status::OK();
 }
 
@@ -175,8 +211,10 @@ Error FileImpl::close() {
   Status closed;
   if (session_ != 0 || wrote_)
     closed = client_->metaClose(inode_.ino(), session_, length, wrote_).status();
+  dropPrefetch();
   wbuf_ = {};
   rbuf_ = {};
+  pbuf_ = {};
   if (!flushed.ok()) return toError(flushed, path_);
   return toError(closed, path_);
 }

@@ -1,8 +1,10 @@
 // FileImpl: an open file of libcistern — its write buffer (at most one
 // chunk, always within one chunk so a flush is one chunk write) and its
-// read-ahead window (doubles on each sequential read, from 128 KiB up to
-// Options::readahead_max_bytes; a random read resets it). Both buffers are
-// allocated once per handle and reused. All calls on one handle are
+// read-ahead (a window that doubles on each sequential read, from 128 KiB up
+// to Options::readahead_max_bytes; a random read resets it). While the caller
+// consumes one window the next is already being read (double buffering). The
+// buffers are allocated once per handle and reused: memory per handle is at
+// most one chunk + 2 × readahead_max_bytes. All calls on one handle are
 // serialized by its mutex.
 #pragma once
 
@@ -31,6 +33,8 @@ class FileImpl final : public File {
   Status syncLocked();
   Status writeLocked(const uint8_t* p, size_t n, uint64_t offset);
   Status readLocked(uint8_t* p, size_t n, uint64_t offset);
+  void startPrefetch(uint64_t offset);
+  void dropPrefetch();
   uint64_t chunkSize() const { return inode_.layout().chunk_size(); }
 
   ClientImpl* const client_;
@@ -55,6 +59,11 @@ class FileImpl final : public File {
   size_t rbuf_len_ = 0;
   uint64_t next_sequential_ = 0;
   size_t window_ = 0;
+  // The next window, read while the caller consumes rbuf_.
+  std::vector<uint8_t> pbuf_;
+  uint64_t pbuf_offset_ = 0;
+  size_t pbuf_len_ = 0;
+  std::unique_ptr<PendingIo> prefetch_;
 };
 
 }  // namespace cistern::client
