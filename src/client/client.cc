@@ -96,6 +96,8 @@ const net::Method& kSpace() {
   return m;
 }
 
+}  // namespace
+
 // Errors worth another try: the peer was unreachable or busy, or a
 // transaction lost a race. Mutations are idempotent by (client, seq).
 bool transient(const Status& s) {
@@ -114,6 +116,8 @@ bool transient(const Status& s) {
       return false;
   }
 }
+
+namespace {
 
 FileInfo toInfo(const meta::Inode& n) {
   FileInfo f;
@@ -498,10 +502,14 @@ Error ClientImpl::rename(const std::string& from, const std::string& to) {
   return {};
 }
 
-Error ClientImpl::unlink(const std::string& path) {
+// unlink and rmdir: the meta service checks the type and permissions.
+Error ClientImpl::removeName(const std::string& path, bool dir) {
   auto parts = split(path);
   if (!parts.ok()) return toError(parts.status(), path);
-  if (parts->empty()) return toError(Status(ErrorCode::kIsDirectory), path);
+  if (parts->empty()) {
+    return toError(
+        dir ? Status(ErrorCode::kNotPermitted, "the root") : Status(ErrorCode::kIsDirectory), path);
+  }
   auto p = resolve(*parts, parts->size() - 1);
   if (!p.ok()) return toError(p.status(), path);
   meta::RemoveReq req;
@@ -511,28 +519,13 @@ Error ClientImpl::unlink(const std::string& path) {
   req.set_client(client_id_);
   req.set_seq(nextSeq());
   meta::Empty resp;
-  Status s = metaCall(kUnlink(), req, &resp);
+  Status s = metaCall(dir ? kRmdir() : kUnlink(), req, &resp);
   forget(p->ino(), parts->back());
   return toError(s, path);
 }
 
-Error ClientImpl::rmdir(const std::string& path) {
-  auto parts = split(path);
-  if (!parts.ok()) return toError(parts.status(), path);
-  if (parts->empty()) return toError(Status(ErrorCode::kNotPermitted, "the root"), path);
-  auto p = resolve(*parts, parts->size() - 1);
-  if (!p.ok()) return toError(p.status(), path);
-  meta::RemoveReq req;
-  *req.mutable_caller() = caller();
-  req.set_parent(p->ino());
-  req.set_name(parts->back());
-  req.set_client(client_id_);
-  req.set_seq(nextSeq());
-  meta::Empty resp;
-  Status s = metaCall(kRmdir(), req, &resp);
-  forget(p->ino(), parts->back());
-  return toError(s, path);
-}
+Error ClientImpl::unlink(const std::string& path) { return removeName(path, false); }
+Error ClientImpl::rmdir(const std::string& path) { return removeName(path, true); }
 
 Error ClientImpl::truncate(const std::string& path, uint64_t size) {
   auto n = resolvePath(path);

@@ -127,6 +127,7 @@ class ClientImpl final : public Client {
   void remember(uint64_t parent, const std::string& name, const meta::Inode& inode);
   void forget(uint64_t parent, const std::string& name);
 
+  Error removeName(const std::string& path, bool dir);
   Status runPieces(bool write, const meta::Inode& inode, std::vector<Piece>& pieces);
   std::unique_ptr<PendingIo> start(bool write, const meta::Inode& inode, std::vector<Piece> pieces);
   std::vector<Piece> cut(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* data) const;
@@ -153,5 +154,9 @@ class ClientImpl final : public Client {
 // Converts a Status to the public Error: "<path>: <strerror>", with the
 // detail for errors whose errno alone does not say what happened.
 Error toError(const Status& s, const std::string& path);
+
+// Worth another try after a backoff: unreachable or busy peers, lost
+// transaction races, a server shutting down.
+bool transient(const Status& s);
 
 }  // namespace cistern::client

@@ -39,18 +39,7 @@ const net::Method& kRemove() {
 }
 
 bool retryable(const Status& s) {
-  switch (s.code()) {
-    case ErrorCode::kConnectionFailed:
-    case ErrorCode::kConnectionClosed:
-    case ErrorCode::kDeadlineExceeded:
-    case ErrorCode::kTargetBusy:
-    case ErrorCode::kResourceExhausted:
-    case ErrorCode::kShuttingDown:
-    case ErrorCode::kStaleChainVersion:
-      return true;
-    default:
-      return false;
-  }
+  return transient(s) || s.code() == ErrorCode::kStaleChainVersion;
 }
 
 asio::awaitable<void> pieceWorker(PendingIo* run) {
