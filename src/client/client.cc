@@ -569,10 +569,17 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
     req.set_exclusive((flags & O_EXCL) != 0);
     req.set_client(client_id_);
     req.set_seq(nextSeq());
+    req.set_open_write(write);
     meta::InodeResp resp;
     Status s = metaCall(kCreate(), req, &resp);
     forget(p->ino(), parts->back());
     if (!s.ok()) return toError(s, path);
+    if (resp.session() != 0) {
+      // A new file, already open for writing: no separate Open.
+      *out = std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
+                                        (flags & O_APPEND) != 0);
+      return {};
+    }
     inode = resp.inode();
   } else {
     auto n = resolve(*parts, parts->size());

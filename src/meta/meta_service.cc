@@ -56,10 +56,17 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     return into(s.mkdir(r.caller(), r.parent(), r.name(), r.mode(), rid(r.client(), r.seq())),
                 out.mutable_inode());
   });
-  add<CreateReq, InodeResp>("Create", [&s](const CreateReq& r, InodeResp& out) {
-    return into(s.create(r.caller(), r.parent(), r.name(), r.mode(), r.exclusive(),
-                         rid(r.client(), r.seq())),
-                out.mutable_inode());
+  add<CreateReq, InodeResp>("Create", [&s](const CreateReq& r, InodeResp& out) -> Status {
+    if (!r.open_write()) {
+      return into(s.create(r.caller(), r.parent(), r.name(), r.mode(), r.exclusive(),
+                           rid(r.client(), r.seq())),
+                  out.mutable_inode());
+    }
+    ASSIGN_OR_RETURN(auto o, s.createOpen(r.caller(), r.parent(), r.name(), r.mode(), r.exclusive(),
+                                          r.client(), rid(r.client(), r.seq())));
+    *out.mutable_inode() = std::move(o.inode);
+    out.set_session(o.session);
+    return Status::OK();
   });
   add<RemoveReq, Empty>("Unlink", [&s](const RemoveReq& r, Empty&) {
     return s.unlink(r.caller(), r.parent(), r.name(), rid(r.client(), r.seq()));

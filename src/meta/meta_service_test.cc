@@ -1,6 +1,7 @@
 // The metadata service over RPC on loopback: results and errno-mapped errors
 // travel intact, and a retried request (same client, seq) is answered once.
 #include "meta/meta_service.h"
+#include "meta/fsck.h"
 
 #include <gtest/gtest.h>
 
@@ -130,6 +131,45 @@ TEST_F(MetaServiceTest, RetriedRequestIsAnsweredOnce) {
   EXPECT_EQ(first.inode().ino(), second.inode().ino());
   mk.set_seq(42);
   EXPECT_EQ(call("Mkdir", mk, &second).code(), ErrorCode::kAlreadyExists);
+}
+
+TEST_F(MetaServiceTest, CreateWithOpenWriteRecordsOneSessionEvenWhenRetried) {
+  CreateReq c;
+  *c.mutable_caller() = root_;
+  c.set_parent(kRootIno);
+  c.set_name("new");
+  c.set_mode(0644);
+  c.set_client("client-9");
+  c.set_seq(1);
+  c.set_open_write(true);
+  InodeResp first, second;
+  ASSERT_TRUE(call("Create", c, &first).ok());
+  EXPECT_NE(first.session(), 0u);
+  ASSERT_TRUE(call("Create", c, &second).ok());  // lost reply, same request
+  EXPECT_EQ(second.session(), first.session());
+  EXPECT_EQ(second.inode().ino(), first.inode().ino());
+  auto report = fsck(*engine_);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->sessions, 1u);
+  // An existing file is returned without a session: the caller opens it.
+  c.set_seq(2);
+  InodeResp existing;
+  ASSERT_TRUE(call("Create", c, &existing).ok());
+  EXPECT_EQ(existing.session(), 0u);
+  EXPECT_EQ(existing.inode().ino(), first.inode().ino());
+  // Closing the session created with the file ends it.
+  CloseReq close;
+  close.set_ino(first.inode().ino());
+  close.set_session(first.session());
+  close.set_length(10);
+  close.set_wrote(true);
+  InodeResp closed;
+  ASSERT_TRUE(call("Close", close, &closed).ok());
+  EXPECT_EQ(closed.inode().size(), 10u);
+  report = fsck(*engine_);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->sessions, 0u);
+  EXPECT_TRUE(report->clean());
 }
 
 TEST_F(MetaServiceTest, SetattrXattrsAndOpenClose) {

@@ -104,6 +104,14 @@ class MetaStore {
   // returned as is (O_CREAT without O_EXCL).
   Result<Inode> create(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
                        bool exclusive, const RequestId& rid = {});
+  struct Opened {
+    Inode inode;
+    uint64_t session = 0;  // 0 for read-only opens
+  };
+  // create() that also opens a file it creates for writing, in the same
+  // transaction: `session` is 0 when the file already existed (open it).
+  Result<Opened> createOpen(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
+                            bool exclusive, std::string_view client, const RequestId& rid = {});
   Status unlink(const Caller& c, uint64_t parent, std::string_view name, const RequestId& rid = {});
   Status rmdir(const Caller& c, uint64_t parent, std::string_view name, const RequestId& rid = {});
   Status rename(const Caller& c, uint64_t src_parent, std::string_view src_name,
@@ -127,10 +135,6 @@ class MetaStore {
   // open: checks permission for the access mode; `write` opens get a session
   // (kept until close) so that an unlinked file stays until its last writer
   // closes; `truncate` (O_TRUNC) sets the length to 0.
-  struct Opened {
-    Inode inode;
-    uint64_t session = 0;  // 0 for read-only opens
-  };
   Result<Opened> open(const Caller& c, uint64_t ino, bool read, bool write, bool truncate,
                       std::string_view client, const RequestId& rid = {});
   // close: ends a write session, raising the length to `length` when larger
@@ -174,6 +178,8 @@ class MetaStore {
                              const std::function<Result<std::string>(kv::Transaction&)>& body);
 
  private:
+  Result<Opened> createImpl(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
+                            bool exclusive, const std::string_view* client, const RequestId& rid);
   kv::Engine& engine_;
   MetaOptions options_;
   Clock& clock_;

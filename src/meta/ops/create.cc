@@ -36,9 +36,30 @@ Result<Layout> chooseLayout(kv::ReadTransaction& t, const MetaOptions& o, const 
 
 Result<Inode> MetaStore::create(const Caller& c, uint64_t parent, std::string_view name,
                                 uint32_t mode, bool exclusive, const RequestId& rid) {
+  ASSIGN_OR_RETURN(Opened o, createImpl(c, parent, name, mode, exclusive, nullptr, rid));
+  return std::move(o.inode);
+}
+
+Result<MetaStore::Opened> MetaStore::createOpen(const Caller& c, uint64_t parent,
+                                                std::string_view name, uint32_t mode,
+                                                bool exclusive, std::string_view client,
+                                                const RequestId& rid) {
+  return createImpl(c, parent, name, mode, exclusive, &client, rid);
+}
+
+// The recorded result is an OpenResp-like pair (inode, session) so that a
+// replayed request returns the session the first attempt created.
+Result<MetaStore::Opened> MetaStore::createImpl(const Caller& c, uint64_t parent,
+                                                std::string_view name, uint32_t mode,
+                                                bool exclusive, const std::string_view* client,
+                                                const RequestId& rid) {
   RETURN_ON_ERROR(checkName(name));
   if (isDotOrDotDot(name)) return Status(ErrorCode::kIsDirectory, name);
   ASSIGN_OR_RETURN(uint64_t ino, allocator_.next());
+  uint64_t session = 0;
+  if (client) {
+    ASSIGN_OR_RETURN(session, allocator_.next());
+  }
   ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
                      ASSIGN_OR_RETURN(Inode dir, searchableDir(t, c, parent));
                      ASSIGN_OR_RETURN(auto existing, loadDentry(t, parent, name));
@@ -46,16 +67,29 @@ Result<Inode> MetaStore::create(const Caller& c, uint64_t parent, std::string_vi
                        if (exclusive) return Status(ErrorCode::kAlreadyExists, name);
                        if (existing->type() == DIRECTORY)
                          return Status(ErrorCode::kIsDirectory, name);
-                       ASSIGN_OR_RETURN(Inode old, requireInode(t, existing->ino()));
-                       return old.SerializeAsString();
+                       InodeResp r;
+                       ASSIGN_OR_RETURN(*r.mutable_inode(), requireInode(t, existing->ino()));
+                       return r.SerializeAsString();
                      }
                      RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
-                     Inode n = newInode(ino, REGULAR, mode, c, dir, nowNs());
+                     InodeResp r;
+                     Inode& n = *r.mutable_inode();
+                     n = newInode(ino, REGULAR, mode, c, dir, nowNs());
                      ASSIGN_OR_RETURN(*n.mutable_layout(), chooseLayout(t, options_, dir, ino));
                      insertNewInode(t, parent, name, n);
-                     return n.SerializeAsString();
+                     if (client) {
+                       Session s;
+                       s.set_client(std::string(*client));
+                       s.set_opened_ns(n.mtime_ns());
+                       t.set(sessionKey(ino, session), s.SerializeAsString());
+                       r.set_session(session);
+                     }
+                     return r.SerializeAsString();
                    }));
-  return parseInode(bytes);
+  InodeResp r;
+  if (!r.ParseFromString(bytes))
+    return Status(ErrorCode::kCorruption, fmt::format("create result of {} does not parse", name));
+  return Opened{std::move(*r.mutable_inode()), r.session()};
 }
 
 }  // namespace cistern::meta
