@@ -29,7 +29,8 @@
 //
 // Thread-safety: a Client may be used from many threads. A File may be used
 // from many threads for pread/pwrite; its buffers are guarded.
-// Memory: bounded by open files × (one chunk of write buffer + read-ahead).
+// Memory: bounded by open files × (one chunk of write buffer + two
+// read-ahead windows). Lifetime: destroy every File before its Client.
 #pragma once
 
 #include <fcntl.h>
