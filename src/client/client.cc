@@ -590,6 +590,12 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
   if (inode.type() != meta::REGULAR)
     return toError(Status(ErrorCode::kInvalidArgument, "not a regular file"), path);
   bool trunc = write && (flags & O_TRUNC);
+  if (trunc) {
+    // The size to trim from must be current, not a cached one.
+    auto fresh = getattr(inode.ino());
+    if (!fresh.ok()) return toError(fresh.status(), path);
+    inode = *fresh;
+  }
   meta::OpenReq req;
   *req.mutable_caller() = caller();
   req.set_ino(inode.ino());

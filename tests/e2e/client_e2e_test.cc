@@ -215,6 +215,26 @@ TEST_F(E2E, SparseFilesOverwriteAndTruncate) {
   EXPECT_EQ(std::string(got.end() - 3, got.end()), "xyz");
 }
 
+// O_TRUNC trims from the file's current size, not from a size this client cached.
+TEST_F(E2E, TruncatingOpenRemovesBytesAnotherClientWrote) {
+  writeFile(*client_, "/t", 10, 1);
+  FileInfo info;
+  ASSERT_FALSE(client_->stat("/t", &info));  // cached: 10 bytes
+  auto other = connect();
+  ASSERT_NE(other, nullptr);
+  writeFile(*other, "/t", 3 * kChunk, 2);
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(client_->open("/t", O_WRONLY | O_TRUNC, 0, &f));
+  size_t done = 0;
+  ASSERT_FALSE(f->pwrite("abc", 3, 0, &done));
+  ASSERT_FALSE(f->close());
+  ASSERT_FALSE(client_->truncate("/t", 3 * kChunk));
+  auto got = readAll(*client_, "/t");
+  ASSERT_EQ(got.size(), 3 * kChunk);
+  EXPECT_EQ(std::string(got.begin(), got.begin() + 3), "abc");
+  EXPECT_TRUE(std::all_of(got.begin() + 3, got.end(), [](uint8_t b) { return b == 0; }));
+}
+
 TEST_F(E2E, ConcurrentClientsOnFilesAndOnDisjointRangesOfOneFile) {
   constexpr int kClients = 8;
   constexpr uint64_t kEach = 3 * kChunk + 4321;
