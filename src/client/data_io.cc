@@ -14,6 +14,7 @@
 
 #include "client/client_impl.h"
 #include "storage.pb.h"
+#include "storage/remote_chunk_remover.h"
 
 namespace cistern::client {
 
@@ -31,10 +32,6 @@ const net::Method& kBatchRead() {
 }
 const net::Method& kTruncate() {
   static const auto m = net::Method::of("cistern.storage.StorageService.Truncate");
-  return m;
-}
-const net::Method& kRemove() {
-  static const auto m = net::Method::of("cistern.storage.StorageService.Remove");
   return m;
 }
 
@@ -205,33 +202,15 @@ Status ClientImpl::trimData(const meta::Inode& inode, uint64_t old_size, uint64_
     RETURN_ON_ERROR(rpc_->callSync(r.endpoint, kTruncate(), req, &resp)
                         .withContext(fmt::format("truncate chunk {}:{}", inode.ino(), index)));
   }
+  // The chunks wholly past the new end: the same batched, per-chain removal the GC uses.
   uint64_t first = (new_size + chunk - 1) / chunk;
   uint64_t end = (old_size + chunk - 1) / chunk;
-  std::map<uint32_t, storage::RemoveReq> per_chain;
-  auto send = [&](uint32_t chain, storage::RemoveReq& req) -> Status {
+  if (first >= end) return Status::OK();
+  storage::RemoteChunkRemover remover(*rpc_, [this](uint32_t chain) -> Result<net::Endpoint> {
     ASSIGN_OR_RETURN(auto r, route(chain));
-    storage::RemoveResp resp;
-    RETURN_ON_ERROR(rpc_->callSync(r.endpoint, kRemove(), req, &resp)
-                        .withContext(fmt::format("remove chunks of inode {}", inode.ino())));
-    for (int i = 0; i < resp.codes_size(); ++i) {
-      auto code = static_cast<ErrorCode>(resp.codes(i));
-      if (code != ErrorCode::kOk && code != ErrorCode::kNotFound) {
-        return Status(code, fmt::format("remove chunk {}:{}", inode.ino(), req.chunks(i).index()));
-      }
-    }
-    req.clear_chunks();
-    return Status::OK();
-  };
-  for (uint64_t i = first; i < end; ++i) {
-    auto& req = per_chain[chainOf(i)];
-    auto* c = req.add_chunks();
-    c->set_inode(inode.ino());
-    c->set_index(static_cast<uint32_t>(i));
-    if (req.chunks_size() >= 256) RETURN_ON_ERROR(send(chainOf(i), req));
-  }
-  for (auto& [chain, req] : per_chain)
-    if (req.chunks_size() > 0) RETURN_ON_ERROR(send(chain, req));
-  return Status::OK();
+    return r.endpoint;
+  });
+  return remover.removeChunks(inode.ino(), layout, first, end - first);
 }
 
 }  // namespace cistern::client
