@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <CLI/CLI.hpp>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "net/endpoint.h"
@@ -17,6 +18,7 @@ void addUp(CLI::App& app) {
   static std::string listen = "127.0.0.1:7420";
   static int metrics_port = -1;
   static std::string mount;
+  static std::string mount_options;
   static bool no_sync = false;
   cmd->add_option("--data", data, "data directory (created if missing)")->capture_default_str();
   cmd->add_option("--targets", targets, "storage targets (one chain each)")->capture_default_str();
@@ -25,16 +27,11 @@ void addUp(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--metrics-port", metrics_port,
                   "port of /metrics (default 9420, or a free one with --listen HOST:0)");
-  cmd->add_option("--mount", mount, "also mount the file system here (needs FUSE support)");
+  cmd->add_option("--mount", mount, "also mount the file system here (FUSE; created if missing)");
+  cmd->add_option("-o,--mount-options", mount_options,
+                  "options of the mount, as `cistern mount -o`");
   cmd->add_flag("--no-sync", no_sync, "do not fsync commits (tests only: a crash loses data)");
   cmd->callback([] {
-    if (!mount.empty()) {
-      fmt::print(stderr,
-                 "cistern up: --mount is not available yet: the FUSE mount is being built "
-                 "(issue 6); use the CLI (cistern put/get/ls) or libcistern meanwhile\n");
-      setExitCode(2);
-      return;
-    }
     auto ep = net::Endpoint::parse(listen);
     if (!ep.ok()) {
       fmt::print(stderr, "cistern up: --listen {}: {}\n", listen, ep.status().message());
@@ -75,9 +72,18 @@ void addUp(CLI::App& app) {
         "`build/cistern put FILE /` with CISTERN_CLUSTER={}; Ctrl-C stops\n",
         c.endpoint().toString());
     std::fflush(stdout);
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    fmt::print("cistern up: {} received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    if (!mount.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(mount, ec);
+      // Serves until SIGINT/SIGTERM; then the cluster stops too.
+      int rc = mountAndServe(c.endpoint().toString(), mount, mount_options, 10000);
+      if (rc != 0) setExitCode(rc);
+      fmt::print("cistern up: stopping\n");
+    } else {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      fmt::print("cistern up: {} received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
     std::fflush(stdout);
     cluster->reset();
     fmt::print("cistern up: stopped\n");

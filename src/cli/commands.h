@@ -18,6 +18,11 @@ void addFileCommands(CLI::App& app);     // ls, stat, mkdir, rm, mv, cat
 void addCopyCommands(CLI::App& app);     // put, get
 void addClusterCommands(CLI::App& app);  // df, status, fsck
 void addBench(CLI::App& app);
+void addMount(CLI::App& app);
+// Mounts `cluster` at `mountpoint` and serves until SIGINT/SIGTERM or an
+// unmount; returns the exit code. `options`: as `cistern mount -o`.
+int mountAndServe(const std::string& cluster, const std::string& mountpoint,
+                  const std::string& options, uint32_t timeout_ms);
 
 // Exit code recorded by the subcommand that ran (0 when none failed).
 int exitCode();

@@ -93,6 +93,14 @@ class ClientImpl final : public Client {
   void forgetAttrs(uint64_t ino);
   const Options& options() const { return options_; }
 
+  // --- used by the FUSE mount (src/fuse), which speaks inodes, not paths ---
+  // A metadata RPC with retries of transient errors (mutations carry (client, seq)).
+  Status metaCall(const net::Method& method, const google::protobuf::Message& req,
+                  google::protobuf::Message* resp);
+  meta::Caller caller() const { return caller_; }
+  uint64_t nextSeq() { return seq_.fetch_add(1) + 1; }
+  const std::string& clientId() const { return client_id_; }
+
   // Runs one piece (with retries); public for the coroutine worker.
   asio::awaitable<Status> runPiece(bool write, const meta::Inode& inode, Piece& piece);
 
@@ -112,11 +120,6 @@ class ClientImpl final : public Client {
 
   Status refreshRouting();
   Result<ChainRoute> route(uint32_t chain);
-  // A metadata RPC with retries of transient errors (mutations carry (client, seq)).
-  Status metaCall(const net::Method& method, const google::protobuf::Message& req,
-                  google::protobuf::Message* resp);
-  meta::Caller caller() const { return caller_; }
-  uint64_t nextSeq() { return seq_.fetch_add(1) + 1; }
 
   // Path handling: absolute, '.', '..' and repeated '/' folded lexically.
   Result<std::vector<std::string>> split(const std::string& path) const;

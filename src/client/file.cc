@@ -22,6 +22,7 @@ FileImpl::FileImpl(ClientImpl* client, std::string path, meta::Inode inode, uint
       append_(append) {
   size_ = inode_.size();
   meta_size_ = size_;
+  last_inode_ = inode_;
 }
 
 FileImpl::~FileImpl() {
@@ -49,6 +50,11 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
   // Coherent reads after writes: read-ahead bytes may now be stale.
   rbuf_len_ = 0;
   dropPrefetch();
+  if (!buffered_) {
+    RETURN_ON_ERROR(client_->writeData(inode_, offset, n, p));
+    size_ = std::max(size_, offset + n);
+    return Status::OK();
+  }
   while (n > 0) {
     // Append to the buffer when contiguous and within the same chunk.
     if (wbuf_len_ > 0 && offset == wbuf_offset_ + wbuf_len_ && offset % chunk != 0) {
@@ -121,7 +127,8 @@ void FileImpl::startPrefetch(uint64_t offset) {
 }
 
 Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
-  const size_t window_max = static_cast<size_t>(client_->options().readahead_max_bytes);
+  const size_t window_max =
+      buffered_ ? static_cast<size_t>(client_->options().readahead_max_bytes) : 0;
   bool sequential = offset == next_sequential_;
   next_sequential_ = offset + n;
   window_ =
@@ -187,9 +194,8 @@ Status FileImpl::syncLocked() {
   RETURN_ON_ERROR(flushLocked());
   if (!sticky_error_.ok()) return sticky_error_;
   if (wrote_ || size_ > meta_size_) {
-    ASSIGN_OR_RETURN(auto n, client_->metaClose(inode_.ino(), 0, size_, wrote_));
+    ASSIGN_OR_RETURN(last_inode_, client_->metaClose(inode_.ino(), 0, size_, wrote_));
     meta_size_ = size_;
-    (void)n;
     wrote_ = false;
   }
   return Status::OK();
@@ -199,6 +205,46 @@ Error FileImpl::fsync() {
   std::lock_guard lock(mu_);
   if (closed_) return Error{EBADF, path_ + ": Bad file descriptor"};
   return toError(syncLocked(), path_);
+}
+
+Error FileImpl::flushBuffers() {
+  std::lock_guard lock(mu_);
+  Status s = flushLocked();
+  rbuf_len_ = 0;
+  dropPrefetch();
+  if (s.ok()) s = sticky_error_;
+  return toError(s, path_);
+}
+
+void FileImpl::setSize(uint64_t size) {
+  std::lock_guard lock(mu_);
+  size_ = size;
+  meta_size_ = size;
+  rbuf_len_ = 0;
+  dropPrefetch();
+}
+
+Error FileImpl::syncAndEnd(uint64_t session) {
+  std::lock_guard lock(mu_);
+  if (closed_) return Error{EBADF, path_ + ": Bad file descriptor"};
+  Status s = flushLocked();
+  if (s.ok()) s = sticky_error_;
+  if (!s.ok()) {
+    if (session != 0) (void)client_->metaClose(inode_.ino(), session, meta_size_, false);
+    return toError(s, path_);
+  }
+  if (session == 0 && !wrote_ && size_ <= meta_size_) return {};
+  auto n = client_->metaClose(inode_.ino(), session, size_, wrote_);
+  if (!n.ok()) return toError(n.status(), path_);
+  last_inode_ = *n;
+  meta_size_ = size_;
+  wrote_ = false;
+  return {};
+}
+
+meta::Inode FileImpl::lastInode() const {
+  std::lock_guard lock(mu_);
+  return last_inode_;
 }
 
 Error FileImpl::close() {

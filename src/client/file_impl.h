@@ -28,6 +28,22 @@ class FileImpl final : public File {
   Error close() override;
   uint64_t size() const override;
 
+  // --- for the FUSE mount, which shares one FileImpl among the kernel's
+  // handles of an inode and keeps the meta sessions itself ---
+  // Writes buffered bytes and drops read-ahead (before a truncate).
+  Error flushBuffers();
+  // The file's length is now `size` (after a truncate through meta).
+  void setSize(uint64_t size);
+  // Flushes, then one meta Close that records the length and ends `session`
+  // (0: none). The handle stays usable.
+  Error syncAndEnd(uint64_t session);
+  // The last meta Close answered with this inode (for close-to-open checks).
+  meta::Inode lastInode() const;
+  // No write buffer and no read-ahead: writes go to storage as they come and
+  // reads fetch what is asked. Keeps the memory of a mount with many open
+  // files bounded. Call before the first read or write.
+  void setUnbuffered() { buffered_ = false; }
+
  private:
   Status flushLocked();
   Status syncLocked();
@@ -42,6 +58,7 @@ class FileImpl final : public File {
   const meta::Inode inode_;  // as opened (layout, ino)
   const uint64_t session_;
   const bool can_read_, can_write_, append_;
+  bool buffered_ = true;
 
   mutable std::mutex mu_;
   bool closed_ = false;
@@ -49,6 +66,7 @@ class FileImpl final : public File {
   uint64_t size_ = 0;       // length including buffered bytes
   uint64_t meta_size_ = 0;  // length the meta service has
   Status sticky_error_;     // a failed flush: reported by fsync/close
+  meta::Inode last_inode_;  // from the last meta Close
 
   std::vector<uint8_t> wbuf_;
   uint64_t wbuf_offset_ = 0;

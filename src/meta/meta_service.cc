@@ -116,7 +116,7 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
   });
   add<OpenReq, OpenResp>("Open", [&s](const OpenReq& r, OpenResp& out) {
     ASSIGN_OR_RETURN(auto opened, s.open(r.caller(), r.ino(), r.read(), r.write(), r.truncate(),
-                                         r.client(), rid(r.client(), r.seq())));
+                                         r.client(), rid(r.client(), r.seq()), r.hold()));
     *out.mutable_inode() = std::move(opened.inode);
     out.set_session(opened.session);
     return Status::OK();

@@ -134,9 +134,10 @@ class MetaStore {
 
   // open: checks permission for the access mode; `write` opens get a session
   // (kept until close) so that an unlinked file stays until its last writer
-  // closes; `truncate` (O_TRUNC) sets the length to 0.
+  // closes; `truncate` (O_TRUNC) sets the length to 0. `hold`: a read open
+  // that takes a session too (the file survives an unlink until it closes).
   Result<Opened> open(const Caller& c, uint64_t ino, bool read, bool write, bool truncate,
-                      std::string_view client, const RequestId& rid = {});
+                      std::string_view client, const RequestId& rid = {}, bool hold = false);
   // close: ends a write session, raising the length to `length` when larger
   // and setting mtime when `wrote`. The last close of an unlinked file removes it.
   Result<Inode> close(uint64_t ino, uint64_t session, uint64_t length, bool wrote,

@@ -697,6 +697,25 @@ TEST_P(MetaTest, UnlinkedFileStaysWhileOpenForWriting) {
   EXPECT_EQ(store_->getattr(f->ino()).code(), ErrorCode::kNotFound);
 }
 
+TEST_P(MetaTest, ReadOpenWithHoldKeepsAnUnlinkedFileUntilClose) {
+  auto f = store_->create(kAlice, dirOwnedBy(kAlice, 0755, "h"), "f", 0640, true);
+  ASSERT_TRUE(f.ok());
+  // A hold is a read open: it needs read permission, not write.
+  EXPECT_EQ(store_->open(kBob, f->ino(), true, false, false, "c", {}, /*hold=*/true).code(),
+            ErrorCode::kPermissionDenied);
+  auto r = store_->open(kCarol, f->ino(), true, false, false, "c", {}, /*hold=*/true);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->session, 0u);
+  auto d = store_->lookup(kRoot, kRootIno, "h");
+  ASSERT_TRUE(store_->unlink(kAlice, d->ino(), "f").ok());
+  EXPECT_TRUE(store_->getattr(f->ino()).ok());
+  EXPECT_TRUE(fsck(*engine_)->clean());
+  ASSERT_TRUE(store_->close(f->ino(), r->session, 0, false).ok());
+  EXPECT_EQ(store_->getattr(f->ino()).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->open(kRoot, d->ino(), true, false, false, "c", {}, true).code(),
+            ErrorCode::kIsDirectory);
+}
+
 // An in-memory stand-in for the storage service until the storage issue lands.
 class FakeChunkRemover : public ChunkRemover {
  public:

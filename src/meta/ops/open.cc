@@ -13,10 +13,10 @@ namespace cistern::meta {
 
 Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool read, bool write,
                                           bool truncate, std::string_view client,
-                                          const RequestId& rid) {
+                                          const RequestId& rid, bool hold) {
   if (truncate && !write)
     return Status(ErrorCode::kInvalidArgument, "O_TRUNC without write access");
-  if (!write) {
+  if (!write && !hold) {
     // A read open changes nothing: a read-only transaction, no idempotency record, no commit.
     Inode out;
     RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
@@ -31,14 +31,14 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
   ASSIGN_OR_RETURN(session, allocator_.next());
   ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
                      ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
-                     if (n.type() == DIRECTORY && write)
+                     if (n.type() == DIRECTORY && (write || hold))
                        return Status(ErrorCode::kIsDirectory, fmt::format("inode {}", ino));
                      if (n.type() == SYMLINK)
                        return Status(ErrorCode::kInvalidArgument,
                                      fmt::format("open of symlink {}", ino));
                      int mask = (read ? kMayRead : 0) | (write ? kMayWrite : 0);
                      RETURN_ON_ERROR(checkAccess(n, c, mask));
-                     if (write) {
+                     if (write || hold) {
                        Session s;
                        s.set_client(std::string(client));
                        s.set_opened_ns(nowNs());

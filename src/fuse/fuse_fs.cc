@@ -1,0 +1,248 @@
+// The FUSE mount: credentials, replies, the open-inode table, options.
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "fuse/fuse_fs.h"
+#include "fuse/ops.h"
+
+namespace cistern::fuse {
+
+namespace {
+
+constexpr uint32_t kSeenMax = 1 << 16;
+
+const char* const kMetaMethods[] = {"Lookup",   "Getattr",  "Mkdir",     "Create",      "Unlink",
+                                    "Rmdir",    "Rename",   "Link",      "Symlink",     "Readlink",
+                                    "Setattr",  "Readdir",  "Access",    "Open",        "Close",
+                                    "SetXattr", "GetXattr", "ListXattr", "RemoveXattr", "Statfs"};
+
+}  // namespace
+
+int replyErrno(const Status& s) {
+  int e = s.toErrno();
+  return e == 0 ? EIO : e;
+}
+
+void inodeToStat(const meta::Inode& n, struct stat* st) {
+  std::memset(st, 0, sizeof(*st));
+  uint32_t type = n.type() == meta::DIRECTORY ? S_IFDIR
+                  : n.type() == meta::SYMLINK ? S_IFLNK
+                                              : S_IFREG;
+  st->st_ino = n.ino();
+  st->st_mode = type | (n.mode() & 07777);
+  st->st_nlink = n.nlink();
+  st->st_uid = n.uid();
+  st->st_gid = n.gid();
+  st->st_size =
+      static_cast<off_t>(n.type() == meta::SYMLINK ? n.symlink_target().size() : n.size());
+  st->st_blksize = n.type() == meta::REGULAR && n.layout().chunk_size() > 0
+                       ? static_cast<blksize_t>(n.layout().chunk_size())
+                       : 4096;
+  st->st_blocks = (st->st_size + 511) / 512;
+  auto ts = [](int64_t ns) {
+    timespec t;
+    t.tv_sec = ns / 1'000'000'000;
+    t.tv_nsec = ns % 1'000'000'000;
+    return t;
+  };
+  st->st_atim = ts(n.atime_ns());
+  st->st_mtim = ts(n.mtime_ns());
+  st->st_ctim = ts(n.ctime_ns());
+}
+
+Status parseMountOptions(const std::string& text, MountOptions* out) {
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    std::string opt = text.substr(i, j - i);
+    i = j + 1;
+    if (opt.empty()) continue;
+    std::string key = opt, value;
+    if (size_t eq = opt.find('='); eq != std::string::npos) {
+      key = opt.substr(0, eq);
+      value = opt.substr(eq + 1);
+    }
+    auto seconds = [&](double* dst) -> Status {
+      char* end = nullptr;
+      double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(v >= 0) || v > 86400)
+        return Status(ErrorCode::kInvalidArgument,
+                      fmt::format("option {}: '{}' is not a number of seconds", key, value));
+      *dst = v;
+      return Status::OK();
+    };
+    if (key == "allow_other" && value.empty()) {
+      out->allow_other = true;
+    } else if (key == "writeback" && value.empty()) {
+      out->writeback_cache = true;
+    } else if (key == "debug" && value.empty()) {
+      out->debug = true;
+    } else if (key == "attr_timeout") {
+      RETURN_ON_ERROR(seconds(&out->attr_timeout_s));
+    } else if (key == "entry_timeout") {
+      RETURN_ON_ERROR(seconds(&out->entry_timeout_s));
+    } else if (key == "negative_timeout") {
+      RETURN_ON_ERROR(seconds(&out->negative_timeout_s));
+    } else {
+      return Status(ErrorCode::kInvalidArgument, fmt::format("unknown mount option '{}'", opt));
+    }
+  }
+  return Status::OK();
+}
+
+FuseFs::FuseFs(client::ClientImpl* client, MountOptions options)
+    : client_(client), options_(std::move(options)) {
+  for (const char* m : kMetaMethods)
+    methods_.emplace(m, net::Method::of(std::string("cistern.meta.MetaService.") + m));
+}
+
+FuseFs::~FuseFs() = default;
+
+meta::Caller FuseFs::caller(fuse_req_t req) const {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  meta::Caller c;
+  c.set_uid(ctx->uid);
+  c.set_gid(ctx->gid);
+  if (ctx->uid != 0) {
+    gid_t groups[64];
+    int n = fuse_req_getgroups(req, 64, groups);
+    for (int i = 0; i < std::min(n, 64); ++i) c.add_groups(groups[i]);
+  }
+  return c;
+}
+
+Status FuseFs::meta(const char* method, const google::protobuf::Message& in,
+                    google::protobuf::Message* out) {
+  return client_->metaCall(methods_.at(method), in, out);
+}
+
+bool FuseFs::call(fuse_req_t req, const char* method, const google::protobuf::Message& in,
+                  google::protobuf::Message* out) {
+  Status s = meta(method, in, out);
+  if (s.ok()) return true;
+  fuse_reply_err(req, replyErrno(s));
+  return false;
+}
+
+void FuseFs::fillStat(const meta::Inode& inode, struct stat* st) {
+  inodeToStat(inode, st);
+  if (inode.type() != meta::REGULAR) return;
+  // This mount's own writes may not have reached meta yet.
+  if (auto node = findOpen(inode.ino()); node && node->file) {
+    st->st_size = static_cast<off_t>(node->file->size());
+    st->st_blocks = (st->st_size + 511) / 512;
+  }
+}
+
+void FuseFs::replyEntry(fuse_req_t req, const meta::Inode& inode) {
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof(e));
+  e.ino = inode.ino();
+  e.generation = 1;
+  fillStat(inode, &e.attr);
+  e.attr_timeout = options_.attr_timeout_s;
+  e.entry_timeout = options_.entry_timeout_s;
+  fuse_reply_entry(req, &e);
+}
+
+void FuseFs::replyAttr(fuse_req_t req, const meta::Inode& inode) {
+  struct stat st;
+  fillStat(inode, &st);
+  fuse_reply_attr(req, &st, options_.attr_timeout_s);
+}
+
+std::shared_ptr<OpenInode> FuseFs::findOpen(uint64_t ino) {
+  std::lock_guard lock(open_mu_);
+  auto it = open_.find(ino);
+  return it == open_.end() ? nullptr : it->second;
+}
+
+bool FuseFs::anyOpen() {
+  std::lock_guard lock(open_mu_);
+  return !open_.empty();
+}
+
+std::shared_ptr<OpenInode> FuseFs::acquire(const meta::Inode& inode, bool write) {
+  std::lock_guard lock(open_mu_);
+  auto& node = open_[inode.ino()];
+  if (!node) {
+    node = std::make_shared<OpenInode>();
+    node->ino = inode.ino();
+    node->file = std::make_unique<client::FileImpl>(client_, fmt::format("inode {}", inode.ino()),
+                                                    inode, 0, true, true, false);
+    if (buffered_open_ < options_.buffered_files_max) {
+      node->buffered = true;
+      ++buffered_open_;
+    } else {
+      node->file->setUnbuffered();
+    }
+  }
+  ++node->handles;
+  if (write) ++node->writers;
+  return node;
+}
+
+Status FuseFs::release(Handle* h) {
+  auto node = h->node;
+  Status result;
+  if (h->session != 0) {
+    Error e = node->file->syncAndEnd(h->session);
+    if (e) result = Status(ErrorCode::kIOError, e.message);
+  }
+  std::unique_lock lock(open_mu_);
+  if (h->write) --node->writers;
+  if (--node->handles > 0) return result;
+  open_.erase(node->ino);
+  if (node->buffered) --buffered_open_;
+  uint64_t hold = node->hold_session;
+  lock.unlock();
+  Error e = node->file->syncAndEnd(hold);
+  if (e && result.ok()) result = Status(ErrorCode::kIOError, e.message);
+  remember(node->file->lastInode());
+  node->file.reset();
+  return result;
+}
+
+void FuseFs::holdIfOpen(fuse_req_t req, uint64_t ino) {
+  auto node = findOpen(ino);
+  if (!node) return;
+  {
+    std::lock_guard lock(open_mu_);
+    if (node->hold_session != 0) return;
+  }
+  meta::OpenReq in;
+  *in.mutable_caller() = caller(req);
+  in.mutable_caller()->set_uid(0);  // the mount keeps what its users opened
+  in.set_ino(ino);
+  in.set_read(true);
+  in.set_hold(true);
+  in.set_client(client_->clientId());
+  in.set_seq(client_->nextSeq());
+  meta::OpenResp out;
+  if (!meta("Open", in, &out).ok()) return;
+  std::unique_lock lock(open_mu_);
+  if (node->hold_session == 0 && open_.count(ino)) {
+    node->hold_session = out.session();
+    return;
+  }
+  lock.unlock();
+  (void)client_->metaClose(ino, out.session(), 0, false);  // raced with the last release
+}
+
+bool FuseFs::unchangedSinceLastSeen(const meta::Inode& inode) {
+  std::lock_guard lock(seen_mu_);
+  auto it = seen_.find(inode.ino());
+  return it != seen_.end() && it->second == std::make_pair(inode.mtime_ns(), inode.size());
+}
+
+void FuseFs::remember(const meta::Inode& inode) {
+  if (inode.ino() == 0) return;
+  std::lock_guard lock(seen_mu_);
+  if (seen_.size() >= kSeenMax) seen_.clear();
+  seen_[inode.ino()] = {inode.mtime_ns(), inode.size()};
+}
+
+}  // namespace cistern::fuse

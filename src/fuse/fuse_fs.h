@@ -1,0 +1,120 @@
+// The FUSE mount: cistern as a POSIX file system (docs/fuse.md).
+//
+// The kernel speaks inodes; cistern inode numbers are used as FUSE node ids
+// (the root is 1 in both). Every request is answered by calls to the meta
+// service with the caller's credentials (uid, gid, supplementary groups from
+// the request), so the meta service makes every permission decision. File
+// bytes go through libcistern's FileImpl: one per open inode, shared by all
+// of the kernel's handles of that inode, so a read through one descriptor
+// sees a write through another at once.
+//
+// Sessions: a write open holds a meta write session per handle (its length
+// and mtime are recorded on flush and release). A file open only for reading
+// takes a session ("hold") only when this mount unlinks or renames over it,
+// so that it stays readable until the last close — the common case costs no
+// commit. Memory: at most `buffered_files_max` open inodes get a write buffer
+// and read-ahead; the rest read and write straight through.
+#pragma once
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "client/client_impl.h"
+#include "client/file_impl.h"
+
+namespace cistern::fuse {
+
+struct MountOptions {
+  std::string mountpoint;
+  bool allow_other = false;
+  bool writeback_cache = false;
+  double attr_timeout_s = 1.0;
+  double entry_timeout_s = 1.0;
+  double negative_timeout_s = 1.0;
+  uint32_t max_idle_threads = 16;
+  uint32_t buffered_files_max = 32;
+  bool debug = false;
+};
+
+// Parses "-o" text: allow_other, writeback, attr_timeout=S, entry_timeout=S,
+// negative_timeout=S, debug. Unknown options are an error that names them.
+Status parseMountOptions(const std::string& text, MountOptions* out);
+
+// An inode open through the mount: one FileImpl for all its kernel handles.
+struct OpenInode {
+  uint64_t ino = 0;
+  std::unique_ptr<client::FileImpl> file;
+  uint32_t handles = 0;
+  uint32_t writers = 0;
+  uint64_t hold_session = 0;  // taken before this mount unlinks the file
+  bool buffered = false;
+};
+
+// fi->fh of an open file.
+struct Handle {
+  std::shared_ptr<OpenInode> node;
+  uint64_t session = 0;  // this handle's write session (0: read only)
+  bool write = false;
+};
+
+class FuseFs {
+ public:
+  FuseFs(client::ClientImpl* client, MountOptions options);
+  ~FuseFs();
+
+  static const fuse_lowlevel_ops& ops();
+  const MountOptions& options() const { return options_; }
+  client::ClientImpl& client() { return *client_; }
+
+  // Credentials of the request (groups read from /proc for non-root callers).
+  meta::Caller caller(fuse_req_t req) const;
+  // A meta call by short method name ("Lookup").
+  Status meta(const char* method, const google::protobuf::Message& in,
+              google::protobuf::Message* out);
+  // A meta call whose status is the reply on error; true when it succeeded.
+  bool call(fuse_req_t req, const char* method, const google::protobuf::Message& in,
+            google::protobuf::Message* out);
+  void replyEntry(fuse_req_t req, const meta::Inode& inode);
+  void replyAttr(fuse_req_t req, const meta::Inode& inode);
+  void fillStat(const meta::Inode& inode, struct stat* st);
+
+  // Open-inode table.
+  std::shared_ptr<OpenInode> findOpen(uint64_t ino);
+  bool anyOpen();
+  std::shared_ptr<OpenInode> acquire(const meta::Inode& inode, bool write);
+  // Drops one handle; the last one flushes, records the length and frees the file.
+  Status release(Handle* h);
+  // Before this mount unlinks or replaces `ino`: readers open here take a hold.
+  void holdIfOpen(fuse_req_t req, uint64_t ino);
+  // Close-to-open: true when the inode is unchanged since this mount last saw it.
+  bool unchangedSinceLastSeen(const meta::Inode& inode);
+  void remember(const meta::Inode& inode);
+
+ private:
+  client::ClientImpl* const client_;
+  const MountOptions options_;
+  std::unordered_map<std::string, net::Method> methods_;  // meta methods by short name
+  std::mutex open_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<OpenInode>> open_;
+  uint32_t buffered_open_ = 0;
+  std::mutex seen_mu_;
+  std::unordered_map<uint64_t, std::pair<int64_t, uint64_t>> seen_;  // ino -> (mtime, size)
+};
+
+// Fills `st` from an inode (exposed for tests).
+void inodeToStat(const meta::Inode& inode, struct stat* st);
+// The errno a status becomes in a FUSE reply.
+int replyErrno(const Status& s);
+
+// Mounts and serves until SIGINT/SIGTERM (blocked in every thread by the
+// caller, taken here with sigwait), then unmounts. `ready` runs once mounted.
+Status serve(client::ClientImpl* client, const MountOptions& options,
+             const std::function<void()>& ready);
+
+}  // namespace cistern::fuse

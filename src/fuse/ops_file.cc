@@ -1,0 +1,202 @@
+// FUSE operations on open files and the session setup: create, open, read,
+// write, flush, release, fsync, init.
+#include <cstring>
+#include <vector>
+
+#include "fuse/ops.h"
+
+namespace cistern::fuse::ops {
+
+namespace {
+
+Handle* handleOf(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
+
+bool wantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
+
+// meta Open of an existing file: permission check, a write session for
+// writers, and O_TRUNC (whose old bytes leave storage now, so that none of
+// them shows through a hole of the new contents).
+bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inode* inode,
+                  uint64_t* session) {
+  int acc = flags & O_ACCMODE;
+  bool write = wantsWrite(flags);
+  bool trunc = write && (flags & O_TRUNC);
+  meta::Inode before;
+  uint64_t old_size = 0;
+  std::shared_ptr<OpenInode> node;
+  if (trunc) {
+    node = f.findOpen(ino);
+    if (node) {
+      if (Error e = node->file->flushBuffers()) {
+        fuse_reply_err(req, e.errno_value);
+        return false;
+      }
+    }
+    meta::GetattrReq g;
+    g.set_ino(ino);
+    meta::InodeResp got;
+    if (!f.call(req, "Getattr", g, &got)) return false;
+    before = got.inode();
+    old_size = before.size();
+    if (node) old_size = std::max(old_size, node->file->size());
+  }
+  meta::OpenReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_ino(ino);
+  in.set_read(acc != O_WRONLY);
+  in.set_write(write);
+  in.set_truncate(trunc);
+  in.set_client(f.client().clientId());
+  in.set_seq(f.client().nextSeq());
+  meta::OpenResp out;
+  if (!f.call(req, "Open", in, &out)) return false;
+  if (trunc && old_size > 0 && before.type() == meta::REGULAR) {
+    Status s = f.client().trimData(before, old_size, 0);
+    if (!s.ok()) {
+      (void)f.client().metaClose(ino, out.session(), 0, true);
+      fuse_reply_err(req, replyErrno(s));
+      return false;
+    }
+  }
+  if (trunc && node) node->file->setSize(0);
+  *inode = out.inode();
+  *session = out.session();
+  return true;
+}
+
+// The kernel's handle: the shared FileImpl of the inode plus this open's session.
+void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bool fresh,
+            fuse_file_info* fi) {
+  bool write = wantsWrite(flags);
+  auto node = f.acquire(inode, write);
+  bool shared = node->handles > 1;
+  fi->fh = reinterpret_cast<uint64_t>(new Handle{node, session, write});
+  if (flags & O_DIRECT) fi->direct_io = 1;
+  // Close-to-open: cached pages survive only if nobody changed the file since.
+  fi->keep_cache = shared || (!fresh && !(flags & O_TRUNC) && f.unchangedSinceLastSeen(inode));
+  f.remember(inode);
+}
+
+}  // namespace
+
+void init(void* userdata, fuse_conn_info* conn) {
+  auto* f = static_cast<FuseFs*>(userdata);
+  conn->max_write = 1 << 20;
+  conn->time_gran = 1;
+  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+  if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
+  if (f->options().writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+    conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+}
+
+void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  FuseFs& f = fs(req);
+  if (!S_ISREG(mode)) {
+    fuse_reply_err(req, EPERM);
+    return;
+  }
+  bool write = wantsWrite(fi->flags);
+  meta::CreateReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_parent(parent);
+  in.set_name(name);
+  in.set_mode(mode & 07777);
+  in.set_exclusive((fi->flags & O_EXCL) != 0);
+  in.set_open_write(write);
+  in.set_client(f.client().clientId());
+  in.set_seq(f.client().nextSeq());
+  meta::InodeResp out;
+  if (!f.call(req, "Create", in, &out)) return;
+  meta::Inode inode = out.inode();
+  uint64_t session = out.session();
+  bool fresh = session != 0 || !write;
+  if (session == 0) {
+    // It existed (no O_EXCL): open it like open(2) would, or it is new and read-only.
+    if (inode.type() != meta::REGULAR) {
+      fuse_reply_err(req, inode.type() == meta::DIRECTORY ? EISDIR : EINVAL);
+      return;
+    }
+    if (!openExisting(req, f, inode.ino(), fi->flags, &inode, &session)) return;
+    fresh = false;
+  }
+  attach(f, inode, session, fi->flags, fresh, fi);
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof(e));
+  e.ino = inode.ino();
+  e.generation = 1;
+  f.fillStat(inode, &e.attr);
+  e.attr_timeout = f.options().attr_timeout_s;
+  e.entry_timeout = f.options().entry_timeout_s;
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    // The opener is gone (interrupted): drop the handle again.
+    auto* h = handleOf(fi);
+    (void)f.release(h);
+    delete h;
+  }
+}
+
+void open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  FuseFs& f = fs(req);
+  meta::Inode inode;
+  uint64_t session = 0;
+  if (!openExisting(req, f, ino, fi->flags, &inode, &session)) return;
+  attach(f, inode, session, fi->flags, false, fi);
+  if (fuse_reply_open(req, fi) != 0) {
+    auto* h = handleOf(fi);
+    (void)f.release(h);
+    delete h;
+  }
+}
+
+void read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  // One buffer per FUSE thread, reused: requests are at most max_write (1 MiB).
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < size) buf.resize(size);
+  size_t done = 0;
+  Error e = handleOf(fi)->node->file->pread(buf.data(), size, static_cast<uint64_t>(off), &done);
+  if (e) {
+    fuse_reply_err(req, e.errno_value);
+    return;
+  }
+  fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), done);
+}
+
+void write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
+           fuse_file_info* fi) {
+  size_t done = 0;
+  Error e = handleOf(fi)->node->file->pwrite(buf, size, static_cast<uint64_t>(off), &done);
+  if (e) {
+    fuse_reply_err(req, e.errno_value);
+    return;
+  }
+  fuse_reply_write(req, done);
+}
+
+// close(2) of a descriptor: the bytes and the length become visible to other
+// clients (close-to-open), and write errors are reported to close().
+void flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Handle* h = handleOf(fi);
+  if (h->write) {
+    if (Error e = h->node->file->syncAndEnd(0)) {
+      fuse_reply_err(req, e.errno_value);
+      return;
+    }
+  }
+  fuse_reply_err(req, 0);
+}
+
+void release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Handle* h = handleOf(fi);
+  (void)fs(req).release(h);  // errors went to flush; the kernel ignores these
+  delete h;
+  fuse_reply_err(req, 0);
+}
+
+void fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
+  Error e = handleOf(fi)->node->file->fsync();
+  fuse_reply_err(req, e ? e.errno_value : 0);
+}
+
+}  // namespace cistern::fuse::ops

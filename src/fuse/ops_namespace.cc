@@ -1,0 +1,337 @@
+// FUSE operations on names and attributes: each is one meta RPC with the
+// caller's credentials (the meta service checks permissions and names).
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+
+#include <cstring>
+
+#include "fuse/ops.h"
+
+namespace cistern::fuse::ops {
+
+namespace {
+
+constexpr uint32_t kRenameNoReplace = 1;  // RENAME_NOREPLACE
+constexpr uint32_t kRenameExchange = 2;   // RENAME_EXCHANGE
+
+int64_t toNs(const timespec& t) { return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; }
+
+template <typename Req>
+void stamp(FuseFs& f, Req* r) {
+  r->set_client(f.client().clientId());
+  r->set_seq(f.client().nextSeq());
+}
+
+// Looks `name` up in `parent` as the mount (for holds before a removal); 0 when missing.
+uint64_t inoOf(FuseFs& f, fuse_ino_t parent, const char* name) {
+  meta::LookupReq in;
+  in.mutable_caller()->set_uid(0);
+  in.set_parent(parent);
+  in.set_name(name);
+  meta::InodeResp out;
+  if (!f.meta("Lookup", in, &out).ok()) return 0;
+  return out.inode().ino();
+}
+
+}  // namespace
+
+void lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  FuseFs& f = fs(req);
+  meta::LookupReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_parent(parent);
+  in.set_name(name);
+  meta::InodeResp out;
+  Status s = f.meta("Lookup", in, &out);
+  if (s.code() == ErrorCode::kNotFound && f.options().negative_timeout_s > 0) {
+    fuse_entry_param e;
+    std::memset(&e, 0, sizeof(e));
+    e.entry_timeout = f.options().negative_timeout_s;  // ino 0: a cached "no such name"
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  if (!s.ok()) {
+    fuse_reply_err(req, replyErrno(s));
+    return;
+  }
+  f.replyEntry(req, out.inode());
+}
+
+// The kernel's lookup counts need no state here: inodes live in the KV.
+void forget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+void forgetMulti(fuse_req_t req, size_t, fuse_forget_data*) { fuse_reply_none(req); }
+
+void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  FuseFs& f = fs(req);
+  meta::GetattrReq in;
+  in.set_ino(ino);
+  meta::InodeResp out;
+  if (f.call(req, "Getattr", in, &out)) f.replyAttr(req, out.inode());
+}
+
+void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  FuseFs& f = fs(req);
+  meta::SetattrReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_ino(ino);
+  if (to_set & FUSE_SET_ATTR_MODE) in.set_mode(attr->st_mode & 07777);
+  if (to_set & FUSE_SET_ATTR_UID) in.set_uid(attr->st_uid);
+  if (to_set & FUSE_SET_ATTR_GID) in.set_gid(attr->st_gid);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+    in.set_atime_now(true);
+  } else if (to_set & FUSE_SET_ATTR_ATIME) {
+    in.set_atime_ns(toNs(attr->st_atim));
+  }
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+    in.set_mtime_now(true);
+  } else if (to_set & FUSE_SET_ATTR_MTIME) {
+    in.set_mtime_ns(toNs(attr->st_mtim));
+  }
+  std::shared_ptr<OpenInode> node;
+  meta::Inode before;
+  uint64_t old_size = 0;
+  if (to_set & FUSE_SET_ATTR_SIZE) {
+    if (attr->st_size < 0) {
+      fuse_reply_err(req, EINVAL);
+      return;
+    }
+    in.set_size(static_cast<uint64_t>(attr->st_size));
+    // The bytes past the new end must go from storage, from the largest
+    // length anyone has: meta's, or this mount's unsynced one.
+    node = f.findOpen(ino);
+    if (node) {
+      if (Error e = node->file->flushBuffers()) {
+        fuse_reply_err(req, e.errno_value);
+        return;
+      }
+    }
+    meta::GetattrReq g;
+    g.set_ino(ino);
+    meta::InodeResp got;
+    if (!f.call(req, "Getattr", g, &got)) return;
+    before = got.inode();
+    old_size = before.size();
+    if (node) old_size = std::max(old_size, node->file->size());
+  }
+  stamp(f, &in);
+  meta::InodeResp out;
+  if (!f.call(req, "Setattr", in, &out)) return;
+  if (in.has_size()) {
+    if (in.size() < old_size && before.type() == meta::REGULAR) {
+      Status s = f.client().trimData(before, old_size, in.size());
+      if (!s.ok()) {
+        fuse_reply_err(req, replyErrno(s));
+        return;
+      }
+    }
+    if (node) node->file->setSize(in.size());
+  }
+  f.client().forgetAttrs(ino);
+  f.replyAttr(req, out.inode());
+}
+
+void readlink(fuse_req_t req, fuse_ino_t ino) {
+  FuseFs& f = fs(req);
+  meta::GetattrReq in;
+  in.set_ino(ino);
+  meta::ReadlinkResp out;
+  if (f.call(req, "Readlink", in, &out)) fuse_reply_readlink(req, out.target().c_str());
+}
+
+void mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
+  // Only regular files: devices, FIFOs and sockets have no place in cistern.
+  if (!S_ISREG(mode)) {
+    fuse_reply_err(req, EPERM);
+    return;
+  }
+  FuseFs& f = fs(req);
+  meta::CreateReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_parent(parent);
+  in.set_name(name);
+  in.set_mode(mode & 07777);
+  in.set_exclusive(true);
+  stamp(f, &in);
+  meta::InodeResp out;
+  if (f.call(req, "Create", in, &out)) f.replyEntry(req, out.inode());
+}
+
+void mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  FuseFs& f = fs(req);
+  meta::MkdirReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_parent(parent);
+  in.set_name(name);
+  in.set_mode(mode & 07777);
+  stamp(f, &in);
+  meta::InodeResp out;
+  if (f.call(req, "Mkdir", in, &out)) f.replyEntry(req, out.inode());
+}
+
+namespace {
+
+void removeName(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
+  FuseFs& f = fs(req);
+  if (!dir && f.anyOpen()) {
+    if (uint64_t ino = inoOf(f, parent, name)) f.holdIfOpen(req, ino);
+  }
+  meta::RemoveReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_parent(parent);
+  in.set_name(name);
+  stamp(f, &in);
+  meta::Empty out;
+  if (f.call(req, dir ? "Rmdir" : "Unlink", in, &out)) fuse_reply_err(req, 0);
+}
+
+}  // namespace
+
+void unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  removeName(req, parent, name, false);
+}
+
+void rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  removeName(req, parent, name, true);
+}
+
+void symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  FuseFs& f = fs(req);
+  meta::SymlinkReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_parent(parent);
+  in.set_name(name);
+  in.set_target(link);
+  stamp(f, &in);
+  meta::InodeResp out;
+  if (f.call(req, "Symlink", in, &out)) f.replyEntry(req, out.inode());
+}
+
+void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+            const char* newname, unsigned int flags) {
+  FuseFs& f = fs(req);
+  if (flags & ~(kRenameNoReplace | kRenameExchange)) {
+    fuse_reply_err(req, EINVAL);  // RENAME_WHITEOUT: no overlay support
+    return;
+  }
+  if (!(flags & kRenameExchange) && f.anyOpen()) {
+    if (uint64_t ino = inoOf(f, newparent, newname)) f.holdIfOpen(req, ino);
+  }
+  meta::RenameReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_src_parent(parent);
+  in.set_src_name(name);
+  in.set_dst_parent(newparent);
+  in.set_dst_name(newname);
+  in.set_flags(flags);
+  stamp(f, &in);
+  meta::Empty out;
+  if (f.call(req, "Rename", in, &out)) fuse_reply_err(req, 0);
+}
+
+void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  FuseFs& f = fs(req);
+  meta::LinkReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_ino(ino);
+  in.set_new_parent(newparent);
+  in.set_new_name(newname);
+  stamp(f, &in);
+  meta::InodeResp out;
+  if (f.call(req, "Link", in, &out)) f.replyEntry(req, out.inode());
+}
+
+void statfs(fuse_req_t req, fuse_ino_t) {
+  FuseFs& f = fs(req);
+  meta::Empty in;
+  meta::StatfsResp out;
+  if (!f.call(req, "Statfs", in, &out)) return;
+  struct statvfs st;
+  std::memset(&st, 0, sizeof(st));
+  uint64_t bsize = out.block_size() ? out.block_size() : 4096;
+  st.f_bsize = bsize;
+  st.f_frsize = bsize;
+  st.f_blocks = out.bytes_total() / bsize;
+  st.f_bfree = out.bytes_free() / bsize;
+  st.f_bavail = st.f_bfree;
+  // Inodes are only bounded by the KV: report plenty free.
+  st.f_files = out.inodes_used() + (uint64_t{1} << 32);
+  st.f_ffree = uint64_t{1} << 32;
+  st.f_favail = st.f_ffree;
+  st.f_namemax = out.name_max() ? out.name_max() : 255;
+  fuse_reply_statfs(req, &st);
+}
+
+void access(fuse_req_t req, fuse_ino_t ino, int mask) {
+  FuseFs& f = fs(req);
+  meta::AccessReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_ino(ino);
+  in.set_mask(static_cast<uint32_t>(mask & (R_OK | W_OK | X_OK)));  // same bits as kMay*
+  meta::Empty out;
+  if (f.call(req, "Access", in, &out)) fuse_reply_err(req, 0);
+}
+
+void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+              int flags) {
+  FuseFs& f = fs(req);
+  meta::XattrReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_ino(ino);
+  in.set_name(name);
+  in.set_value(value, size);
+  in.set_flags(static_cast<uint32_t>(flags));  // XATTR_CREATE / XATTR_REPLACE, as in meta
+  stamp(f, &in);
+  meta::Empty out;
+  if (f.call(req, "SetXattr", in, &out)) fuse_reply_err(req, 0);
+}
+
+void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  FuseFs& f = fs(req);
+  meta::XattrReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_ino(ino);
+  in.set_name(name);
+  meta::XattrResp out;
+  if (!f.call(req, "GetXattr", in, &out)) return;
+  if (size == 0) {
+    fuse_reply_xattr(req, out.value().size());
+  } else if (out.value().size() > size) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, out.value().data(), out.value().size());
+  }
+}
+
+void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  FuseFs& f = fs(req);
+  meta::XattrReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_ino(ino);
+  meta::XattrResp out;
+  if (!f.call(req, "ListXattr", in, &out)) return;
+  std::string list;
+  for (const auto& n : out.names()) {
+    list += n;
+    list.push_back('\0');
+  }
+  if (size == 0) {
+    fuse_reply_xattr(req, list.size());
+  } else if (list.size() > size) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, list.data(), list.size());
+  }
+}
+
+void removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  FuseFs& f = fs(req);
+  meta::XattrReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_ino(ino);
+  in.set_name(name);
+  stamp(f, &in);
+  meta::Empty out;
+  if (f.call(req, "RemoveXattr", in, &out)) fuse_reply_err(req, 0);
+}
+
+}  // namespace cistern::fuse::ops
