@@ -32,7 +32,7 @@ test: deps
 
 run: deps
 	@$(MAKE) --no-print-directory build
-	./build/cistern up --data ./cistern-data
+	./build/cistern up --data ./cistern-data --mount ./mnt
 
 build-asan/build.ninja:
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCISTERN_SANITIZE=address,undefined

@@ -15,7 +15,7 @@ PACKAGES=(
   libcpp-httplib-dev libssl-dev pybind11-dev python3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy fio
-  etcd-server iproute2 nftables procps psmisc
+  etcd-server iproute2 nftables procps psmisc git
 )
 
 missing=()

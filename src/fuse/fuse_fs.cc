@@ -202,7 +202,8 @@ Status FuseFs::release(Handle* h) {
   Error e = node->file->syncAndEnd(hold);
   if (e && result.ok()) result = Status(ErrorCode::kIOError, e.message);
   remember(node->file->lastInode());
-  node->file.reset();
+  // The FileImpl goes with the last reference: a concurrent open or setattr
+  // may still hold this node from findOpen().
   return result;
 }
 

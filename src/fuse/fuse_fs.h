@@ -3,7 +3,9 @@
 // The kernel speaks inodes; cistern inode numbers are used as FUSE node ids
 // (the root is 1 in both). Every request is answered by calls to the meta
 // service with the caller's credentials (uid, gid, supplementary groups from
-// the request), so the meta service makes every permission decision. File
+// the request), and the meta service checks every permission; the kernel
+// checks mode bits too (default_permissions), also on the paths it walks
+// from its dentry cache without asking us. File
 // bytes go through libcistern's FileImpl: one per open inode, shared by all
 // of the kernel's handles of that inode, so a read through one descriptor
 // sees a write through another at once.

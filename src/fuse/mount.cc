@@ -105,7 +105,10 @@ Status serve(client::ClientImpl* client, const MountOptions& options,
                   fmt::format("mount point {} is not a directory", options.mountpoint));
 
   FuseFs fs(client, options);
-  std::vector<std::string> argv = {"cistern", "-o", "fsname=cistern,subtype=cistern"};
+  // default_permissions: the kernel checks mode bits too, also on paths it
+  // walks from its dentry cache (where no lookup reaches the meta service).
+  std::vector<std::string> argv = {"cistern", "-o",
+                                   "fsname=cistern,subtype=cistern,default_permissions"};
   if (options.allow_other) argv.insert(argv.end(), {"-o", "allow_other"});
   if (options.debug) argv.push_back("-d");
   std::vector<char*> cargv;

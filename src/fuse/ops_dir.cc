@@ -58,12 +58,14 @@ Status nextPage(FuseFs& f, fuse_req_t req, DirHandle* d, bool plus, bool restart
   return Status::OK();
 }
 
-void list(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+// Fills `buf` with entries from offset `off`; returns 0 or an errno. The
+// reply is sent by the caller after the handle's lock is released: once the
+// kernel has it, a releasedir may free the handle.
+int fill(fuse_req_t req, DirHandle* d, std::vector<char>& buf, size_t& used, off_t off,
+         bool plus) {
   FuseFs& f = fs(req);
-  DirHandle* d = dirOf(fi);
   std::lock_guard lock(d->mu);
-  std::vector<char> buf(size);
-  size_t used = 0;
+  const size_t size = buf.size();
   uint64_t pos = static_cast<uint64_t>(off);
   auto add = [&](const char* name, const struct stat& st, const meta::Inode* inode) -> bool {
     size_t need;
@@ -104,17 +106,11 @@ void list(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus)
     // Position the window over `pos`.
     if (!d->loaded || pos < d->base || (plus && !d->plus)) {
       Status s = nextPage(f, req, d, plus, true);
-      if (!s.ok()) {
-        fuse_reply_err(req, replyErrno(s));
-        return;
-      }
+      if (!s.ok()) return replyErrno(s);
     }
     while (pos >= d->base + d->names.size() && !d->eof) {
       Status s = nextPage(f, req, d, plus, false);
-      if (!s.ok()) {
-        fuse_reply_err(req, replyErrno(s));
-        return;
-      }
+      if (!s.ok()) return replyErrno(s);
     }
     if (pos >= d->base + d->names.size()) break;  // end of the directory
     size_t i = static_cast<size_t>(pos - d->base);
@@ -129,6 +125,16 @@ void list(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus)
     if (!add(d->names[i].c_str(), st, inode)) break;
   }
 done:
+  return 0;
+}
+
+void list(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+  std::vector<char> buf(size);
+  size_t used = 0;
+  if (int err = fill(req, dirOf(fi), buf, used, off, plus)) {
+    fuse_reply_err(req, err);
+    return;
+  }
   fuse_reply_buf(req, buf.data(), used);
 }
 

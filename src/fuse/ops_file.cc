@@ -11,7 +11,8 @@ namespace {
 
 Handle* handleOf(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
 
-bool wantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
+// O_TRUNC needs write permission even with O_RDONLY (Linux truncates then).
+bool wantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
 // meta Open of an existing file: permission check, a write session for
 // writers, and O_TRUNC (whose old bytes leave storage now, so that none of

@@ -67,6 +67,13 @@ class ClusterProcess {
       : bin_(std::move(bin)), data_(std::move(data_dir)), targets_(targets) {}
   ~ClusterProcess() { stop(); }
 
+  // Also mounts at `mountpoint` (cistern up --mount) with these -o options;
+  // start() then waits until the mount is up.
+  void setMount(std::string mountpoint, std::string options = "") {
+    mount_ = std::move(mountpoint);
+    mount_options_ = std::move(options);
+  }
+
   // Returns false (with a gtest failure) if it does not come up in 30 s.
   bool start() {
     int pipefd[2];
@@ -81,6 +88,10 @@ class ClusterProcess {
           bin_,       "up",          "--data",    data_,
           "--listen", "127.0.0.1:0", "--targets", std::to_string(targets_),
           "--no-sync"};
+      if (!mount_.empty()) {
+        args.insert(args.end(), {"--mount", mount_});
+        if (!mount_options_.empty()) args.insert(args.end(), {"-o", mount_options_});
+      }
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -97,7 +108,7 @@ class ClusterProcess {
       ssize_t n = read(out_fd_, buf, sizeof buf);
       if (n <= 0) break;
       log_.append(buf, static_cast<size_t>(n));
-      if (log_.find("ready") != std::string::npos) {
+      if (log_.find(mount_.empty() ? "ready" : "mounted at") != std::string::npos) {
         cluster_ = field("cluster ", " ");
         std::string m = field("metrics http://", "/metrics");
         metrics_port_ = std::stoi(m.substr(m.rfind(':') + 1));
@@ -152,6 +163,7 @@ class ClusterProcess {
 
   std::string bin_, data_;
   uint32_t targets_;
+  std::string mount_, mount_options_;
   pid_t pid_ = -1;
   int out_fd_ = -1;
   std::string log_, cluster_;
