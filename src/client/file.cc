@@ -190,6 +190,47 @@ Error FileImpl::pread(void* buf, size_t n, uint64_t offset, size_t* done) {
   return {};
 }
 
+Error FileImpl::preadDirect(void* buf, size_t n, uint64_t offset, size_t* done) {
+  *done = 0;
+  size_t len = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_ || !can_read_) return Error{EBADF, path_ + ": Bad file descriptor"};
+    if (wbuf_len_ > 0) {
+      Status s = flushLocked();
+      if (!s.ok()) return toError(s, path_);
+    }
+    if (offset >= size_ || n == 0) return {};
+    len = static_cast<size_t>(std::min<uint64_t>(n, size_ - offset));
+  }
+  Status s = client_->readData(inode_, offset, len, static_cast<uint8_t*>(buf));
+  if (!s.ok()) return toError(s, path_);
+  *done = len;
+  return {};
+}
+
+Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t* done) {
+  *done = 0;
+  if (offset + n < offset)
+    return toError(Status(ErrorCode::kInvalidArgument, "offset overflow"), path_);
+  {
+    std::lock_guard lock(mu_);
+    if (closed_ || !can_write_) return Error{EBADF, path_ + ": Bad file descriptor"};
+    // Buffered bytes first, so that they cannot land over this write later.
+    Status s = flushLocked();
+    if (!s.ok()) return toError(s, path_);
+    rbuf_len_ = 0;
+    dropPrefetch();
+    wrote_ = true;
+  }
+  Status s = client_->writeData(inode_, offset, n, static_cast<const uint8_t*>(buf));
+  if (!s.ok()) return toError(s, path_);
+  std::lock_guard lock(mu_);
+  size_ = std::max(size_, offset + n);
+  *done = n;
+  return {};
+}
+
 Status FileImpl::syncLocked() {
   RETURN_ON_ERROR(flushLocked());
   if (!sticky_error_.ok()) return sticky_error_;

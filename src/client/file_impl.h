@@ -39,6 +39,11 @@ class FileImpl final : public File {
   Error syncAndEnd(uint64_t session);
   // The last meta Close answered with this inode (for close-to-open checks).
   meta::Inode lastInode() const;
+  // O_DIRECT-style I/O: no read-ahead and no write buffer, and concurrent
+  // calls run in parallel (the handle's lock is held only to order them
+  // after buffered bytes). A write raises the length when it completes.
+  Error preadDirect(void* buf, size_t n, uint64_t offset, size_t* done);
+  Error pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t* done);
   // No write buffer and no read-ahead: writes go to storage as they come and
   // reads fetch what is asked. Keeps the memory of a mount with many open
   // files bounded. Call before the first read or write.

@@ -63,6 +63,7 @@ struct Handle {
   std::shared_ptr<OpenInode> node;
   uint64_t session = 0;  // this handle's write session (0: read only)
   bool write = false;
+  bool direct = false;  // O_DIRECT: parallel I/O past the page cache and read-ahead
 };
 
 class FuseFs {

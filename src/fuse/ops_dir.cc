@@ -61,8 +61,7 @@ Status nextPage(FuseFs& f, fuse_req_t req, DirHandle* d, bool plus, bool restart
 // Fills `buf` with entries from offset `off`; returns 0 or an errno. The
 // reply is sent by the caller after the handle's lock is released: once the
 // kernel has it, a releasedir may free the handle.
-int fill(fuse_req_t req, DirHandle* d, std::vector<char>& buf, size_t& used, off_t off,
-         bool plus) {
+int fill(fuse_req_t req, DirHandle* d, std::vector<char>& buf, size_t& used, off_t off, bool plus) {
   FuseFs& f = fs(req);
   std::lock_guard lock(d->mu);
   const size_t size = buf.size();

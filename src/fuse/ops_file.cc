@@ -71,8 +71,9 @@ void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bo
   bool write = wantsWrite(flags);
   auto node = f.acquire(inode, write);
   bool shared = node->handles > 1;
-  fi->fh = reinterpret_cast<uint64_t>(new Handle{node, session, write});
-  if (flags & O_DIRECT) fi->direct_io = 1;
+  bool direct = (flags & O_DIRECT) != 0;
+  fi->fh = reinterpret_cast<uint64_t>(new Handle{node, session, write, direct});
+  if (direct) fi->direct_io = 1;
   // Close-to-open: cached pages survive only if nobody changed the file since.
   fi->keep_cache = shared || (!fresh && !(flags & O_TRUNC) && f.unchangedSinceLastSeen(inode));
   f.remember(inode);
@@ -156,7 +157,10 @@ void read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
   thread_local std::vector<uint8_t> buf;
   if (buf.size() < size) buf.resize(size);
   size_t done = 0;
-  Error e = handleOf(fi)->node->file->pread(buf.data(), size, static_cast<uint64_t>(off), &done);
+  Handle* h = handleOf(fi);
+  Error e = h->direct
+                ? h->node->file->preadDirect(buf.data(), size, static_cast<uint64_t>(off), &done)
+                : h->node->file->pread(buf.data(), size, static_cast<uint64_t>(off), &done);
   if (e) {
     fuse_reply_err(req, e.errno_value);
     return;
@@ -167,7 +171,9 @@ void read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
 void write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
            fuse_file_info* fi) {
   size_t done = 0;
-  Error e = handleOf(fi)->node->file->pwrite(buf, size, static_cast<uint64_t>(off), &done);
+  Handle* h = handleOf(fi);
+  Error e = h->direct ? h->node->file->pwriteDirect(buf, size, static_cast<uint64_t>(off), &done)
+                      : h->node->file->pwrite(buf, size, static_cast<uint64_t>(off), &done);
   if (e) {
     fuse_reply_err(req, e.errno_value);
     return;

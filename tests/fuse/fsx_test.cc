@@ -179,8 +179,8 @@ class Fsx {
     struct stat st;
     if (::fstat(fd_, &st) != 0) return fail(what, std::strerror(errno));
     if (static_cast<uint64_t>(st.st_size) != model_.size())
-      return fail(what, "size " + std::to_string(st.st_size) + ", model " +
-                            std::to_string(model_.size()));
+      return fail(
+          what, "size " + std::to_string(st.st_size) + ", model " + std::to_string(model_.size()));
     return compareAt(fd_, 0, model_.size() + 1, what);
   }
 

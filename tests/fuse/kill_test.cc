@@ -53,8 +53,8 @@ TEST(KillServer, MountedReaderGetsAnErrorInBoundedTimeAndTheMountUnmounts) {
   if (mount_pid == 0) {
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
-    execl(CISTERN_BIN, CISTERN_BIN, "mount", "--cluster", server.cluster().c_str(),
-          "--timeout-ms", std::to_string(kTimeoutMs).c_str(), mnt.c_str(), nullptr);
+    execl(CISTERN_BIN, CISTERN_BIN, "mount", "--cluster", server.cluster().c_str(), "--timeout-ms",
+          std::to_string(kTimeoutMs).c_str(), mnt.c_str(), nullptr);
     _exit(127);
   }
   close(out[1]);

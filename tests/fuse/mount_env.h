@@ -112,19 +112,19 @@ inline std::string readFile(const std::string& path) {
 }  // namespace cistern::testing
 
 // The call fails with exactly this errno.
-#define EXPECT_ERRNO(expr, err)                                                   \
-  do {                                                                            \
-    errno = 0;                                                                    \
-    long rc_ = static_cast<long>(expr);                                           \
-    int saved_ = errno;                                                           \
-    EXPECT_EQ(rc_, -1) << #expr;                                                  \
-    EXPECT_EQ(saved_, err) << #expr << ": got " << std::strerror(saved_)          \
-                           << ", want " << std::strerror(err);                    \
+#define EXPECT_ERRNO(expr, err)                                                       \
+  do {                                                                                \
+    errno = 0;                                                                        \
+    long rc_ = static_cast<long>(expr);                                               \
+    int saved_ = errno;                                                               \
+    EXPECT_EQ(rc_, -1) << #expr;                                                      \
+    EXPECT_EQ(saved_, err) << #expr << ": got " << std::strerror(saved_) << ", want " \
+                           << std::strerror(err);                                     \
   } while (0)
 
-#define EXPECT_OK(expr)                                                            \
-  do {                                                                             \
-    errno = 0;                                                                     \
-    long rc_ = static_cast<long>(expr);                                            \
-    EXPECT_NE(rc_, -1) << #expr << ": " << std::strerror(errno);                   \
+#define EXPECT_OK(expr)                                          \
+  do {                                                           \
+    errno = 0;                                                   \
+    long rc_ = static_cast<long>(expr);                          \
+    EXPECT_NE(rc_, -1) << #expr << ": " << std::strerror(errno); \
   } while (0)

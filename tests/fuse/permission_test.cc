@@ -141,16 +141,14 @@ const PermCase kCases[] = {
        file(d + "/s/f", 0666);
        dir(d + "/t", 0777);
      },
-     [](auto& d) { return errnoOf(::rename((d + "/s/f").c_str(), (d + "/t/f").c_str())); },
-     EACCES},
+     [](auto& d) { return errnoOf(::rename((d + "/s/f").c_str(), (d + "/t/f").c_str())); }, EACCES},
     {"RenameIntoReadOnlyDirDenied",
      [](auto& d) {
        dir(d + "/s", 0777);
        file(d + "/s/f", 0666, kUser);
        dir(d + "/t", 0755);
      },
-     [](auto& d) { return errnoOf(::rename((d + "/s/f").c_str(), (d + "/t/f").c_str())); },
-     EACCES},
+     [](auto& d) { return errnoOf(::rename((d + "/s/f").c_str(), (d + "/t/f").c_str())); }, EACCES},
     {"RenameBetweenWritableDirsAllowed",
      [](auto& d) {
        dir(d + "/s", 0777);
@@ -245,8 +243,7 @@ const PermCase kCases[] = {
      [](auto& d) { return errnoOf(::access((d + "/f").c_str(), X_OK)); }, 0},
     // Extended attributes: user.* follow the file's read/write permission.
     {"XattrSetNeedsWrite", [](auto& d) { file(d + "/f", 0644); },
-     [](auto& d) { return errnoOf(::setxattr((d + "/f").c_str(), "user.a", "1", 1, 0)); },
-     EACCES},
+     [](auto& d) { return errnoOf(::setxattr((d + "/f").c_str(), "user.a", "1", 1, 0)); }, EACCES},
     {"XattrGetNeedsRead",
      [](auto& d) {
        file(d + "/f", 0644);
@@ -279,10 +276,7 @@ const PermCase kCases[] = {
        return openFor(MountEnv::get().mnt() + "/user-file-in-root", O_CREAT | O_WRONLY);
      },
      EACCES},
-    {"ExecOfNonExecutableDenied",
-     [](auto& d) {
-       file(d + "/prog", 0644);
-     },
+    {"ExecOfNonExecutableDenied", [](auto& d) { file(d + "/prog", 0644); },
      [](auto& d) {
        char* argv[] = {const_cast<char*>("prog"), nullptr};
        ::execv((d + "/prog").c_str(), argv);
@@ -300,7 +294,8 @@ TEST_P(Permission, AsUnprivilegedUser) {
   std::string d = testDir();
   c.setup(d);
   if (HasFatalFailure()) return;
-  int got = asUser(kUser, kUserGroup, [&] { return c.step(d); }, c.extra_group);
+  int got = asUser(
+      kUser, kUserGroup, [&] { return c.step(d); }, c.extra_group);
   EXPECT_EQ(got, c.want) << c.name << ": got " << std::strerror(got) << ", want "
                          << std::strerror(c.want);
 }
@@ -343,9 +338,7 @@ TEST(PermissionExtra, FilesCreatedByUserAreTheirs) {
 TEST(PermissionExtra, SetgidDirectoryPassesItsGroupOn) {
   std::string d = testDir();
   dir(d + "/g", 02777, 0, 4545);
-  EXPECT_EQ(asUser(kUser, kUserGroup,
-                   [&] { return writeFile(d + "/g/f", "x") ? 0 : errno; }),
-            0);
+  EXPECT_EQ(asUser(kUser, kUserGroup, [&] { return writeFile(d + "/g/f", "x") ? 0 : errno; }), 0);
   struct stat st;
   ASSERT_EQ(::stat((d + "/g/f").c_str(), &st), 0);
   EXPECT_EQ(st.st_gid, 4545u);

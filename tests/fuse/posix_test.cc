@@ -809,17 +809,17 @@ TEST(Rename, NoReplaceOnExistingIsEEXIST) {
   auto d = testDir();
   ASSERT_TRUE(writeFile(d + "/a", "A"));
   ASSERT_TRUE(writeFile(d + "/b", "B"));
-  EXPECT_ERRNO(::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD, (d + "/b").c_str(),
-                           RENAME_NOREPLACE),
-               EEXIST);
+  EXPECT_ERRNO(
+      ::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD, (d + "/b").c_str(), RENAME_NOREPLACE),
+      EEXIST);
   EXPECT_EQ(readFile(d + "/b"), "B");
 }
 
 TEST(Rename, NoReplaceOnFreeName) {
   auto d = testDir();
   ASSERT_TRUE(writeFile(d + "/a", "A"));
-  EXPECT_OK(::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD, (d + "/c").c_str(),
-                        RENAME_NOREPLACE));
+  EXPECT_OK(
+      ::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD, (d + "/c").c_str(), RENAME_NOREPLACE));
   EXPECT_EQ(readFile(d + "/c"), "A");
 }
 
@@ -827,8 +827,8 @@ TEST(Rename, ExchangeSwaps) {
   auto d = testDir();
   ASSERT_TRUE(writeFile(d + "/a", "A"));
   ASSERT_EQ(::mkdir((d + "/b").c_str(), 0755), 0);
-  EXPECT_OK(::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD, (d + "/b").c_str(),
-                        RENAME_EXCHANGE));
+  EXPECT_OK(
+      ::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD, (d + "/b").c_str(), RENAME_EXCHANGE));
   EXPECT_TRUE(S_ISDIR(statOf(d + "/a").st_mode));
   EXPECT_EQ(readFile(d + "/b"), "A");
 }
@@ -836,18 +836,17 @@ TEST(Rename, ExchangeSwaps) {
 TEST(Rename, ExchangeWithMissingIsENOENT) {
   auto d = testDir();
   ASSERT_TRUE(writeFile(d + "/a", "A"));
-  EXPECT_ERRNO(::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD, (d + "/b").c_str(),
-                           RENAME_EXCHANGE),
-               ENOENT);
+  EXPECT_ERRNO(
+      ::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD, (d + "/b").c_str(), RENAME_EXCHANGE),
+      ENOENT);
 }
 
 TEST(Rename, WhiteoutIsRejected) {
   auto d = testDir();
   ASSERT_TRUE(writeFile(d + "/a", "A"));
   errno = 0;
-  EXPECT_EQ(::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD, (d + "/b").c_str(),
-                        RENAME_WHITEOUT),
-            -1);
+  EXPECT_EQ(
+      ::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD, (d + "/b").c_str(), RENAME_WHITEOUT), -1);
   EXPECT_TRUE(errno == EINVAL || errno == EPERM) << std::strerror(errno);
   EXPECT_TRUE(exists(d + "/a"));
 }

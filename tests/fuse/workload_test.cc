@@ -96,7 +96,8 @@ TEST(Workload, UnpackAndBuildACProjectLikeOnLocalDisk) {
 
 TEST(Workload, GitOnTheMount) {
   const std::string d = testDir();
-  const std::string git = "git -c user.name=cistern -c user.email=t@cistern -c init.defaultBranch=main ";
+  const std::string git =
+      "git -c user.name=cistern -c user.email=t@cistern -c init.defaultBranch=main ";
   ASSERT_EQ(sh("mkdir -p " + d + "/repo/sub && cd " + d + "/repo && printf 'one\\n' > a.txt && " +
                "printf 'two\\n' > sub/b.txt && ln -s a.txt link")
                 .rc,
@@ -113,7 +114,8 @@ TEST(Workload, GitOnTheMount) {
          "log --oneline | wc -l && " + git + "fsck --strict 2>&1 | grep -v '^Checking' || true");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.out, "2\n");
-  r = sh("cd " + d + " && " + git + "clone -q repo clone && cat clone/a.txt && test ! -e clone/sub && cat clone/link");
+  r = sh("cd " + d + " && " + git +
+         "clone -q repo clone && cat clone/a.txt && test ! -e clone/sub && cat clone/link");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.out, "changed\nchanged\n");
 }

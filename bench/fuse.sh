@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# bench/run fuse: `cistern up --mount` (one target, sync on) on a directory of
+# the local disk, then the same fio jobs and small-file test on the mount and
+# on a local directory of the same disk, in alternating order. Prints the
+# ratios mount/local and the small-file rates on the mount.
+#   BENCH_DIR   the disk (default: a fresh directory under /var/tmp)
+#   FUSE_BENCH_MIB   size of the sequential files (default 1024)
+#   FUSE_BENCH_FILES number of small files (default 10000)
+set -euo pipefail
+root=$(mktemp -d "${BENCH_DIR:-/var/tmp}/cistern-bench-fuse.XXXXXX")
+mib=${FUSE_BENCH_MIB:-1024}
+files=${FUSE_BENCH_FILES:-10000}
+mkdir -p "$root/local" "$root/mnt"
+up_log="$root/up.log"
+build/cistern up --data "$root/data" --listen 127.0.0.1:0 --mount "$root/mnt" >"$up_log" 2>&1 &
+up_pid=$!
+cleanup() {
+  kill "$up_pid" 2>/dev/null || true
+  wait "$up_pid" 2>/dev/null || true
+  umount -l "$root/mnt" 2>/dev/null || true
+  rm -rf "$root"
+}
+trap cleanup EXIT
+for _ in $(seq 300); do grep -q "mounted at" "$up_log" && break; sleep 0.1; done
+grep -q "mounted at" "$up_log" || { cat "$up_log" >&2; exit 1; }
+
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+
+# fio JOB DIR: prints MB/s (sequential) or IOPS (random) of one job.
+fio_job() {
+  local job=$1 dir=$2 args
+  case $job in
+    seqwrite_direct) args="--rw=write --bs=1M --direct=1 --ioengine=libaio --iodepth=8" ;;
+    seqread_direct) args="--rw=read --bs=1M --direct=1 --ioengine=libaio --iodepth=8" ;;
+    seqwrite_buffered) args="--rw=write --bs=1M --direct=0 --ioengine=psync --end_fsync=1" ;;
+    randread) args="--rw=randread --bs=4k --direct=1 --ioengine=libaio --iodepth=32 --runtime=10 --time_based" ;;
+  esac
+  [[ $job == seqread_direct || $job == randread ]] && drop_caches
+  # shellcheck disable=SC2086
+  fio --name=bench --directory="$dir" --filename=fio.data --size="${mib}M" $args \
+      --output-format=json 2>/dev/null |
+    /usr/bin/python3 -c '
+import json, sys
+job = json.load(sys.stdin)["jobs"][0]
+kind = sys.argv[1]
+if kind == "randread":
+    print(round(job["read"]["iops"]))
+else:
+    side = job["read"] if "read" in kind else job["write"]
+    print(round(side["bw_bytes"] / 1e6, 1))' "$job"
+}
+
+declare -A mount_v local_v
+for job in seqwrite_direct seqread_direct seqwrite_buffered randread; do
+  # Alternate which side goes first so drift on a shared machine hits both.
+  if [[ $job == seqread_direct || $job == randread ]]; then
+    local_v[$job]=$(fio_job "$job" "$root/local")
+    mount_v[$job]=$(fio_job "$job" "$root/mnt")
+  else
+    mount_v[$job]=$(fio_job "$job" "$root/mnt")
+    local_v[$job]=$(fio_job "$job" "$root/local")
+  fi
+  unit=MB/s
+  [[ $job == randread ]] && unit=IOPS
+  echo "$job: mount ${mount_v[$job]} $unit, local ${local_v[$job]} $unit"
+  [[ $job == seqwrite_buffered ]] && rm -f "$root/mnt/fio.data" "$root/local/fio.data"
+done
+rm -f "$root/mnt/fio.data" "$root/local/fio.data"
+
+# Small files: create (write 4 KiB + close), cold read, delete; 16 threads.
+small() {
+  /usr/bin/python3 - "$1" "$files" "$2" <<'EOF'
+import os, sys, time
+from concurrent.futures import ThreadPoolExecutor
+d, n, phase = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+data = os.urandom(4096)
+names = [os.path.join(d, "s%02d" % (i % 100), "f%06d" % i) for i in range(n)]
+def create(p):
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, data); os.close(fd)
+def read(p):
+    fd = os.open(p, os.O_RDONLY)
+    assert len(os.read(fd, 8192)) == 4096
+    os.close(fd)
+if phase == "create":
+    for i in range(100): os.makedirs(os.path.join(d, "s%02d" % i), exist_ok=True)
+op = {"create": create, "read": read, "delete": os.unlink}[phase]
+t = time.monotonic()
+with ThreadPoolExecutor(16) as ex: list(ex.map(op, names))
+print(round(n / (time.monotonic() - t)))
+EOF
+}
+declare -A small_mount small_local
+for phase in create read delete; do
+  [[ $phase == read ]] && drop_caches
+  small_mount[$phase]=$(small "$root/mnt/small" "$phase")
+  [[ $phase == read ]] && drop_caches
+  small_local[$phase]=$(small "$root/local/small" "$phase")
+  echo "smallfile $phase: mount ${small_mount[$phase]}/s, local ${small_local[$phase]}/s"
+done
+
+rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$up_pid/status")
+echo "peak_rss cistern up --mount $((rss_kib / 1024)) MiB"
+ratio() { /usr/bin/python3 -c "print(round($1 / $2, 2) if $2 else 0)"; }
+echo "figure fuse_seqwrite_direct_vs_local $(ratio "${mount_v[seqwrite_direct]}" "${local_v[seqwrite_direct]}") x"
+echo "figure fuse_seqread_direct_vs_local $(ratio "${mount_v[seqread_direct]}" "${local_v[seqread_direct]}") x"
+echo "figure fuse_seqwrite_buffered_vs_local $(ratio "${mount_v[seqwrite_buffered]}" "${local_v[seqwrite_buffered]}") x"
+echo "figure fuse_randread_vs_local $(ratio "${mount_v[randread]}" "${local_v[randread]}") x"
+echo "figure fuse_smallfile_create_per_s ${small_mount[create]} files/s"
+echo "figure fuse_smallfile_read_per_s ${small_mount[read]} files/s"
+echo "figure fuse_smallfile_delete_per_s ${small_mount[delete]} files/s"
