@@ -44,6 +44,7 @@ const fuse_lowlevel_ops& FuseFs::ops() {
     o.flush = ops::flush;
     o.release = ops::release;
     o.fsync = ops::fsync;
+    o.fallocate = ops::fallocate;
     o.opendir = ops::opendir;
     o.readdir = ops::readdir;
     o.readdirplus = ops::readdirplus;

@@ -40,6 +40,8 @@ void write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
 void flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
+void fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+               fuse_file_info* fi);
 
 void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);

@@ -1,5 +1,8 @@
 // FUSE operations on open files and the session setup: create, open, read,
 // write, flush, release, fsync, init.
+#include <fcntl.h>
+#include <linux/falloc.h>
+
 #include <cstring>
 #include <vector>
 
@@ -204,6 +207,45 @@ void release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 void fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
   Error e = handleOf(fi)->node->file->fsync();
   fuse_reply_err(req, e ? e.errno_value : 0);
+}
+
+// Preallocation (mode 0 or FALLOC_FL_KEEP_SIZE): cistern allocates chunks as
+// they are written and reserves no space, so this only extends the length
+// (holes read as zeros), which lets writers such as fio lay a file out and
+// then overwrite it with parallel direct writes. Punching holes and zeroing
+// ranges are not supported (EOPNOTSUPP).
+void fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+               fuse_file_info* fi) {
+  if (mode & ~FALLOC_FL_KEEP_SIZE) {
+    fuse_reply_err(req, EOPNOTSUPP);
+    return;
+  }
+  if (offset < 0 || length <= 0) {
+    fuse_reply_err(req, EINVAL);
+    return;
+  }
+  uint64_t end = static_cast<uint64_t>(offset) + static_cast<uint64_t>(length);
+  Handle* h = handleOf(fi);
+  if ((mode & FALLOC_FL_KEEP_SIZE) || end <= h->node->file->size()) {
+    fuse_reply_err(req, 0);
+    return;
+  }
+  FuseFs& f = fs(req);
+  if (Error e = h->node->file->flushBuffers()) {
+    fuse_reply_err(req, e.errno_value);
+    return;
+  }
+  meta::SetattrReq in;
+  *in.mutable_caller() = f.caller(req);
+  in.set_ino(ino);
+  in.set_size(end);
+  in.set_client(f.client().clientId());
+  in.set_seq(f.client().nextSeq());
+  meta::InodeResp out;
+  if (!f.call(req, "Setattr", in, &out)) return;
+  h->node->file->setSize(std::max(end, h->node->file->size()));
+  f.client().forgetAttrs(ino);
+  fuse_reply_err(req, 0);
 }
 
 }  // namespace cistern::fuse::ops

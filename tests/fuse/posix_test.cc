@@ -2,6 +2,7 @@
 // error cases, run against a real `cistern up --mount` as root, with
 // permission cases run as unprivileged users in child processes.
 #include <dirent.h>
+#include <linux/falloc.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
@@ -330,6 +331,34 @@ TEST(Sparse, SeekDataPastEndIsENXIO) {
   EXPECT_EQ(::lseek(fd, 0, SEEK_END), 3);
   EXPECT_ERRNO(::lseek(fd, 10, SEEK_DATA), ENXIO);
   ::close(fd);
+}
+
+TEST(Sparse, FallocateExtendsTheLength) {
+  auto d = testDir();
+  ASSERT_TRUE(writeFile(d + "/f", "abc"));
+  int fd = ::open((d + "/f").c_str(), O_RDWR);
+  EXPECT_OK(::fallocate(fd, 0, 0, 3 << 20));
+  EXPECT_EQ(statOf(d + "/f").st_size, 3 << 20);
+  EXPECT_OK(::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 8 << 20));
+  EXPECT_EQ(statOf(d + "/f").st_size, 3 << 20);
+  EXPECT_OK(::fallocate(fd, 0, 0, 10));  // inside: nothing changes
+  ASSERT_EQ(::pwrite(fd, "Z", 1, 2 << 20), 1);
+  ::close(fd);
+  std::string got = readFile(d + "/f");
+  ASSERT_EQ(got.size(), 3u << 20);
+  EXPECT_EQ(got.substr(0, 3), "abc");
+  EXPECT_EQ(got[2 << 20], 'Z');
+  EXPECT_EQ(got.find_first_not_of('\0', 3), 2u << 20);
+}
+
+TEST(Sparse, PunchHoleIsNotSupported) {
+  auto d = testDir();
+  ASSERT_TRUE(writeFile(d + "/f", std::string(10000, 'q')));
+  int fd = ::open((d + "/f").c_str(), O_RDWR);
+  EXPECT_ERRNO(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), EOPNOTSUPP);
+  EXPECT_ERRNO(::fallocate(fd, 0, -1, 10), EINVAL);
+  ::close(fd);
+  EXPECT_EQ(readFile(d + "/f"), std::string(10000, 'q'));
 }
 
 // --- truncate and setattr -----------------------------------------------------
