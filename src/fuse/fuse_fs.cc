@@ -160,6 +160,11 @@ std::shared_ptr<OpenInode> FuseFs::findOpen(uint64_t ino) {
   return it == open_.end() ? nullptr : it->second;
 }
 
+uint32_t FuseFs::handles(const OpenInode& node) {
+  std::lock_guard lock(open_mu_);
+  return node.handles;
+}
+
 bool FuseFs::anyOpen() {
   std::lock_guard lock(open_mu_);
   return !open_.empty();
@@ -188,8 +193,8 @@ std::shared_ptr<OpenInode> FuseFs::acquire(const meta::Inode& inode, bool write)
 Status FuseFs::release(Handle* h) {
   auto node = h->node;
   Status result;
-  if (h->session != 0) {
-    Error e = node->file->syncAndEnd(h->session);
+  if (uint64_t session = h->session.exchange(0); session != 0) {
+    Error e = node->file->syncAndEnd(session);
     if (e) result = Status(ErrorCode::kIOError, e.message);
   }
   std::unique_lock lock(open_mu_);

@@ -21,6 +21,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -61,7 +62,7 @@ struct OpenInode {
 // fi->fh of an open file.
 struct Handle {
   std::shared_ptr<OpenInode> node;
-  uint64_t session = 0;  // this handle's write session (0: read only)
+  std::atomic<uint64_t> session = 0;  // this handle's write session (0: none or ended)
   bool write = false;
   bool direct = false;  // O_DIRECT: parallel I/O past the page cache and read-ahead
 };
@@ -90,6 +91,8 @@ class FuseFs {
   // Open-inode table.
   std::shared_ptr<OpenInode> findOpen(uint64_t ino);
   bool anyOpen();
+  // Kernel handles open on the inode of `node`.
+  uint32_t handles(const OpenInode& node);
   std::shared_ptr<OpenInode> acquire(const meta::Inode& inode, bool write);
   // Drops one handle; the last one flushes, records the length and frees the file.
   Status release(Handle* h);

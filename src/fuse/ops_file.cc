@@ -189,7 +189,11 @@ void write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
 void flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   Handle* h = handleOf(fi);
   if (h->write) {
-    if (Error e = h->node->file->syncAndEnd(0)) {
+    // The usual open-write-close: the only handle's close also ends its
+    // session, in the same commit as the length (one commit less per file).
+    uint64_t session = 0;
+    if (fs(req).handles(*h->node) == 1) session = h->session.exchange(0);
+    if (Error e = h->node->file->syncAndEnd(session)) {
       fuse_reply_err(req, e.errno_value);
       return;
     }
