@@ -10,6 +10,13 @@
 
 namespace cistern::cli {
 
+void blockStopSignals(sigset_t* set) {
+  sigemptyset(set);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, set, nullptr);
+}
+
 int mountAndServe(const std::string& cluster, const std::string& mountpoint,
                   const std::string& options, uint32_t timeout_ms) {
   fuse::MountOptions mo;
@@ -20,10 +27,7 @@ int mountAndServe(const std::string& cluster, const std::string& mountpoint,
   }
   // Stop signals are taken by sigwait in fuse::serve; block them before any thread starts.
   sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  blockStopSignals(&stop);
 
   Client::Options co;
   co.cluster = cluster;

@@ -40,10 +40,7 @@ void addUp(CLI::App& app) {
     }
     // Signals are taken by sigwait below; block them before any thread starts.
     sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    blockStopSignals(&stop_signals);
 
     server::LocalClusterOptions o;
     o.data_dir = data;

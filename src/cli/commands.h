@@ -2,6 +2,8 @@
 // whose callback runs the command and records its exit code.
 #pragma once
 
+#include <signal.h>
+
 #include <string>
 
 namespace CLI {
@@ -23,6 +25,10 @@ void addMount(CLI::App& app);
 // unmount; returns the exit code. `options`: as `cistern mount -o`.
 int mountAndServe(const std::string& cluster, const std::string& mountpoint,
                   const std::string& options, uint32_t timeout_ms);
+
+// Blocks SIGINT and SIGTERM in this thread and every thread it starts later
+// (call before starting any): the command takes them with sigwait.
+void blockStopSignals(sigset_t* set);
 
 // Exit code recorded by the subcommand that ran (0 when none failed).
 int exitCode();

@@ -174,16 +174,22 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
   return Status::OK();
 }
 
-Error FileImpl::pread(void* buf, size_t n, uint64_t offset, size_t* done) {
-  *done = 0;
-  std::lock_guard lock(mu_);
+Error FileImpl::startReadLocked(size_t n, uint64_t offset, size_t* len) {
+  *len = 0;
   if (closed_ || !can_read_) return Error{EBADF, path_ + ": Bad file descriptor"};
   if (wbuf_len_ > 0) {
     Status s = flushLocked();
     if (!s.ok()) return toError(s, path_);
   }
-  if (offset >= size_ || n == 0) return {};
-  size_t len = static_cast<size_t>(std::min<uint64_t>(n, size_ - offset));
+  if (offset < size_) *len = static_cast<size_t>(std::min<uint64_t>(n, size_ - offset));
+  return {};
+}
+
+Error FileImpl::pread(void* buf, size_t n, uint64_t offset, size_t* done) {
+  *done = 0;
+  std::lock_guard lock(mu_);
+  size_t len = 0;
+  if (Error e = startReadLocked(n, offset, &len); e || len == 0) return e;
   Status s = readLocked(static_cast<uint8_t*>(buf), len, offset);
   if (!s.ok()) return toError(s, path_);
   *done = len;
@@ -195,13 +201,7 @@ Error FileImpl::preadDirect(void* buf, size_t n, uint64_t offset, size_t* done) 
   size_t len = 0;
   {
     std::lock_guard lock(mu_);
-    if (closed_ || !can_read_) return Error{EBADF, path_ + ": Bad file descriptor"};
-    if (wbuf_len_ > 0) {
-      Status s = flushLocked();
-      if (!s.ok()) return toError(s, path_);
-    }
-    if (offset >= size_ || n == 0) return {};
-    len = static_cast<size_t>(std::min<uint64_t>(n, size_ - offset));
+    if (Error e = startReadLocked(n, offset, &len); e || len == 0) return e;
   }
   Status s = client_->readData(inode_, offset, len, static_cast<uint8_t*>(buf));
   if (!s.ok()) return toError(s, path_);

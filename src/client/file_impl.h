@@ -51,6 +51,9 @@ class FileImpl final : public File {
 
  private:
   Status flushLocked();
+  // Checks a read of n bytes at offset and flushes buffered writes first;
+  // *len: how many bytes the file has there (0: none).
+  Error startReadLocked(size_t n, uint64_t offset, size_t* len);
   Status syncLocked();
   Status writeLocked(const uint8_t* p, size_t n, uint64_t offset);
   Status readLocked(uint8_t* p, size_t n, uint64_t offset);

@@ -205,8 +205,4 @@ TEST(Fsx, RandomOperationsMatchTheModel) {
 }  // namespace
 }  // namespace cistern::testing
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new cistern::testing::MountEnv());
-  return RUN_ALL_TESTS();
-}
+CISTERN_FUSE_TEST_MAIN()

@@ -111,6 +111,14 @@ inline std::string readFile(const std::string& path) {
 
 }  // namespace cistern::testing
 
+// main() of a FUSE test binary: one mount for all its tests.
+#define CISTERN_FUSE_TEST_MAIN()                                           \
+  int main(int argc, char** argv) {                                        \
+    ::testing::InitGoogleTest(&argc, argv);                                \
+    ::testing::AddGlobalTestEnvironment(new cistern::testing::MountEnv()); \
+    return RUN_ALL_TESTS();                                                \
+  }
+
 // The call fails with exactly this errno.
 #define EXPECT_ERRNO(expr, err)                                                       \
   do {                                                                                \

@@ -1322,8 +1322,4 @@ TEST(Concurrency, ParallelReadersOfOneFile) {
 }  // namespace
 }  // namespace cistern::testing
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new cistern::testing::MountEnv());
-  return RUN_ALL_TESTS();
-}
+CISTERN_FUSE_TEST_MAIN()
