@@ -3,7 +3,7 @@
 #   make run     install deps, build, start the one-machine cluster
 #   make test    install deps, build, run every test
 #   make build   optimized build with debug info into build/ (CLI at build/cistern)
-#   make asan    ASan+UBSan build into build-asan/, runs the unit tests
+#   make asan    ASan+UBSan build into build-asan/, runs every test (fsx: 20,000 operations)
 #   make fuzz    clang + libFuzzer build into build-fuzz/, runs each target FUZZ_SECONDS
 #   make bench   every benchmark under bench/ (bench/run NAME for one)
 
@@ -39,7 +39,7 @@ build-asan/build.ninja:
 
 asan: deps build-asan/build.ninja
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 CISTERN_FSX_OPS=20000 \
 	  ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 build-fuzz/build.ninja:
