@@ -244,6 +244,10 @@ bool FuseFs::unchangedSinceLastSeen(const meta::Inode& inode) {
   return it != seen_.end() && it->second == std::make_pair(inode.mtime_ns(), inode.size());
 }
 
+void FuseFs::invalidateAttrs(uint64_t ino) {
+  if (session_) (void)fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
+}
+
 void FuseFs::remember(const meta::Inode& inode) {
   if (inode.ino() == 0) return;
   std::lock_guard lock(seen_mu_);

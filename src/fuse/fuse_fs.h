@@ -101,6 +101,10 @@ class FuseFs {
   // Close-to-open: true when the inode is unchanged since this mount last saw it.
   bool unchangedSinceLastSeen(const meta::Inode& inode);
   void remember(const meta::Inode& inode);
+  // Tells the kernel its cached attributes of `ino` are stale (attributes
+  // only: safe inside an open of that inode).
+  void invalidateAttrs(uint64_t ino);
+  void setSession(fuse_session* se) { session_ = se; }
 
  private:
   client::ClientImpl* const client_;
@@ -109,6 +113,7 @@ class FuseFs {
   std::mutex open_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<OpenInode>> open_;
   uint32_t buffered_open_ = 0;
+  fuse_session* session_ = nullptr;
   std::mutex seen_mu_;
   std::unordered_map<uint64_t, std::pair<int64_t, uint64_t>> seen_;  // ino -> (mtime, size)
 };

@@ -117,6 +117,7 @@ Status serve(client::ClientImpl* client, const MountOptions& options,
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(cargv.size()), cargv.data());
   fuse_session* se = fuse_session_new(&args, &FuseFs::ops(), sizeof(fuse_lowlevel_ops), &fs);
   if (!se) return Status(ErrorCode::kInvalidArgument, "fuse_session_new failed (see stderr)");
+  fs.setSession(se);
   if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
     fuse_session_destroy(se);
     return Status(ErrorCode::kIOError,

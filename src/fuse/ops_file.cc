@@ -77,8 +77,11 @@ void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bo
   bool direct = (flags & O_DIRECT) != 0;
   fi->fh = reinterpret_cast<uint64_t>(new Handle{node, session, write, direct});
   if (direct) fi->direct_io = 1;
-  // Close-to-open: cached pages survive only if nobody changed the file since.
+  // Close-to-open: cached pages survive only if nobody changed the file
+  // since; otherwise the kernel also forgets the length it has cached, which
+  // would cut reads of a file that another client made longer.
   fi->keep_cache = shared || (!fresh && !(flags & O_TRUNC) && f.unchangedSinceLastSeen(inode));
+  if (!fi->keep_cache && !fresh) f.invalidateAttrs(inode.ino());
   f.remember(inode);
 }
 

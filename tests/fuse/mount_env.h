@@ -22,7 +22,10 @@ namespace cistern::testing {
 class MountEnv : public ::testing::Environment {
  public:
   // allow_other: the permission cases run as other users.
-  explicit MountEnv(std::string options = "allow_other") : options_(std::move(options)) {}
+  // $CISTERN_FUSE_OPTIONS replaces the options (e.g. "allow_other,writeback").
+  explicit MountEnv(std::string options = "allow_other") : options_(std::move(options)) {
+    if (const char* env = std::getenv("CISTERN_FUSE_OPTIONS"); env && *env) options_ = env;
+  }
 
   void SetUp() override {
     char tmpl[] = "/tmp/cistern-fuse-XXXXXX";

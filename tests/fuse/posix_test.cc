@@ -1202,6 +1202,54 @@ TEST(Mmap, SeesWritesMadeThroughADescriptor) {
   ::close(fd);
 }
 
+// --- another client (the CLI) next to the mount: close-to-open -------------------
+
+std::string remoteOf(const std::string& local) {
+  return local.substr(MountEnv::get().mnt().size());
+}
+
+CliResult cli(const std::vector<std::string>& args) {
+  std::vector<std::string> all = args;
+  all.insert(all.begin() + 1, {"--cluster", MountEnv::get().cluster().cluster()});
+  return runProgram(CISTERN_BIN, all);
+}
+
+TEST(CloseToOpen, ReopenSeesAnotherClientsNewContents) {
+  auto d = testDir();
+  ASSERT_TRUE(writeFile(d + "/f", "old-contents"));
+  EXPECT_EQ(readFile(d + "/f"), "old-contents");  // now in the page cache
+  char tmpl[] = "/tmp/cistern-c2o-XXXXXX";
+  int fd = mkstemp(tmpl);
+  std::string longer = "new contents, and longer than before";
+  ASSERT_EQ(::write(fd, longer.data(), longer.size()), static_cast<ssize_t>(longer.size()));
+  ::close(fd);
+  auto put = cli({"put", tmpl, remoteOf(d + "/f")});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  EXPECT_EQ(readFile(d + "/f"), longer);
+  ::unlink(tmpl);
+}
+
+TEST(CloseToOpen, AnotherClientSeesWritesAfterClose) {
+  auto d = testDir();
+  int fd = ::open((d + "/f").c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_EQ(::write(fd, "written on the mount", 20), 20);
+  ASSERT_EQ(::close(fd), 0);
+  auto cat = cli({"cat", remoteOf(d + "/f")});
+  EXPECT_EQ(cat.exit_code, 0) << cat.err;
+  EXPECT_EQ(cat.out, "written on the mount");
+}
+
+TEST(CloseToOpen, AnotherClientsCreateAndUnlinkShowUp) {
+  auto d = testDir();
+  EXPECT_FALSE(exists(d + "/later"));  // a negative entry, cached for a second at most
+  ASSERT_EQ(cli({"mkdir", remoteOf(d + "/later")}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  EXPECT_TRUE(exists(d + "/later"));
+  ASSERT_EQ(cli({"rm", "-r", remoteOf(d + "/later")}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  EXPECT_FALSE(exists(d + "/later"));
+}
+
 // --- concurrency ----------------------------------------------------------------------------
 
 TEST(Concurrency, AppendersFromManyThreadsLoseNothing) {
