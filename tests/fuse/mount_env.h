@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +46,9 @@ class MountEnv : public ::testing::Environment {
       int rc = cluster_->stop();
       EXPECT_EQ(rc, 0) << "cistern up --mount did not stop cleanly:\n" << cluster_->log();
     }
+    // A crashed mount leaves its mount point behind ("Transport endpoint is
+    // not connected"): detach it so the next run and rm -rf are not stuck.
+    (void)::umount2(mnt_.c_str(), MNT_DETACH);
     std::string cmd = "rm -rf " + root_;
     (void)std::system(cmd.c_str());
   }
