@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "client/client_impl.h"
 #include "fuse/fuse_fs.h"
+#include "server/metrics_http.h"
 
 namespace cistern::cli {
 
@@ -18,7 +19,7 @@ void blockStopSignals(sigset_t* set) {
 }
 
 int mountAndServe(const std::string& cluster, const std::string& mountpoint,
-                  const std::string& options, uint32_t timeout_ms) {
+                  const std::string& options, uint32_t timeout_ms, int metrics_port) {
   fuse::MountOptions mo;
   mo.mountpoint = mountpoint;
   if (Status s = fuse::parseMountOptions(options, &mo); !s.ok()) {
@@ -41,6 +42,16 @@ int mountAndServe(const std::string& cluster, const std::string& mountpoint,
     fmt::print(stderr, "cistern mount: {}\n", err.message);
     return 1;
   }
+  std::unique_ptr<server::MetricsHttp> metrics;
+  if (metrics_port >= 0) {
+    auto m = server::MetricsHttp::start("127.0.0.1", static_cast<uint16_t>(metrics_port));
+    if (!m.ok()) {
+      fmt::print(stderr, "cistern mount: metrics: {}\n", m.status().message());
+      return 1;
+    }
+    metrics = std::move(*m);
+    fmt::print("cistern mount: metrics http://127.0.0.1:{}/metrics\n", metrics->port());
+  }
   auto* impl = static_cast<client::ClientImpl*>(c.get());
   Status s = fuse::serve(impl, mo, [&] {
     fmt::print("cistern mount: {} mounted at {}; unmount with Ctrl-C or `fusermount3 -u {}`\n",
@@ -59,6 +70,7 @@ void addMount(CLI::App& app) {
   auto* cmd = app.add_subcommand("mount", "mount a cluster as a POSIX file system (FUSE)");
   static std::string cluster, mountpoint, options;
   static uint32_t timeout_ms = 10000;
+  static int metrics_port = -1;
   cmd->add_option("--cluster", cluster, "host:port (default $CISTERN_CLUSTER or 127.0.0.1:7420)");
   cmd->add_option("-o,--options", options,
                   "allow_other, writeback, attr_timeout=S, entry_timeout=S, negative_timeout=S, "
@@ -66,8 +78,12 @@ void addMount(CLI::App& app) {
   cmd->add_option("--timeout-ms", timeout_ms,
                   "a request fails with an error after the cluster is unreachable this long")
       ->capture_default_str();
+  cmd->add_option("--metrics-port", metrics_port,
+                  "serve /metrics (FUSE and client counters) on 127.0.0.1 at this port (0: a free "
+                  "one; default: none)");
   cmd->add_option("mountpoint", mountpoint, "an existing directory")->required();
-  cmd->callback([] { setExitCode(mountAndServe(cluster, mountpoint, options, timeout_ms)); });
+  cmd->callback(
+      [] { setExitCode(mountAndServe(cluster, mountpoint, options, timeout_ms, metrics_port)); });
 }
 
 }  // namespace cistern::cli

@@ -73,7 +73,7 @@ void addUp(CLI::App& app) {
       std::error_code ec;
       std::filesystem::create_directories(mount, ec);
       // Serves until SIGINT/SIGTERM; then the cluster stops too.
-      int rc = mountAndServe(c.endpoint().toString(), mount, mount_options, 10000);
+      int rc = mountAndServe(c.endpoint().toString(), mount, mount_options, 10000, -1);
       if (rc != 0) setExitCode(rc);
       fmt::print("cistern up: stopping\n");
     } else {

@@ -22,9 +22,10 @@ void addClusterCommands(CLI::App& app);  // df, status, fsck
 void addBench(CLI::App& app);
 void addMount(CLI::App& app);
 // Mounts `cluster` at `mountpoint` and serves until SIGINT/SIGTERM or an
-// unmount; returns the exit code. `options`: as `cistern mount -o`.
+// unmount; returns the exit code. `options`: as `cistern mount -o`;
+// `metrics_port` >= 0 also serves /metrics there (0: a free port).
 int mountAndServe(const std::string& cluster, const std::string& mountpoint,
-                  const std::string& options, uint32_t timeout_ms);
+                  const std::string& options, uint32_t timeout_ms, int metrics_port);
 
 // Blocks SIGINT and SIGTERM in this thread and every thread it starts later
 // (call before starting any): the command takes them with sigwait.

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "common/metrics.h"
 #include "fuse/fuse_fs.h"
 #include "fuse/ops.h"
 
@@ -19,6 +20,54 @@ const char* const kMetaMethods[] = {"Lookup",   "Getattr",  "Mkdir",     "Create
                                     "SetXattr", "GetXattr", "ListXattr", "RemoveXattr", "Statfs"};
 
 }  // namespace
+
+namespace ops {
+
+struct OpStats {
+  std::string op;
+  metrics::Counter& requests;
+  metrics::Histogram& latency;
+};
+
+namespace {
+thread_local const OpStats* current_op = nullptr;
+}  // namespace
+
+OpStats& opStats(const char* op) {
+  auto& r = metrics::Registry::global();
+  return *new OpStats{op,  // one per operation, for the life of the process
+                      r.counter("fuse_requests_total", {{"op", op}}, "FUSE requests by operation"),
+                      r.histogram("fuse_request_latency_us", {{"op", op}},
+                                  "Time to answer a FUSE request, microseconds")};
+}
+
+OpScope::OpScope(OpStats& stats)
+    : stats_(stats), outer_(current_op), start_(std::chrono::steady_clock::now()) {
+  current_op = &stats_;
+  stats_.requests.inc();
+}
+
+OpScope::~OpScope() {
+  stats_.latency.observe(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - start_)
+                                .count()));
+  current_op = outer_;
+}
+
+void replyErr(fuse_req_t req, int err) {
+  if (err != 0) {
+    const char* name = strerrorname_np(err);
+    metrics::Registry::global()
+        .counter("fuse_errors_total",
+                 {{"op", current_op ? current_op->op : "other"}, {"errno", name ? name : "?"}},
+                 "FUSE requests answered with an error, by operation and errno")
+        .inc();
+  }
+  fuse_reply_err(req, err);
+}
+
+}  // namespace ops
 
 int replyErrno(const Status& s) {
   int e = s.toErrno();
@@ -123,7 +172,7 @@ bool FuseFs::call(fuse_req_t req, const char* method, const google::protobuf::Me
                   google::protobuf::Message* out) {
   Status s = meta(method, in, out);
   if (s.ok()) return true;
-  fuse_reply_err(req, replyErrno(s));
+  ops::replyErr(req, replyErrno(s));
   return false;
 }
 

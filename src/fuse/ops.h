@@ -3,11 +3,34 @@
 // listing). `fuse_req_userdata(req)` is the FuseFs.
 #pragma once
 
+#include <chrono>
+
 #include "fuse/fuse_fs.h"
 
 namespace cistern::fuse::ops {
 
 inline FuseFs& fs(fuse_req_t req) { return *static_cast<FuseFs*>(fuse_req_userdata(req)); }
+
+// Per-operation metrics: fuse_requests_total{op}, fuse_request_latency_us{op}
+// and fuse_errors_total{op,errno}.
+struct OpStats;
+OpStats& opStats(const char* op);
+class OpScope {
+ public:
+  explicit OpScope(OpStats& stats);
+  ~OpScope();
+
+ private:
+  OpStats& stats_;
+  const OpStats* outer_;
+  std::chrono::steady_clock::time_point start_;
+};
+#define CISTERN_FUSE_OP(name)                \
+  static OpStats& op_stats_ = opStats(name); \
+  OpScope op_scope_(op_stats_)
+
+// fuse_reply_err that counts errors (err != 0) for the current operation.
+void replyErr(fuse_req_t req, int err);
 
 void init(void* userdata, fuse_conn_info* conn);
 void lookup(fuse_req_t req, fuse_ino_t parent, const char* name);

@@ -131,7 +131,7 @@ void list(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus)
   std::vector<char> buf(size);
   size_t used = 0;
   if (int err = fill(req, dirOf(fi), buf, used, off, plus)) {
-    fuse_reply_err(req, err);
+    replyErr(req, err);
     return;
   }
   fuse_reply_buf(req, buf.data(), used);
@@ -140,6 +140,7 @@ void list(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus)
 }  // namespace
 
 void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  CISTERN_FUSE_OP("opendir");
   FuseFs& f = fs(req);
   meta::AccessReq check;  // opendir(3) needs read permission, like open(O_RDONLY)
   *check.mutable_caller() = f.caller(req);
@@ -152,7 +153,7 @@ void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   meta::InodeResp out;
   if (!f.call(req, "Getattr", in, &out)) return;
   if (out.inode().type() != meta::DIRECTORY) {
-    fuse_reply_err(req, ENOTDIR);
+    replyErr(req, ENOTDIR);
     return;
   }
   auto* d = new DirHandle;
@@ -163,16 +164,19 @@ void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  CISTERN_FUSE_OP("readdir");
   list(req, size, off, fi, false);
 }
 
 void readdirplus(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  CISTERN_FUSE_OP("readdirplus");
   list(req, size, off, fi, true);
 }
 
 void releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  CISTERN_FUSE_OP("releasedir");
   delete dirOf(fi);
-  fuse_reply_err(req, 0);
+  replyErr(req, 0);
 }
 
 }  // namespace cistern::fuse::ops

@@ -32,7 +32,7 @@ bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inod
     node = f.findOpen(ino);
     if (node) {
       if (Error e = node->file->flushBuffers()) {
-        fuse_reply_err(req, e.errno_value);
+        replyErr(req, e.errno_value);
         return false;
       }
     }
@@ -58,7 +58,7 @@ bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inod
     Status s = f.client().trimData(before, old_size, 0);
     if (!s.ok()) {
       (void)f.client().metaClose(ino, out.session(), 0, true);
-      fuse_reply_err(req, replyErrno(s));
+      replyErr(req, replyErrno(s));
       return false;
     }
   }
@@ -100,9 +100,10 @@ void init(void* userdata, fuse_conn_info* conn) {
 }
 
 void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  CISTERN_FUSE_OP("create");
   FuseFs& f = fs(req);
   if (!S_ISREG(mode)) {
-    fuse_reply_err(req, EPERM);
+    replyErr(req, EPERM);
     return;
   }
   bool write = wantsWrite(fi->flags);
@@ -123,7 +124,7 @@ void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   if (session == 0) {
     // It existed (no O_EXCL): open it like open(2) would, or it is new and read-only.
     if (inode.type() != meta::REGULAR) {
-      fuse_reply_err(req, inode.type() == meta::DIRECTORY ? EISDIR : EINVAL);
+      replyErr(req, inode.type() == meta::DIRECTORY ? EISDIR : EINVAL);
       return;
     }
     if (!openExisting(req, f, inode.ino(), fi->flags, &inode, &session)) return;
@@ -146,6 +147,7 @@ void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
 }
 
 void open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  CISTERN_FUSE_OP("open");
   FuseFs& f = fs(req);
   meta::Inode inode;
   uint64_t session = 0;
@@ -159,6 +161,7 @@ void open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  CISTERN_FUSE_OP("read");
   // One buffer per FUSE thread, reused: requests are at most max_write (1 MiB).
   thread_local std::vector<uint8_t> buf;
   if (buf.size() < size) buf.resize(size);
@@ -168,7 +171,7 @@ void read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
                 ? h->node->file->preadDirect(buf.data(), size, static_cast<uint64_t>(off), &done)
                 : h->node->file->pread(buf.data(), size, static_cast<uint64_t>(off), &done);
   if (e) {
-    fuse_reply_err(req, e.errno_value);
+    replyErr(req, e.errno_value);
     return;
   }
   fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), done);
@@ -176,12 +179,13 @@ void read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
 
 void write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
            fuse_file_info* fi) {
+  CISTERN_FUSE_OP("write");
   size_t done = 0;
   Handle* h = handleOf(fi);
   Error e = h->direct ? h->node->file->pwriteDirect(buf, size, static_cast<uint64_t>(off), &done)
                       : h->node->file->pwrite(buf, size, static_cast<uint64_t>(off), &done);
   if (e) {
-    fuse_reply_err(req, e.errno_value);
+    replyErr(req, e.errno_value);
     return;
   }
   fuse_reply_write(req, done);
@@ -190,6 +194,7 @@ void write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
 // close(2) of a descriptor: the bytes and the length become visible to other
 // clients (close-to-open), and write errors are reported to close().
 void flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  CISTERN_FUSE_OP("flush");
   Handle* h = handleOf(fi);
   if (h->write) {
     // The usual open-write-close: the only handle's close also ends its
@@ -197,23 +202,25 @@ void flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
     uint64_t session = 0;
     if (fs(req).handles(*h->node) == 1) session = h->session.exchange(0);
     if (Error e = h->node->file->syncAndEnd(session)) {
-      fuse_reply_err(req, e.errno_value);
+      replyErr(req, e.errno_value);
       return;
     }
   }
-  fuse_reply_err(req, 0);
+  replyErr(req, 0);
 }
 
 void release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  CISTERN_FUSE_OP("release");
   Handle* h = handleOf(fi);
   (void)fs(req).release(h);  // errors went to flush; the kernel ignores these
   delete h;
-  fuse_reply_err(req, 0);
+  replyErr(req, 0);
 }
 
 void fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
+  CISTERN_FUSE_OP("fsync");
   Error e = handleOf(fi)->node->file->fsync();
-  fuse_reply_err(req, e ? e.errno_value : 0);
+  replyErr(req, e ? e.errno_value : 0);
 }
 
 // Preallocation (mode 0 or FALLOC_FL_KEEP_SIZE): cistern allocates chunks as
@@ -223,23 +230,24 @@ void fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
 // ranges are not supported (EOPNOTSUPP).
 void fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                fuse_file_info* fi) {
+  CISTERN_FUSE_OP("fallocate");
   if (mode & ~FALLOC_FL_KEEP_SIZE) {
-    fuse_reply_err(req, EOPNOTSUPP);
+    replyErr(req, EOPNOTSUPP);
     return;
   }
   if (offset < 0 || length <= 0) {
-    fuse_reply_err(req, EINVAL);
+    replyErr(req, EINVAL);
     return;
   }
   uint64_t end = static_cast<uint64_t>(offset) + static_cast<uint64_t>(length);
   Handle* h = handleOf(fi);
   if ((mode & FALLOC_FL_KEEP_SIZE) || end <= h->node->file->size()) {
-    fuse_reply_err(req, 0);
+    replyErr(req, 0);
     return;
   }
   FuseFs& f = fs(req);
   if (Error e = h->node->file->flushBuffers()) {
-    fuse_reply_err(req, e.errno_value);
+    replyErr(req, e.errno_value);
     return;
   }
   meta::SetattrReq in;
@@ -252,7 +260,7 @@ void fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
   if (!f.call(req, "Setattr", in, &out)) return;
   h->node->file->setSize(std::max(end, h->node->file->size()));
   f.client().forgetAttrs(ino);
-  fuse_reply_err(req, 0);
+  replyErr(req, 0);
 }
 
 }  // namespace cistern::fuse::ops

@@ -36,6 +36,7 @@ uint64_t inoOf(FuseFs& f, fuse_ino_t parent, const char* name) {
 }  // namespace
 
 void lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  CISTERN_FUSE_OP("lookup");
   FuseFs& f = fs(req);
   meta::LookupReq in;
   *in.mutable_caller() = f.caller(req);
@@ -51,17 +52,24 @@ void lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     return;
   }
   if (!s.ok()) {
-    fuse_reply_err(req, replyErrno(s));
+    replyErr(req, replyErrno(s));
     return;
   }
   f.replyEntry(req, out.inode());
 }
 
 // The kernel's lookup counts need no state here: inodes live in the KV.
-void forget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
-void forgetMulti(fuse_req_t req, size_t, fuse_forget_data*) { fuse_reply_none(req); }
+void forget(fuse_req_t req, fuse_ino_t, uint64_t) {
+  CISTERN_FUSE_OP("forget");
+  fuse_reply_none(req);
+}
+void forgetMulti(fuse_req_t req, size_t, fuse_forget_data*) {
+  CISTERN_FUSE_OP("forget_multi");
+  fuse_reply_none(req);
+}
 
 void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  CISTERN_FUSE_OP("getattr");
   FuseFs& f = fs(req);
   meta::GetattrReq in;
   in.set_ino(ino);
@@ -70,6 +78,7 @@ void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 }
 
 void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  CISTERN_FUSE_OP("setattr");
   FuseFs& f = fs(req);
   meta::SetattrReq in;
   *in.mutable_caller() = f.caller(req);
@@ -92,7 +101,7 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   uint64_t old_size = 0;
   if (to_set & FUSE_SET_ATTR_SIZE) {
     if (attr->st_size < 0) {
-      fuse_reply_err(req, EINVAL);
+      replyErr(req, EINVAL);
       return;
     }
     in.set_size(static_cast<uint64_t>(attr->st_size));
@@ -101,7 +110,7 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     node = f.findOpen(ino);
     if (node) {
       if (Error e = node->file->flushBuffers()) {
-        fuse_reply_err(req, e.errno_value);
+        replyErr(req, e.errno_value);
         return;
       }
     }
@@ -120,7 +129,7 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     if (in.size() < old_size && before.type() == meta::REGULAR) {
       Status s = f.client().trimData(before, old_size, in.size());
       if (!s.ok()) {
-        fuse_reply_err(req, replyErrno(s));
+        replyErr(req, replyErrno(s));
         return;
       }
     }
@@ -131,6 +140,7 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
 }
 
 void readlink(fuse_req_t req, fuse_ino_t ino) {
+  CISTERN_FUSE_OP("readlink");
   FuseFs& f = fs(req);
   meta::GetattrReq in;
   in.set_ino(ino);
@@ -139,9 +149,10 @@ void readlink(fuse_req_t req, fuse_ino_t ino) {
 }
 
 void mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
+  CISTERN_FUSE_OP("mknod");
   // Only regular files: devices, FIFOs and sockets have no place in cistern.
   if (!S_ISREG(mode)) {
-    fuse_reply_err(req, EPERM);
+    replyErr(req, EPERM);
     return;
   }
   FuseFs& f = fs(req);
@@ -157,6 +168,7 @@ void mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
 }
 
 void mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  CISTERN_FUSE_OP("mkdir");
   FuseFs& f = fs(req);
   meta::MkdirReq in;
   *in.mutable_caller() = f.caller(req);
@@ -181,20 +193,23 @@ void removeName(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
   in.set_name(name);
   stamp(f, &in);
   meta::Empty out;
-  if (f.call(req, dir ? "Rmdir" : "Unlink", in, &out)) fuse_reply_err(req, 0);
+  if (f.call(req, dir ? "Rmdir" : "Unlink", in, &out)) replyErr(req, 0);
 }
 
 }  // namespace
 
 void unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  CISTERN_FUSE_OP("unlink");
   removeName(req, parent, name, false);
 }
 
 void rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  CISTERN_FUSE_OP("rmdir");
   removeName(req, parent, name, true);
 }
 
 void symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  CISTERN_FUSE_OP("symlink");
   FuseFs& f = fs(req);
   meta::SymlinkReq in;
   *in.mutable_caller() = f.caller(req);
@@ -208,9 +223,10 @@ void symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* na
 
 void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
             const char* newname, unsigned int flags) {
+  CISTERN_FUSE_OP("rename");
   FuseFs& f = fs(req);
   if (flags & ~(kRenameNoReplace | kRenameExchange)) {
-    fuse_reply_err(req, EINVAL);  // RENAME_WHITEOUT: no overlay support
+    replyErr(req, EINVAL);  // RENAME_WHITEOUT: no overlay support
     return;
   }
   if (!(flags & kRenameExchange) && f.anyOpen()) {
@@ -225,10 +241,11 @@ void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
   in.set_flags(flags);
   stamp(f, &in);
   meta::Empty out;
-  if (f.call(req, "Rename", in, &out)) fuse_reply_err(req, 0);
+  if (f.call(req, "Rename", in, &out)) replyErr(req, 0);
 }
 
 void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  CISTERN_FUSE_OP("link");
   FuseFs& f = fs(req);
   meta::LinkReq in;
   *in.mutable_caller() = f.caller(req);
@@ -241,6 +258,7 @@ void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newn
 }
 
 void statfs(fuse_req_t req, fuse_ino_t) {
+  CISTERN_FUSE_OP("statfs");
   FuseFs& f = fs(req);
   meta::Empty in;
   meta::StatfsResp out;
@@ -262,17 +280,19 @@ void statfs(fuse_req_t req, fuse_ino_t) {
 }
 
 void access(fuse_req_t req, fuse_ino_t ino, int mask) {
+  CISTERN_FUSE_OP("access");
   FuseFs& f = fs(req);
   meta::AccessReq in;
   *in.mutable_caller() = f.caller(req);
   in.set_ino(ino);
   in.set_mask(static_cast<uint32_t>(mask & (R_OK | W_OK | X_OK)));  // same bits as kMay*
   meta::Empty out;
-  if (f.call(req, "Access", in, &out)) fuse_reply_err(req, 0);
+  if (f.call(req, "Access", in, &out)) replyErr(req, 0);
 }
 
 void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags) {
+  CISTERN_FUSE_OP("setxattr");
   FuseFs& f = fs(req);
   meta::XattrReq in;
   *in.mutable_caller() = f.caller(req);
@@ -282,10 +302,11 @@ void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
   in.set_flags(static_cast<uint32_t>(flags));  // XATTR_CREATE / XATTR_REPLACE, as in meta
   stamp(f, &in);
   meta::Empty out;
-  if (f.call(req, "SetXattr", in, &out)) fuse_reply_err(req, 0);
+  if (f.call(req, "SetXattr", in, &out)) replyErr(req, 0);
 }
 
 void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  CISTERN_FUSE_OP("getxattr");
   FuseFs& f = fs(req);
   meta::XattrReq in;
   *in.mutable_caller() = f.caller(req);
@@ -296,13 +317,14 @@ void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   if (size == 0) {
     fuse_reply_xattr(req, out.value().size());
   } else if (out.value().size() > size) {
-    fuse_reply_err(req, ERANGE);
+    replyErr(req, ERANGE);
   } else {
     fuse_reply_buf(req, out.value().data(), out.value().size());
   }
 }
 
 void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  CISTERN_FUSE_OP("listxattr");
   FuseFs& f = fs(req);
   meta::XattrReq in;
   *in.mutable_caller() = f.caller(req);
@@ -317,13 +339,14 @@ void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   if (size == 0) {
     fuse_reply_xattr(req, list.size());
   } else if (list.size() > size) {
-    fuse_reply_err(req, ERANGE);
+    replyErr(req, ERANGE);
   } else {
     fuse_reply_buf(req, list.data(), list.size());
   }
 }
 
 void removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  CISTERN_FUSE_OP("removexattr");
   FuseFs& f = fs(req);
   meta::XattrReq in;
   *in.mutable_caller() = f.caller(req);
@@ -331,7 +354,7 @@ void removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   in.set_name(name);
   stamp(f, &in);
   meta::Empty out;
-  if (f.call(req, "RemoveXattr", in, &out)) fuse_reply_err(req, 0);
+  if (f.call(req, "RemoveXattr", in, &out)) replyErr(req, 0);
 }
 
 }  // namespace cistern::fuse::ops

@@ -17,11 +17,13 @@
 #include "cistern/client.h"
 #include "common/crc32c.h"
 #include "tests/support/cluster_process.h"
+#include "tests/support/http_get.h"
 
 namespace cistern {
 namespace {
 
 using testing::ClusterProcess;
+using testing::httpGet;
 using testing::runProgram;
 
 constexpr uint64_t kChunk = 1 << 20;  // the default layout
@@ -460,28 +462,6 @@ TEST_F(E2E, CliCommands) {
   EXPECT_NE(r.out.find("healthy"), std::string::npos) << r.out;
   r = cli({"fsck"});
   EXPECT_EQ(r.exit_code, 0) << r.out;
-}
-
-// GET path from the metrics port; returns the body.
-std::string httpGet(int port, const std::string& path) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(s);
-    return "";
-  }
-  std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!write(s, req.data(), req.size());
-  std::string resp;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(s, buf, sizeof buf)) > 0) resp.append(buf, static_cast<size_t>(n));
-  close(s);
-  size_t body = resp.find("\r\n\r\n");
-  return body == std::string::npos ? "" : resp.substr(body + 4);
 }
 
 // Parses Prometheus text format 0.0.4; fails the test on a malformed line.

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "tests/support/cluster_process.h"
+#include "tests/support/http_get.h"
 
 namespace cistern::testing {
 namespace {
@@ -54,7 +55,7 @@ TEST(KillServer, MountedReaderGetsAnErrorInBoundedTimeAndTheMountUnmounts) {
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     execl(CISTERN_BIN, CISTERN_BIN, "mount", "--cluster", server.cluster().c_str(), "--timeout-ms",
-          std::to_string(kTimeoutMs).c_str(), mnt.c_str(), nullptr);
+          std::to_string(kTimeoutMs).c_str(), "--metrics-port", "0", mnt.c_str(), nullptr);
     _exit(127);
   }
   close(out[1]);
@@ -78,6 +79,13 @@ TEST(KillServer, MountedReaderGetsAnErrorInBoundedTimeAndTheMountUnmounts) {
     ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
     ASSERT_EQ(::close(fd), 0);
   }
+
+  // The standalone mount serves its own /metrics.
+  size_t at = log.find("metrics http://127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << log;
+  int metrics_port = std::stoi(log.substr(at + 25));
+  EXPECT_NE(httpGet(metrics_port, "/metrics").find("fuse_requests_total{op=\"write\"}"),
+            std::string::npos);
 
   int progress[2];
   ASSERT_EQ(pipe(progress), 0);

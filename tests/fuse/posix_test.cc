@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tests/fuse/mount_env.h"
+#include "tests/support/http_get.h"
 
 namespace cistern::testing {
 namespace {
@@ -1248,6 +1249,30 @@ TEST(CloseToOpen, AnotherClientsCreateAndUnlinkShowUp) {
   ASSERT_EQ(cli({"rm", "-r", remoteOf(d + "/later")}).exit_code, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   EXPECT_FALSE(exists(d + "/later"));
+}
+
+// --- metrics ----------------------------------------------------------------------------
+
+// The value of one sample line ("name{labels} value") in Prometheus text; -1 if absent.
+double sample(const std::string& text, const std::string& series) {
+  size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+TEST(Metrics, RequestsAndErrorsByOperation) {
+  auto d = testDir();
+  int port = MountEnv::get().cluster().metricsPort();
+  const std::string errors = R"(fuse_errors_total{op="rmdir",errno="ENOTEMPTY"})";
+  const std::string mkdirs = R"(fuse_requests_total{op="mkdir"})";
+  std::string before = httpGet(port, "/metrics");
+  ASSERT_EQ(::mkdir((d + "/sub").c_str(), 0755), 0);
+  ASSERT_TRUE(writeFile(d + "/sub/f", "x"));
+  EXPECT_ERRNO(::rmdir((d + "/sub").c_str()), ENOTEMPTY);
+  std::string after = httpGet(port, "/metrics");
+  EXPECT_EQ(sample(after, mkdirs) - std::max(0.0, sample(before, mkdirs)), 1) << after;
+  EXPECT_EQ(sample(after, errors) - std::max(0.0, sample(before, errors)), 1);
+  EXPECT_NE(after.find(R"(fuse_request_latency_us_count{op="create"})"), std::string::npos);
 }
 
 // --- concurrency ----------------------------------------------------------------------------
