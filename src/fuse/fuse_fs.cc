@@ -261,6 +261,22 @@ Status FuseFs::release(Handle* h) {
   return result;
 }
 
+int FuseFs::prepareTruncate(uint64_t ino, std::shared_ptr<OpenInode>* node, meta::Inode* before,
+                            uint64_t* old_size) {
+  *node = findOpen(ino);
+  if (*node) {
+    if (Error e = (*node)->file->flushBuffers()) return e.errno_value;
+  }
+  meta::GetattrReq in;
+  in.set_ino(ino);
+  meta::InodeResp out;
+  if (Status s = meta("Getattr", in, &out); !s.ok()) return replyErrno(s);
+  *before = out.inode();
+  *old_size = before->size();
+  if (*node) *old_size = std::max(*old_size, (*node)->file->size());
+  return 0;
+}
+
 void FuseFs::holdIfOpen(fuse_req_t req, uint64_t ino) {
   auto node = findOpen(ino);
   if (!node) return;

@@ -29,20 +29,10 @@ bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inod
   uint64_t old_size = 0;
   std::shared_ptr<OpenInode> node;
   if (trunc) {
-    node = f.findOpen(ino);
-    if (node) {
-      if (Error e = node->file->flushBuffers()) {
-        replyErr(req, e.errno_value);
-        return false;
-      }
+    if (int err = f.prepareTruncate(ino, &node, &before, &old_size)) {
+      replyErr(req, err);
+      return false;
     }
-    meta::GetattrReq g;
-    g.set_ino(ino);
-    meta::InodeResp got;
-    if (!f.call(req, "Getattr", g, &got)) return false;
-    before = got.inode();
-    old_size = before.size();
-    if (node) old_size = std::max(old_size, node->file->size());
   }
   meta::OpenReq in;
   *in.mutable_caller() = f.caller(req);
@@ -73,7 +63,7 @@ void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bo
             fuse_file_info* fi) {
   bool write = wantsWrite(flags);
   auto node = f.acquire(inode, write);
-  bool shared = node->handles > 1;
+  bool shared = f.handles(*node) > 1;
   bool direct = (flags & O_DIRECT) != 0;
   fi->fh = reinterpret_cast<uint64_t>(new Handle{node, session, write, direct});
   if (direct) fi->direct_io = 1;

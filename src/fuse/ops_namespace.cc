@@ -105,22 +105,10 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
       return;
     }
     in.set_size(static_cast<uint64_t>(attr->st_size));
-    // The bytes past the new end must go from storage, from the largest
-    // length anyone has: meta's, or this mount's unsynced one.
-    node = f.findOpen(ino);
-    if (node) {
-      if (Error e = node->file->flushBuffers()) {
-        replyErr(req, e.errno_value);
-        return;
-      }
+    if (int err = f.prepareTruncate(ino, &node, &before, &old_size)) {
+      replyErr(req, err);
+      return;
     }
-    meta::GetattrReq g;
-    g.set_ino(ino);
-    meta::InodeResp got;
-    if (!f.call(req, "Getattr", g, &got)) return;
-    before = got.inode();
-    old_size = before.size();
-    if (node) old_size = std::max(old_size, node->file->size());
   }
   stamp(f, &in);
   meta::InodeResp out;
