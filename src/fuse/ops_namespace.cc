@@ -1,5 +1,6 @@
 // FUSE operations on names and attributes: each is one meta RPC with the
 // caller's credentials (the meta service checks permissions and names).
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
@@ -31,6 +32,21 @@ uint64_t inoOf(FuseFs& f, fuse_ino_t parent, const char* name) {
   meta::InodeResp out;
   if (!f.meta("Lookup", in, &out).ok()) return 0;
   return out.inode().ino();
+}
+
+// A write or truncate by someone who is not the owner makes the kernel clear
+// the file's setuid/setgid bits with a chmod of its own; with
+// default_permissions the kernel rejects every other chmod by a non-owner
+// before it reaches us. So a mode change from a non-owner that only drops
+// S_ISUID/S_ISGID is that kernel chmod: the mount does it on its own authority.
+bool killsPrivilegesOnly(FuseFs& f, fuse_ino_t ino, uint32_t uid, uint32_t mode) {
+  meta::GetattrReq in;
+  in.set_ino(ino);
+  meta::InodeResp out;
+  if (!f.meta("Getattr", in, &out).ok()) return false;
+  uint32_t old = out.inode().mode() & 07777;
+  return out.inode().uid() != uid && (old & (S_ISUID | S_ISGID)) != 0 &&
+         mode == (old & ~uint32_t{S_ISUID | S_ISGID});
 }
 
 }  // namespace
@@ -83,7 +99,11 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   meta::SetattrReq in;
   *in.mutable_caller() = f.caller(req);
   in.set_ino(ino);
-  if (to_set & FUSE_SET_ATTR_MODE) in.set_mode(attr->st_mode & 07777);
+  if (to_set & FUSE_SET_ATTR_MODE) {
+    in.set_mode(attr->st_mode & 07777);
+    if (in.caller().uid() != 0 && killsPrivilegesOnly(f, ino, in.caller().uid(), in.mode()))
+      in.mutable_caller()->set_uid(0);
+  }
   if (to_set & FUSE_SET_ATTR_UID) in.set_uid(attr->st_uid);
   if (to_set & FUSE_SET_ATTR_GID) in.set_gid(attr->st_gid);
   if (to_set & FUSE_SET_ATTR_ATIME_NOW) {

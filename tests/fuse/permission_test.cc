@@ -319,6 +319,28 @@ TEST(PermissionExtra, FailedCallsChangeNothing) {
   EXPECT_EQ(st.st_mode & 07777, 0600u);
 }
 
+TEST(PermissionExtra, WriteBySomeoneElseClearsSetuidAndSetgid) {
+  std::string d = testDir();
+  file(d + "/prog", 06777);
+  EXPECT_EQ(asUser(kUser, kUserGroup,
+                   [&] {
+                     int fd = ::open((d + "/prog").c_str(), O_WRONLY | O_APPEND);
+                     if (fd < 0) return errno;
+                     int rc = ::write(fd, "more", 4) == 4 ? 0 : errno;
+                     ::close(fd);
+                     return rc;
+                   }),
+            0);
+  struct stat st;
+  ASSERT_EQ(::stat((d + "/prog").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);
+  EXPECT_EQ(readFile(d + "/prog"), "datamore");
+  // A chmod by the same user is still refused.
+  EXPECT_EQ(
+      asUser(kUser, kUserGroup, [&] { return errnoOf(::chmod((d + "/prog").c_str(), 0700)); }),
+      EPERM);
+}
+
 TEST(PermissionExtra, FilesCreatedByUserAreTheirs) {
   std::string d = testDir();
   EXPECT_EQ(asUser(kUser, kUserGroup,
