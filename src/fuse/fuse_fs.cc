@@ -186,7 +186,7 @@ void FuseFs::fillStat(const meta::Inode& inode, struct stat* st) {
   }
 }
 
-void FuseFs::replyEntry(fuse_req_t req, const meta::Inode& inode) {
+fuse_entry_param FuseFs::entryOf(const meta::Inode& inode) {
   fuse_entry_param e;
   std::memset(&e, 0, sizeof(e));
   e.ino = inode.ino();
@@ -194,6 +194,11 @@ void FuseFs::replyEntry(fuse_req_t req, const meta::Inode& inode) {
   fillStat(inode, &e.attr);
   e.attr_timeout = options_.attr_timeout_s;
   e.entry_timeout = options_.entry_timeout_s;
+  return e;
+}
+
+void FuseFs::replyEntry(fuse_req_t req, const meta::Inode& inode) {
+  fuse_entry_param e = entryOf(inode);
   fuse_reply_entry(req, &e);
 }
 

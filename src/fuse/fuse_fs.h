@@ -84,6 +84,8 @@ class FuseFs {
   // A meta call whose status is the reply on error; true when it succeeded.
   bool call(fuse_req_t req, const char* method, const google::protobuf::Message& in,
             google::protobuf::Message* out);
+  // The kernel's entry for an inode (a lookup reply, create, readdirplus).
+  fuse_entry_param entryOf(const meta::Inode& inode);
   void replyEntry(fuse_req_t req, const meta::Inode& inode);
   void replyAttr(fuse_req_t req, const meta::Inode& inode);
   void fillStat(const meta::Inode& inode, struct stat* st);

@@ -70,14 +70,11 @@ int fill(fuse_req_t req, DirHandle* d, std::vector<char>& buf, size_t& used, off
     size_t need;
     if (plus) {
       fuse_entry_param e;
-      std::memset(&e, 0, sizeof(e));
-      e.attr = st;
       if (inode) {  // counts as a lookup for the kernel; "." and ".." do not
-        e.ino = inode->ino();
-        e.generation = 1;
-        f.fillStat(*inode, &e.attr);
-        e.attr_timeout = f.options().attr_timeout_s;
-        e.entry_timeout = f.options().entry_timeout_s;
+        e = f.entryOf(*inode);
+      } else {
+        std::memset(&e, 0, sizeof(e));
+        e.attr = st;
       }
       need = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e,
                                     static_cast<off_t>(pos + 1));

@@ -40,8 +40,7 @@ bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inod
   in.set_read(acc != O_WRONLY);
   in.set_write(write);
   in.set_truncate(trunc);
-  in.set_client(f.client().clientId());
-  in.set_seq(f.client().nextSeq());
+  stamp(f, &in);
   meta::OpenResp out;
   if (!f.call(req, "Open", in, &out)) return false;
   if (trunc && old_size > 0 && before.type() == meta::REGULAR) {
@@ -104,8 +103,7 @@ void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   in.set_mode(mode & 07777);
   in.set_exclusive((fi->flags & O_EXCL) != 0);
   in.set_open_write(write);
-  in.set_client(f.client().clientId());
-  in.set_seq(f.client().nextSeq());
+  stamp(f, &in);
   meta::InodeResp out;
   if (!f.call(req, "Create", in, &out)) return;
   meta::Inode inode = out.inode();
@@ -121,13 +119,7 @@ void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     fresh = false;
   }
   attach(f, inode, session, fi->flags, fresh, fi);
-  fuse_entry_param e;
-  std::memset(&e, 0, sizeof(e));
-  e.ino = inode.ino();
-  e.generation = 1;
-  f.fillStat(inode, &e.attr);
-  e.attr_timeout = f.options().attr_timeout_s;
-  e.entry_timeout = f.options().entry_timeout_s;
+  fuse_entry_param e = f.entryOf(inode);
   if (fuse_reply_create(req, &e, fi) != 0) {
     // The opener is gone (interrupted): drop the handle again.
     auto* h = handleOf(fi);
@@ -244,8 +236,7 @@ void fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
   *in.mutable_caller() = f.caller(req);
   in.set_ino(ino);
   in.set_size(end);
-  in.set_client(f.client().clientId());
-  in.set_seq(f.client().nextSeq());
+  stamp(f, &in);
   meta::InodeResp out;
   if (!f.call(req, "Setattr", in, &out)) return;
   h->node->file->setSize(std::max(end, h->node->file->size()));

@@ -17,12 +17,6 @@ constexpr uint32_t kRenameExchange = 2;   // RENAME_EXCHANGE
 
 int64_t toNs(const timespec& t) { return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; }
 
-template <typename Req>
-void stamp(FuseFs& f, Req* r) {
-  r->set_client(f.client().clientId());
-  r->set_seq(f.client().nextSeq());
-}
-
 // Looks `name` up in `parent` as the mount (for holds before a removal); 0 when missing.
 uint64_t inoOf(FuseFs& f, fuse_ino_t parent, const char* name) {
   meta::LookupReq in;
