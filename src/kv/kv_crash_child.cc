@@ -2,38 +2,59 @@
 // killed. Transaction i writes `txn/<i>/<j>` for j < 10 and then reports i on
 // stdout once commit() returned ok, so the parent knows which are acknowledged.
 //
-//   kv_crash_child DB_DIR FIRST_TXN
+//   kv_crash_child DB_DIR FIRST_TXN [THREADS [PIPELINE_DEPTH SEGMENT_KIB]]
+//
+// With THREADS > 1, thread t commits FIRST_TXN + t, + t + THREADS, ...
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kv/engine.h"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: kv_crash_child DB_DIR FIRST_TXN\n");
+  if (argc != 3 && argc != 4 && argc != 6) {
+    std::fprintf(stderr, "usage: kv_crash_child DB_DIR FIRST_TXN [THREADS [DEPTH SEGMENT_KIB]]\n");
     return 2;
   }
   cistern::kv::RocksEngineOptions o;
   o.path = argv[1];
   o.block_cache_bytes = 8 << 20;
+  int threads = argc >= 4 ? std::atoi(argv[3]) : 1;
+  if (argc == 6) {
+    o.engine.commit_pipeline_depth = static_cast<uint32_t>(std::atoi(argv[4]));
+    o.log_segment_bytes = static_cast<uint64_t>(std::atol(argv[5])) << 10;
+    o.log_segments_max = 3;
+    o.write_buffer_bytes = 1 << 20;  // RocksDB flushes on its own as well
+  }
   auto engine = cistern::kv::openRocksEngine(o);
   if (!engine.ok()) {
     std::fprintf(stderr, "open: %s\n", engine.status().toString().c_str());
     return 1;
   }
-  for (long i = std::atol(argv[2]);; ++i) {
-    auto t = (*engine)->begin();
-    std::string payload(1000 + (i % 7) * 500, static_cast<char>('a' + i % 26));
-    for (int j = 0; j < 10; ++j)
-      t->set("txn/" + std::to_string(i) + "/" + std::to_string(j), payload);
-    t->set("last", std::to_string(i));
-    cistern::Status s = t->commit();
-    if (!s.ok()) {
-      std::fprintf(stderr, "commit: %s\n", s.toString().c_str());
-      return 1;
+  long first = std::atol(argv[2]);
+  std::mutex out_mu;
+  auto run = [&](long start) {
+    for (long i = start;; i += threads) {
+      auto t = (*engine)->begin();
+      std::string payload(1000 + (i % 7) * 500, static_cast<char>('a' + i % 26));
+      for (int j = 0; j < 10; ++j)
+        t->set("txn/" + std::to_string(i) + "/" + std::to_string(j), payload);
+      if (threads == 1) t->set("last", std::to_string(i));
+      t->atomicAdd("count", 1);
+      cistern::Status s = t->commit();
+      if (!s.ok()) {
+        std::fprintf(stderr, "commit: %s\n", s.toString().c_str());
+        std::exit(1);
+      }
+      std::lock_guard lock(out_mu);
+      std::printf("%ld\n", i);
+      std::fflush(stdout);
     }
-    std::printf("%ld\n", i);
-    std::fflush(stdout);
-  }
+  };
+  std::vector<std::thread> ts;
+  for (int t = 1; t < threads; ++t) ts.emplace_back(run, first + t);
+  run(first);
 }

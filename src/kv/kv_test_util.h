@@ -36,20 +36,37 @@ struct EngineFactory {
   bool durable;
 };
 
+// A RocksDB engine factory; `tune` adjusts the options.
+inline EngineFactory rocksEngine(std::string name,
+                                 std::function<void(RocksEngineOptions*)> tune = {}) {
+  return {std::move(name),
+          [tune](const std::string& dir, const EngineOptions& o) {
+            RocksEngineOptions ro;
+            ro.engine = o;
+            ro.path = dir + "/db";
+            ro.block_cache_bytes = 8 << 20;
+            if (tune) tune(&ro);
+            auto r = openRocksEngine(ro);
+            EXPECT_TRUE(r.ok()) << r.status().toString();
+            return std::move(r).value();
+          },
+          true};
+}
+
 inline std::vector<EngineFactory> allEngines() {
   return {
       {"mem", [](const std::string&, const EngineOptions& o) { return openMemEngine(o); }, false},
-      {"rocksdb",
-       [](const std::string& dir, const EngineOptions& o) {
-         RocksEngineOptions ro;
-         ro.engine = o;
-         ro.path = dir + "/db";
-         ro.block_cache_bytes = 8 << 20;
-         auto r = openRocksEngine(ro);
-         EXPECT_TRUE(r.ok()) << r.status().toString();
-         return std::move(r).value();
-       },
-       true},
+      rocksEngine("rocksdb"),
+      // RocksDB's own WAL instead of the commit log.
+      rocksEngine("rocksdb_wal", [](RocksEngineOptions* o) { o->commit_log = false; }),
+      // Four batches in flight and small log segments, so that tests cross
+      // segment reuse and checkpoints.
+      rocksEngine("rocksdb_pipelined",
+                  [](RocksEngineOptions* o) {
+                    o->engine.commit_pipeline_depth = 4;
+                    o->log_segment_bytes = 256 << 10;
+                    o->log_segments_max = 3;
+                  }),
   };
 }
 

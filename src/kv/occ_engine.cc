@@ -13,6 +13,9 @@
 namespace cistern::kv {
 namespace {
 
+// Keys from here up belong to the stores (rocks_store.cc: the applied version).
+constexpr std::string_view kReservedKeys = "\xff\xff";
+
 std::string keyAfter(std::string_view key) {
   std::string s(key);
   s.push_back('\0');
@@ -149,7 +152,8 @@ class TxnImpl final : public Transaction {
   }
 
   void clearRange(std::string_view begin, std::string_view end) override {
-    if (!checkWritable(begin) || !checkWritable(end)) return;
+    // `end` is exclusive: a range may end exactly at the reserved keys.
+    if (!checkWritable(begin) || (end != kReservedKeys && !checkWritable(end))) return;
     if (begin >= end) return;
     if (!account(begin.size() + end.size())) return;
     writes_.erase(writes_.lower_bound(begin), writes_.lower_bound(end));
@@ -199,6 +203,10 @@ class TxnImpl final : public Transaction {
     }
     if (finished_) {
       fail(Status(ErrorCode::kTxnFinished, "write after commit"));
+      return false;
+    }
+    if (key.starts_with(kReservedKeys)) {
+      fail(Status(ErrorCode::kInvalidArgument, "keys from \\xff\\xff up are reserved"));
       return false;
     }
     if (key.size() > engine_->options().key_bytes_max) {
@@ -353,12 +361,17 @@ Result<RangeResult> TxnImpl::getRange(std::string_view begin, std::string_view e
 
 struct OccEngine::Pending {
   TxnImpl* txn;
+  bool batched = false;  // in a batch that another thread carries
   bool done = false;
   Status status;
+  std::condition_variable cv;  // signalled when done or when it may lead
 };
 
 OccEngine::OccEngine(std::unique_ptr<Store> store, const EngineOptions& options)
-    : store_(std::move(store)), options_(options) {}
+    : store_(std::move(store)), options_(options) {
+  committed_version_ = assigned_version_ = forgotten_version_ = store_->recoveredVersion();
+  if (options_.commit_pipeline_depth == 0) options_.commit_pipeline_depth = 1;
+}
 
 OccEngine::~OccEngine() {
   std::lock_guard lock(mu_);
@@ -412,17 +425,16 @@ void OccEngine::prune() {
 
 Status OccEngine::commit(TxnImpl& txn) {
   SteadyTime t0 = clock().now();
-  Pending p{&txn, false, Status::OK()};
+  Pending p{&txn};
   std::unique_lock lock(mu_);
   queue_.push_back(&p);
   while (!p.done) {
-    if (!leader_active_) {
-      leader_active_ = true;
-      lead(lock);
-      leader_active_ = false;
-      cv_.notify_all();
+    if (!p.batched && inflight_ < options_.commit_pipeline_depth) {
+      // Lead: resolve everything queued into one batch and carry it through.
+      Batch b = formBatch();
+      if (!b.accepted.empty()) runBatch(b, lock);
     } else {
-      cv_.wait(lock);
+      p.cv.wait(lock);
     }
   }
   lock.unlock();
@@ -439,13 +451,12 @@ Status OccEngine::commit(TxnImpl& txn) {
 }
 
 // Turns every kAdd of a batch into a kSet of the resulting value. Runs on the
-// leader, the only writer, so the store's current state plus the batch's
-// earlier operations give each counter's value exactly.
-Status OccEngine::foldAdds(WriteBatch* ops) {
+// batch being applied (or replayed), the only writer, so the store's current
+// state plus the batch's earlier operations give each counter's value exactly.
+Status foldAdds(StoreSnapshot& snap, WriteBatch* ops) {
   bool any = false;
   for (const auto& op : *ops) any |= op.kind == WriteOp::kAdd;
   if (!any) return Status::OK();
-  auto snap = store_->snapshot();
   std::map<std::string, std::optional<std::string>, std::less<>> overlay;
   std::vector<KeyRange> cleared;
   for (auto& op : *ops) {
@@ -467,7 +478,7 @@ Status OccEngine::foldAdds(WriteBatch* ops) {
         if (auto it = overlay.find(op.key); it != overlay.end()) {
           current = it->second;
         } else if (!in_cleared) {
-          ASSIGN_OR_RETURN(current, snap->get(op.key));
+          ASSIGN_OR_RETURN(current, snap.get(op.key));
         }
         int64_t value = (current ? decodeCounter(*current) : 0) + decodeCounter(op.value);
         op.kind = WriteOp::kSet;
@@ -480,51 +491,76 @@ Status OccEngine::foldAdds(WriteBatch* ops) {
   return Status::OK();
 }
 
-void OccEngine::lead(std::unique_lock<std::mutex>& lock) {
-  while (!queue_.empty()) {
-    std::deque<Pending*> batch;
-    batch.swap(queue_);
-    WriteBatch ops;
-    std::vector<Pending*> accepted;
-    uint64_t version = committed_version_;
-    for (Pending* p : batch) {
-      Status s = failed_.ok() ? resolve(*p->txn) : failed_;
-      if (!s.ok()) {
-        p->status = s;
-        p->done = true;
-        continue;
-      }
-      ++version;
-      history_.push_back({version, p->txn->writeRanges(/*adds=*/true)});
-      p->txn->appendOps(&ops);
-      p->txn->commit_version_ = version;
-      accepted.push_back(p);
-    }
-    if (accepted.empty()) continue;
-    KvMetrics::get().batch_size.observe(accepted.size());
-
-    lock.unlock();
-    Status s = CISTERN_FAULT("kv.commit.before_apply");
-    if (s.ok()) s = foldAdds(&ops);
-    if (s.ok()) s = store_->apply(ops, version, options_.sync_commits);
-    lock.lock();
-
-    if (s.ok()) {
-      committed_version_ = version;
-    } else {
-      // The store may hold part of the batch or all of it; no later commit can
-      // be ordered after it safely, so the engine stops accepting writes.
-      CLOG_ERROR("kv", "{} engine failed applying a commit batch: {}", store_->name(),
-                 s.toString());
-      failed_ = Status(ErrorCode::kIOError, fmt::format("kv engine failed: {}", s.toString()));
-    }
-    for (Pending* p : accepted) {
-      p->status = s.ok() ? Status::OK() : failed_;
+OccEngine::Batch OccEngine::formBatch() {
+  std::deque<Pending*> queued;
+  queued.swap(queue_);
+  Batch b;
+  b.first = assigned_version_ + 1;
+  for (Pending* p : queued) {
+    Status s = failed_.ok() ? resolve(*p->txn) : failed_;
+    if (!s.ok()) {
+      p->status = s;
       p->done = true;
+      p->cv.notify_one();
+      continue;
     }
-    prune();
-    cv_.notify_all();
+    ++assigned_version_;
+    history_.push_back({assigned_version_, p->txn->writeRanges(/*adds=*/true)});
+    p->txn->appendOps(&b.ops);
+    p->txn->commit_version_ = assigned_version_;
+    p->batched = true;
+    b.accepted.push_back(p);
   }
+  b.last = assigned_version_;
+  if (!b.accepted.empty()) {
+    ++inflight_;
+    KvMetrics::get().batch_size.observe(b.accepted.size());
+  }
+  return b;
+}
+
+// Two stages. The log write runs concurrently with the batches before and
+// after this one (up to commit_pipeline_depth of them), so one batch's sync
+// overlaps the next one's; then the batch waits for its turn and is applied
+// and published in version order. Nothing is visible before it is durable.
+void OccEngine::runBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  Status s = CISTERN_FAULT("kv.commit.before_apply");
+  if (s.ok()) s = store_->log(b.ops, b.first, b.last, options_.sync_commits);
+  lock.lock();
+  --inflight_;
+  // Whoever queued meanwhile may lead the next batch now.
+  if (!queue_.empty()) queue_.front()->cv.notify_one();
+  if (!s.ok()) setFailed(s);
+  while (failed_.ok() && committed_version_ != b.first - 1) turn_cv_.wait(lock);
+  if (failed_.ok()) {
+    lock.unlock();
+    s = foldAdds(*store_->snapshot(), &b.ops);
+    if (s.ok()) s = store_->apply(b.ops, b.last, options_.sync_commits);
+    lock.lock();
+    if (s.ok()) {
+      committed_version_ = b.last;
+    } else {
+      setFailed(s);
+    }
+  }
+  for (Pending* p : b.accepted) {
+    p->status = failed_.ok() ? Status::OK() : failed_;
+    p->done = true;
+    p->cv.notify_one();
+  }
+  prune();
+  turn_cv_.notify_all();
+}
+
+// The store may hold part of a batch or all of it; no later commit can be
+// ordered after it safely, so the engine stops accepting writes.
+void OccEngine::setFailed(const Status& s) {
+  if (!failed_.ok()) return;
+  CLOG_ERROR("kv", "{} engine failed committing a batch: {}", store_->name(), s.toString());
+  failed_ = Status(ErrorCode::kIOError, fmt::format("kv engine failed: {}", s.toString()));
+  store_->fail(failed_);
+  turn_cv_.notify_all();
 }
 
 }  // namespace cistern::kv

@@ -2,19 +2,23 @@
 // backend. This is where serializability lives; backends only provide
 // snapshots and atomic batch application.
 //
-// Commit protocol (group commit, one resolver at a time):
-//   1. commit() queues the transaction. The first queued thread becomes the
-//      leader; the others wait.
+// Commit protocol (group commit, pipelined):
+//   1. commit() queues the transaction. A queued thread leads when fewer than
+//      commit_pipeline_depth batches are being written; the others wait.
 //   2. The leader takes the whole queue and, under the engine mutex, checks
-//      each transaction against the history of write ranges committed after
-//      its read version (and against transactions accepted earlier in the
-//      same batch). Accepted ones get consecutive versions and their writes go
-//      into one batch; rejected ones fail with kTxnConflict.
-//   3. The leader applies the batch (one fsync for all) outside the mutex,
-//      then publishes the new committed version and wakes the waiters.
+//      each transaction against the history of write ranges of batches
+//      accepted after its read version, including batches still being
+//      written and ones accepted earlier in the same batch. Accepted ones get
+//      consecutive versions and their writes go into one batch; rejected ones
+//      fail with kTxnConflict.
+//   3. Outside the mutex the leader makes the batch durable (Store::log: one
+//      sync for the group, overlapping the neighbouring batches' syncs), then
+//      waits for its turn, applies it and publishes its version, in version
+//      order, and wakes its transactions.
 // A snapshot taken while a batch is being applied may include that batch
 // while its read version does not; the extra writes then only cause
-// conservative conflicts, never missed ones.
+// conservative conflicts, never missed ones. A batch is visible only once it
+// is durable.
 #pragma once
 
 #include <condition_variable>
@@ -35,6 +39,10 @@ struct KeyRange {
   std::string begin;  // inclusive
   std::string end;    // exclusive
 };
+
+// Turns every kAdd of `ops` into a kSet of the counter's resulting value,
+// read from `snap` (the store's current state). The caller is the only writer.
+Status foldAdds(StoreSnapshot& snap, WriteBatch* ops);
 
 // Sorts and merges overlapping or touching ranges in place.
 void normalizeRanges(std::vector<KeyRange>* ranges);
@@ -63,21 +71,29 @@ class OccEngine final : public Engine {
     std::vector<KeyRange> writes;  // normalized
   };
 
+  struct Batch {
+    WriteBatch ops;
+    std::vector<Pending*> accepted;
+    uint64_t first = 0, last = 0;  // versions
+  };
+
   Status commit(TxnImpl& txn);
-  void lead(std::unique_lock<std::mutex>& lock);
-  Status resolve(const TxnImpl& txn) const;  // REQUIRES: mu_ held
-  Status foldAdds(WriteBatch* ops);          // REQUIRES: the caller is the leader
-  void prune();                              // REQUIRES: mu_ held
+  Batch formBatch();                                            // REQUIRES: mu_ held
+  void runBatch(Batch& b, std::unique_lock<std::mutex>& lock);  // REQUIRES: mu_ held
+  void setFailed(const Status& s);                              // REQUIRES: mu_ held
+  Status resolve(const TxnImpl& txn) const;                     // REQUIRES: mu_ held
+  void prune();                                                 // REQUIRES: mu_ held
   void releaseRead(uint64_t read_version);
 
   std::unique_ptr<Store> store_;
   EngineOptions options_;
 
   std::mutex mu_;
-  std::condition_variable cv_;
   std::deque<Pending*> queue_;
-  bool leader_active_ = false;
-  uint64_t committed_version_ = 0;
+  uint32_t inflight_ = 0;            // batches between formBatch and their log write's end
+  std::condition_variable turn_cv_;  // a batch was applied, or the engine failed
+  uint64_t assigned_version_ = 0;    // last version given to a transaction
+  uint64_t committed_version_ = 0;   // last version applied and visible
   // Versions <= forgotten_version_ are no longer in history_.
   uint64_t forgotten_version_ = 0;
   std::deque<HistoryEntry> history_;

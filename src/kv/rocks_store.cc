@@ -1,6 +1,7 @@
 // The RocksDB Store: snapshots are RocksDB snapshots, a batch is one
-// WriteBatch written with the WAL (synced when asked), so a crash leaves each
-// batch wholly applied or absent.
+// WriteBatch, so a crash leaves each batch wholly applied or absent. The
+// redo log is the commit log (commit_log.h; RocksDB's WAL off), or with
+// RocksEngineOptions::commit_log = false RocksDB's own WAL, synced per batch.
 #include <fmt/format.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
@@ -8,7 +9,10 @@
 #include <rocksdb/utilities/options_util.h>
 #include <rocksdb/write_batch.h>
 
+#include <atomic>
+
 #include "common/log.h"
+#include "kv/commit_log.h"
 #include "kv/occ_engine.h"
 #include "kv/store.h"
 
@@ -81,46 +85,101 @@ class RocksSnapshot final : public StoreSnapshot {
   const rocksdb::Snapshot* snap_;
 };
 
+// The version of the last batch applied, stored with every batch so that a
+// crash leaves it consistent with the data RocksDB kept. Keys from "\xff\xff"
+// up are reserved (occ_engine.cc refuses them).
+constexpr std::string_view kAppliedKey = "\xff\xff/engine/applied_version";
+
+// Writes the batch and its version as one RocksDB batch.
+Status writeBatch(rocksdb::DB* db, const WriteBatch& batch, uint64_t version,
+                  const rocksdb::WriteOptions& wo) {
+  rocksdb::WriteBatch wb;
+  for (const WriteOp& op : batch) {
+    rocksdb::Status s;
+    switch (op.kind) {
+      case WriteOp::kSet:
+        s = wb.Put(slice(op.key), slice(op.value));
+        break;
+      case WriteOp::kClear:
+        s = wb.Delete(slice(op.key));
+        break;
+      case WriteOp::kClearRange:
+        s = wb.DeleteRange(slice(op.key), slice(op.value));
+        break;
+      case WriteOp::kAdd:
+        return Status(ErrorCode::kInternal, "kAdd reached the store");
+    }
+    RETURN_ON_ERROR(fromRocks(s, "batch"));
+  }
+  RETURN_ON_ERROR(fromRocks(
+      wb.Put(slice(kAppliedKey), slice(encodeCounter(static_cast<int64_t>(version)))), "batch"));
+  return fromRocks(db->Write(wo, &wb), "write");
+}
+
 class RocksStore final : public Store {
  public:
-  explicit RocksStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+  RocksStore(std::unique_ptr<rocksdb::DB> db, uint64_t recovered)
+      : db_(std::move(db)), recovered_(recovered), applied_(recovered) {}
   ~RocksStore() override {
+    log_.reset();  // stops the checkpoint thread first
+    if (has_log_) {
+      rocksdb::Status f = db_->Flush(rocksdb::FlushOptions());
+      if (!f.ok()) CLOG_WARN("kv", "rocksdb flush at close: {}", f.ToString());
+    }
     rocksdb::Status s = db_->Close();
     if (!s.ok()) CLOG_WARN("kv", "rocksdb close: {}", s.ToString());
+  }
+
+  // With a commit log, RocksDB's WAL is off and the log is the redo log.
+  void setLog(std::unique_ptr<CommitLog> log) {
+    log_ = std::move(log);
+    has_log_ = log_ != nullptr;
+  }
+  rocksdb::DB* db() { return db_.get(); }
+
+  // Flushes the memtables; every version applied before the call is then in
+  // RocksDB's files.
+  Result<uint64_t> checkpoint() {
+    uint64_t v = applied_.load(std::memory_order_acquire);
+    RETURN_ON_ERROR(fromRocks(db_->Flush(rocksdb::FlushOptions()), "flush"));
+    return v;
   }
 
   std::shared_ptr<StoreSnapshot> snapshot() override {
     return std::make_shared<RocksSnapshot>(db_.get());
   }
 
-  Status apply(const WriteBatch& batch, uint64_t /*version*/, bool sync) override {
-    rocksdb::WriteBatch wb;
-    for (const WriteOp& op : batch) {
-      rocksdb::Status s;
-      switch (op.kind) {
-        case WriteOp::kSet:
-          s = wb.Put(slice(op.key), slice(op.value));
-          break;
-        case WriteOp::kClear:
-          s = wb.Delete(slice(op.key));
-          break;
-        case WriteOp::kClearRange:
-          s = wb.DeleteRange(slice(op.key), slice(op.value));
-          break;
-        case WriteOp::kAdd:
-          return Status(ErrorCode::kInternal, "kAdd reached the store");
-      }
-      RETURN_ON_ERROR(fromRocks(s, "batch"));
-    }
+  uint64_t recoveredVersion() const override { return recovered_; }
+
+  Status log(const WriteBatch& batch, uint64_t first, uint64_t last, bool sync) override {
+    if (!log_) return Status::OK();
+    return log_->append(first, last, encodeLogBatch(batch), sync);
+  }
+
+  void fail(const Status& s) override {
+    if (log_) log_->fail(s);
+  }
+
+  Status apply(const WriteBatch& batch, uint64_t version, bool sync) override {
     rocksdb::WriteOptions wo;
-    wo.sync = sync;
-    return fromRocks(db_->Write(wo, &wb), "write");
+    if (has_log_) {
+      wo.disableWAL = true;  // durable in the commit log already
+    } else {
+      wo.sync = sync;
+    }
+    RETURN_ON_ERROR(writeBatch(db_.get(), batch, version, wo));
+    applied_.store(version, std::memory_order_release);
+    return Status::OK();
   }
 
   std::string_view name() const override { return "rocksdb"; }
 
  private:
   std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<CommitLog> log_;
+  bool has_log_ = false;
+  const uint64_t recovered_;
+  std::atomic<uint64_t> applied_;
 };
 
 }  // namespace
@@ -143,7 +202,42 @@ Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& option
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(o, options.path, &raw);
   if (!s.ok()) return fromRocks(s, fmt::format("open {}", options.path));
-  auto store = std::make_unique<RocksStore>(std::unique_ptr<rocksdb::DB>(raw));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string applied;
+  uint64_t persisted = 0;
+  s = db->Get(rocksdb::ReadOptions(), slice(kAppliedKey), &applied);
+  if (s.ok()) {
+    persisted = static_cast<uint64_t>(decodeCounter(applied));
+  } else if (!s.IsNotFound()) {
+    return fromRocks(s, "read the applied version");
+  }
+  if (!options.commit_log) {
+    auto store = std::make_unique<RocksStore>(std::move(db), persisted);
+    return std::unique_ptr<Engine>(std::make_unique<OccEngine>(std::move(store), options.engine));
+  }
+
+  // Replay what the commit log holds past the persisted version, persist it,
+  // then start a new epoch of the log.
+  rocksdb::DB* dbp = db.get();
+  auto replay = [dbp](const LogRecord& rec, const WriteBatch& logged) -> Status {
+    WriteBatch ops = logged;
+    RocksSnapshot snap(dbp);
+    RETURN_ON_ERROR(foldAdds(snap, &ops));
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = true;
+    return writeBatch(dbp, ops, rec.last, wo);
+  };
+  uint64_t last = persisted;
+  CommitLogOptions lo;
+  lo.dir = options.path + "/commit-log";
+  lo.segment_bytes = options.log_segment_bytes;
+  lo.segments_max = options.log_segments_max;
+  ASSIGN_OR_RETURN(auto log, CommitLog::open(lo, persisted, replay, &last));
+  if (last > persisted) RETURN_ON_ERROR(fromRocks(db->Flush(rocksdb::FlushOptions()), "flush"));
+  auto store = std::make_unique<RocksStore>(std::move(db), last);
+  RocksStore* sp = store.get();
+  RETURN_ON_ERROR(log->start(last + 1, [sp] { return sp->checkpoint(); }));
+  store->setLog(std::move(log));
   return std::unique_ptr<Engine>(std::make_unique<OccEngine>(std::move(store), options.engine));
 }
 

@@ -3,23 +3,10 @@
 #include <fmt/format.h>
 
 #include "common/crc32c.h"
+#include "common/endian.h"
 
 namespace cistern::storage {
 namespace {
-
-template <typename T>
-void putLE(std::string& out, size_t off, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i)
-    out[off + i] = static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
-}
-
-template <typename T>
-T getLE(std::string_view in, size_t off) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i)
-    v |= static_cast<uint64_t>(static_cast<uint8_t>(in[off + i])) << (8 * i);
-  return static_cast<T>(v);
-}
 
 Status corrupt(std::string_view why) {
   return Status(ErrorCode::kCorruption, fmt::format("chunk meta: {}", why));

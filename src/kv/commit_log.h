@@ -1,0 +1,144 @@
+// Internal: the redo log of the RocksDB store (rocks_store.cc).
+//
+// RocksDB's own WAL appends to a growing file, so every synced commit costs a
+// data write plus an ext4 journal commit for the new file size (~180 µs
+// here), and RocksDB waits for one sync before it starts the next. This log
+// instead overwrites segment files that were zero-filled when created, so an
+// O_DSYNC write is one device write with FUA, and successive commit batches
+// write concurrently (occ_engine.cc pipelines them). RocksDB itself runs with
+// its WAL disabled; every batch also stores its version in the database, and
+// after a crash the records past that version are replayed.
+//
+// Layout of `dir`: segment files `NNNNNN.log` of `segment_bytes` each.
+//   segment header (first 4 KiB): u32 magic "CSEG", u32 crc32c of the next
+//     24 bytes, u64 generation, u64 epoch, u64 segment bytes
+//   records from offset 4096, back to back (little-endian):
+//     u32 magic "CREC", u32 crc32c of everything after it (header rest and
+//     payload), u64 epoch, u64 first version, u64 last version,
+//     u32 payload bytes, u32 reserved (0), payload (encodeLogBatch)
+// An epoch is one run of the process; generations order the segments. On
+// open, only segments of the newest epoch are read, in generation order;
+// records up to the store's persisted version are skipped, the next one must
+// start at persisted + 1, and the scan stops at the first gap (a batch that
+// was never acknowledged: its successors were not either). A record must
+// carry its segment's epoch, so leftovers of an earlier run inside a reused
+// segment are never read as new. After replay the store is flushed and a new
+// epoch starts: nothing written before is needed again.
+//
+// A segment of another size than configured is replayed, then removed.
+// Space: a sealed segment is reused once a checkpoint (a RocksDB flush)
+// covers its last version. At most `segments_max` segments exist; an append
+// that finds none free waits for the checkpoint thread (backpressure).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "common/result.h"
+#include "kv/store.h"
+
+namespace cistern::kv {
+
+struct CommitLogOptions {
+  std::string dir;
+  uint64_t segment_bytes = 16ull << 20;
+  uint32_t segments_max = 16;
+};
+
+// The bytes of one batch in a record (kAdd deltas included: replay folds them
+// against the recovered state, as the commit leader did).
+std::string encodeLogBatch(const WriteBatch& batch);
+// kCorruption when `bytes` is not exactly one encoded batch.
+Result<WriteBatch> decodeLogBatch(std::string_view bytes);
+
+struct LogRecord {
+  uint64_t epoch = 0;
+  uint64_t first = 0;  // versions [first, last]
+  uint64_t last = 0;
+  std::string_view payload;
+  size_t bytes = 0;  // header + payload
+};
+constexpr size_t kLogRecordHeaderBytes = 40;
+constexpr size_t kLogSegmentHeaderBytes = 4096;
+std::string encodeLogRecord(uint64_t epoch, uint64_t first, uint64_t last,
+                            std::string_view payload);
+// Decodes the record at the start of `bytes` (the payload views `bytes`).
+// kCorruption when no whole, intact record is there.
+Result<LogRecord> decodeLogRecord(std::string_view bytes);
+
+class CommitLog {
+ public:
+  using Replay = std::function<Status(const LogRecord&, const WriteBatch&)>;
+  // Persists the store (a RocksDB flush) and returns the last version it holds.
+  using Checkpoint = std::function<Result<uint64_t>()>;
+
+  // Opens or creates the log and passes every record after
+  // `persisted_version` to `replay`, in order. `*last_version` becomes the
+  // last version replayed (or `persisted_version`).
+  static Result<std::unique_ptr<CommitLog>> open(const CommitLogOptions& options,
+                                                 uint64_t persisted_version, const Replay& replay,
+                                                 uint64_t* last_version);
+  ~CommitLog();
+  CommitLog(const CommitLog&) = delete;
+  CommitLog& operator=(const CommitLog&) = delete;
+
+  // Starts a new epoch once everything replayed is persisted: the next
+  // append carries `next_version`. Starts the checkpoint thread.
+  Status start(uint64_t next_version, Checkpoint checkpoint);
+
+  // Writes the record of versions [first, last]; returns when it is on disk
+  // (`sync`) or in the page cache. Calls for successive batches may overlap:
+  // each waits until the previous batch has reserved its space, then writes
+  // concurrently with the others. Any failure is sticky (an fsync error is
+  // never retried): later appends fail with it.
+  Status append(uint64_t first, uint64_t last, std::string_view payload, bool sync);
+
+  // Makes every current and later append fail with `s` (the engine gave up).
+  void fail(const Status& s);
+
+  uint32_t segmentCount() const;
+  uint64_t checkpoints() const;
+
+ private:
+  struct Segment {
+    uint32_t id = 0;
+    int fd = -1;
+    uint64_t bytes = 0;  // the file's size
+    uint64_t generation = 0;
+    uint64_t last_version = 0;  // of the records written in the current use
+    enum State { kFree, kActive, kSealed } state = kFree;
+  };
+
+  explicit CommitLog(const CommitLogOptions& options) : options_(options) {}
+  Status scan(uint64_t persisted_version, const Replay& replay, uint64_t* last_version);
+  Result<int> createSegmentFile(uint32_t id);           // zero-filled, synced
+  Status activate(std::unique_lock<std::mutex>& lock);  // REQUIRES: mu_ held
+  void checkpointLoop();
+
+  const CommitLogOptions options_;
+  Checkpoint checkpoint_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // turn, space, failure, checkpoint work
+  std::vector<Segment> segments_;
+  int active_ = -1;
+  uint64_t offset_ = 0;  // next record offset in the active segment
+  uint64_t next_first_ = 0;
+  uint32_t turn_waiters_ = 0;
+  uint64_t epoch_ = 0;
+  uint64_t generation_ = 0;  // the newest in use
+  bool creating_ = false;    // a segment file is being created
+  bool stop_ = false;
+  uint64_t checkpoints_ = 0;
+  Status failed_;
+  std::thread thread_;
+};
+
+}  // namespace cistern::kv
