@@ -1,6 +1,8 @@
 #include "net/buffer_pool.h"
 
 #include <bit>
+#include <cstdlib>
+#include <new>
 
 namespace cistern::net {
 
@@ -9,8 +11,7 @@ struct PooledBuffer::State {
   size_t cached_bytes_max;
   size_t cached_bytes = 0;
   // free_[c] holds buffers of capacity 4 KiB << c.
-  std::vector<std::vector<std::unique_ptr<uint8_t[]>>> free =
-      std::vector<std::vector<std::unique_ptr<uint8_t[]>>>(40);
+  std::vector<std::vector<Bytes>> free = std::vector<std::vector<Bytes>>(40);
 };
 
 namespace {
@@ -52,8 +53,13 @@ PooledBuffer BufferPool::get(size_t n) {
       return b;
     }
   }
-  b.data_.reset(new uint8_t[b.capacity_]);  // not value-initialized: no page touching here
+  // Not value-initialized: no page touching here. Capacities are multiples
+  // of 4 KiB, as aligned_alloc requires.
+  b.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kMinClass, b.capacity_)));
+  if (!b.data_) throw std::bad_alloc();
   return b;
 }
+
+void PooledBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
 }  // namespace cistern::net

@@ -5,7 +5,8 @@
 // least n bytes (contents undefined) from a power-of-two size class; dropping
 // the PooledBuffer returns it to the pool unless the pool already caches
 // cached_bytes_max. Thread-safe. Buffers may outlive the BufferPool object
-// (the shared state stays until the last buffer is gone).
+// (the shared state stays until the last buffer is gone). Buffers are 4 KiB
+// aligned, so that O_DIRECT reads can land in them without a bounce copy.
 #pragma once
 
 #include <cstddef>
@@ -44,7 +45,11 @@ class PooledBuffer {
   friend class BufferPool;
   struct State;
   void release();
-  std::unique_ptr<uint8_t[]> data_;
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  using Bytes = std::unique_ptr<uint8_t, Free>;
+  Bytes data_;
   size_t capacity_ = 0;
   size_t size_ = 0;
   std::shared_ptr<State> state_;
