@@ -4,7 +4,9 @@
 //
 // Commit protocol (group commit, pipelined):
 //   1. commit() queues the transaction. A queued thread leads when fewer than
-//      commit_pipeline_depth batches are being written; the others wait.
+//      commit_pipeline_depth batches are formed and not yet applied; the
+//      others wait. A thread whose batch is done goes on leading while
+//      others queued meanwhile.
 //   2. The leader takes the whole queue and, under the engine mutex, checks
 //      each transaction against the history of write ranges of batches
 //      accepted after its read version, including batches still being
@@ -90,7 +92,7 @@ class OccEngine final : public Engine {
 
   std::mutex mu_;
   std::deque<Pending*> queue_;
-  uint32_t inflight_ = 0;            // batches between formBatch and their log write's end
+  uint32_t inflight_ = 0;            // batches formed and not yet applied
   std::condition_variable turn_cv_;  // a batch was applied, or the engine failed
   uint64_t assigned_version_ = 0;    // last version given to a transaction
   uint64_t committed_version_ = 0;   // last version applied and visible
