@@ -132,7 +132,8 @@ TEST(CommitLogFormat, MalformedBatchesAreCorruption) {
 
 TEST(CommitLogFormat, RecordsDetectEveryFlippedByteAndTruncation) {
   std::string r = encodeLogRecord(3, 10, 12, "payload bytes");
-  auto d = decodeLogRecord(r + "trailing");
+  std::string with_more = r + "trailing";  // the payload views these bytes
+  auto d = decodeLogRecord(with_more);
   ASSERT_TRUE(d.ok()) << d.status().toString();
   EXPECT_EQ(d->epoch, 3u);
   EXPECT_EQ(d->first, 10u);
