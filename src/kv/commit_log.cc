@@ -353,6 +353,24 @@ uint64_t CommitLog::checkpoints() const {
   return checkpoints_;
 }
 
+// Creates one more (free) segment file, outside the lock.
+Status CommitLog::addSegment(std::unique_lock<std::mutex>& lock) {
+  creating_ = true;
+  uint32_t id = 0;
+  for (const Segment& s : segments_) id = std::max(id, s.id + 1);
+  lock.unlock();
+  auto fd = createSegmentFile(id);
+  lock.lock();
+  creating_ = false;
+  RETURN_ON_ERROR(fd.status());
+  Segment s;
+  s.id = id;
+  s.fd = *fd;
+  s.bytes = options_.segment_bytes;
+  segments_.push_back(s);
+  return Status::OK();
+}
+
 // Seals the active segment (if any) and makes a free one active, waiting for
 // the checkpoint thread when none is free. The new header is on disk before
 // any record of this use is written.
@@ -381,19 +399,7 @@ Status CommitLog::activate(std::unique_lock<std::mutex>& lock) {
       return Status::OK();
     }
     if (segments_.size() < options_.segments_max && !creating_) {
-      creating_ = true;
-      uint32_t id = 0;
-      for (const Segment& s : segments_) id = std::max(id, s.id + 1);
-      lock.unlock();
-      auto fd = createSegmentFile(id);
-      lock.lock();
-      creating_ = false;
-      if (!fd.ok()) return fd.status();
-      Segment s;
-      s.id = id;
-      s.fd = *fd;
-      s.bytes = options_.segment_bytes;
-      segments_.push_back(s);
+      RETURN_ON_ERROR(addSegment(lock));
       continue;
     }
     cv_.wait(lock);
@@ -466,22 +472,8 @@ void CommitLog::checkpointLoop() {
     if (want_spare) {
       // A spare ready before the active segment fills keeps file creation
       // off the commit path.
-      creating_ = true;
-      uint32_t id = 0;
-      for (const Segment& s : segments_) id = std::max(id, s.id + 1);
-      lock.unlock();
-      auto fd = createSegmentFile(id);
-      lock.lock();
-      creating_ = false;
-      if (fd.ok()) {
-        Segment s;
-        s.id = id;
-        s.fd = *fd;
-        s.bytes = options_.segment_bytes;
-        segments_.push_back(s);
-      } else {
-        CLOG_WARN("kv", "commit log: spare segment: {}", fd.status().toString());
-      }
+      if (Status st = addSegment(lock); !st.ok())
+        CLOG_WARN("kv", "commit log: spare segment: {}", st.toString());
       cv_.notify_all();
       continue;
     }

@@ -118,8 +118,9 @@ class CommitLog {
 
   explicit CommitLog(const CommitLogOptions& options) : options_(options) {}
   Status scan(uint64_t persisted_version, const Replay& replay, uint64_t* last_version);
-  Result<int> createSegmentFile(uint32_t id);           // zero-filled, synced
-  Status activate(std::unique_lock<std::mutex>& lock);  // REQUIRES: mu_ held
+  Result<int> createSegmentFile(uint32_t id);             // zero-filled, synced
+  Status addSegment(std::unique_lock<std::mutex>& lock);  // REQUIRES: mu_ held
+  Status activate(std::unique_lock<std::mutex>& lock);    // REQUIRES: mu_ held
   void checkpointLoop();
 
   const CommitLogOptions options_;
