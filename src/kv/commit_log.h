@@ -75,7 +75,8 @@ Result<LogRecord> decodeLogRecord(std::string_view bytes);
 
 class CommitLog {
  public:
-  using Replay = std::function<Status(const LogRecord&, const WriteBatch&)>;
+  // Gets each record and its decoded batch (the callee may consume it).
+  using Replay = std::function<Status(const LogRecord&, WriteBatch&)>;
   // Persists the store (a RocksDB flush) and returns the last version it holds.
   using Checkpoint = std::function<Result<uint64_t>()>;
 

@@ -460,10 +460,11 @@ Status OccEngine::commit(TxnImpl& txn) {
 // Turns every kAdd of a batch into a kSet of the resulting value. Runs on the
 // batch being applied (or replayed), the only writer, so the store's current
 // state plus the batch's earlier operations give each counter's value exactly.
-Status foldAdds(StoreSnapshot& snap, WriteBatch* ops) {
+Status foldAdds(const std::function<std::shared_ptr<StoreSnapshot>()>& snapshot, WriteBatch* ops) {
   bool any = false;
   for (const auto& op : *ops) any |= op.kind == WriteOp::kAdd;
   if (!any) return Status::OK();
+  auto snap = snapshot();
   std::map<std::string, std::optional<std::string>, std::less<>> overlay;
   std::vector<KeyRange> cleared;
   for (auto& op : *ops) {
@@ -485,7 +486,7 @@ Status foldAdds(StoreSnapshot& snap, WriteBatch* ops) {
         if (auto it = overlay.find(op.key); it != overlay.end()) {
           current = it->second;
         } else if (!in_cleared) {
-          ASSIGN_OR_RETURN(current, snap.get(op.key));
+          ASSIGN_OR_RETURN(current, snap->get(op.key));
         }
         int64_t value = (current ? decodeCounter(*current) : 0) + decodeCounter(op.value);
         op.kind = WriteOp::kSet;
@@ -539,7 +540,7 @@ void OccEngine::runBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
   while (failed_.ok() && committed_version_ != b.first - 1) turn_cv_.wait(lock);
   if (failed_.ok()) {
     lock.unlock();
-    s = foldAdds(*store_->snapshot(), &b.ops);
+    s = foldAdds([this] { return store_->snapshot(); }, &b.ops);
     if (s.ok()) s = store_->apply(b.ops, b.last, options_.sync_commits);
     lock.lock();
     if (s.ok()) {

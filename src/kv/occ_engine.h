@@ -25,6 +25,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -43,8 +44,9 @@ struct KeyRange {
 };
 
 // Turns every kAdd of `ops` into a kSet of the counter's resulting value,
-// read from `snap` (the store's current state). The caller is the only writer.
-Status foldAdds(StoreSnapshot& snap, WriteBatch* ops);
+// read from the store's current state (`snapshot` is called only when the
+// batch has adds). The caller is the only writer.
+Status foldAdds(const std::function<std::shared_ptr<StoreSnapshot>()>& snapshot, WriteBatch* ops);
 
 // Sorts and merges overlapping or touching ranges in place.
 void normalizeRanges(std::vector<KeyRange>* ranges);

@@ -121,8 +121,9 @@ class RocksStore final : public Store {
   RocksStore(std::unique_ptr<rocksdb::DB> db, uint64_t recovered)
       : db_(std::move(db)), recovered_(recovered), applied_(recovered) {}
   ~RocksStore() override {
+    bool had_log = log_ != nullptr;
     log_.reset();  // stops the checkpoint thread first
-    if (has_log_) {
+    if (had_log) {
       rocksdb::Status f = db_->Flush(rocksdb::FlushOptions());
       if (!f.ok()) CLOG_WARN("kv", "rocksdb flush at close: {}", f.ToString());
     }
@@ -131,11 +132,7 @@ class RocksStore final : public Store {
   }
 
   // With a commit log, RocksDB's WAL is off and the log is the redo log.
-  void setLog(std::unique_ptr<CommitLog> log) {
-    log_ = std::move(log);
-    has_log_ = log_ != nullptr;
-  }
-  rocksdb::DB* db() { return db_.get(); }
+  void setLog(std::unique_ptr<CommitLog> log) { log_ = std::move(log); }
 
   // Flushes the memtables; every version applied before the call is then in
   // RocksDB's files.
@@ -162,7 +159,7 @@ class RocksStore final : public Store {
 
   Status apply(const WriteBatch& batch, uint64_t version, bool sync) override {
     rocksdb::WriteOptions wo;
-    if (has_log_) {
+    if (log_) {
       wo.disableWAL = true;  // durable in the commit log already
     } else {
       wo.sync = sync;
@@ -176,8 +173,7 @@ class RocksStore final : public Store {
 
  private:
   std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<CommitLog> log_;
-  bool has_log_ = false;
+  std::unique_ptr<CommitLog> log_;  // set before the engine runs
   const uint64_t recovered_;
   std::atomic<uint64_t> applied_;
 };
@@ -219,12 +215,10 @@ Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& option
   // Replay what the commit log holds past the persisted version, persist it,
   // then start a new epoch of the log.
   rocksdb::DB* dbp = db.get();
-  auto replay = [dbp](const LogRecord& rec, const WriteBatch& logged) -> Status {
-    WriteBatch ops = logged;
-    RocksSnapshot snap(dbp);
-    RETURN_ON_ERROR(foldAdds(snap, &ops));
+  auto replay = [dbp](const LogRecord& rec, WriteBatch& ops) -> Status {
+    RETURN_ON_ERROR(foldAdds([dbp] { return std::make_shared<RocksSnapshot>(dbp); }, &ops));
     rocksdb::WriteOptions wo;
-    wo.disableWAL = true;
+    wo.disableWAL = true;  // persisted by the flush below
     return writeBatch(dbp, ops, rec.last, wo);
   };
   uint64_t last = persisted;
