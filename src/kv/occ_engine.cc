@@ -364,18 +364,26 @@ struct OccEngine::Pending {
   bool batched = false;  // in a batch that another thread carries
   bool done = false;
   Status status;
-  std::condition_variable cv;  // signalled when done or when it may lead
+  std::condition_variable cv;               // signalled when done, when it may lead or must apply
+  std::unique_ptr<OccEngine::Batch> apply;  // logged by the writer; this thread applies it
 };
 
 OccEngine::OccEngine(std::unique_ptr<Store> store, const EngineOptions& options)
     : store_(std::move(store)), options_(options) {
   committed_version_ = assigned_version_ = forgotten_version_ = store_->recoveredVersion();
   if (options_.commit_pipeline_depth == 0) options_.commit_pipeline_depth = 1;
+  if (options_.sync_commits && options_.commit_pipeline_depth == 1 && store_->hasLog())
+    writer_ = std::thread([this] { writerLoop(); });
 }
 
 OccEngine::~OccEngine() {
-  std::lock_guard lock(mu_);
-  CISTERN_CHECK(active_reads_.empty(), "kv engine destroyed with live transactions");
+  {
+    std::lock_guard lock(mu_);
+    CISTERN_CHECK(active_reads_.empty(), "kv engine destroyed with live transactions");
+    stop_ = true;
+  }
+  writer_cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
 }
 
 std::unique_ptr<Transaction> OccEngine::begin() {
@@ -428,6 +436,17 @@ Status OccEngine::commit(TxnImpl& txn) {
   Pending p{&txn};
   std::unique_lock lock(mu_);
   queue_.push_back(&p);
+  if (writer_.joinable()) {
+    if (writer_idle_) writer_cv_.notify_one();
+    while (!p.done) {
+      if (p.apply) {
+        std::unique_ptr<Batch> b = std::move(p.apply);
+        applyBatch(*b, lock);
+      } else {
+        p.cv.wait(lock);
+      }
+    }
+  }
   while (!p.done) {
     if (!p.batched && inflight_ < options_.commit_pipeline_depth) {
       // Lead: resolve everything queued into one batch and carry it through.
@@ -440,7 +459,7 @@ Status OccEngine::commit(TxnImpl& txn) {
   // Go on leading while others queued meanwhile and the pipeline has room:
   // each of them is spared a wake-up (a context switch costs more than a
   // small batch's whole commit here).
-  while (!queue_.empty() && inflight_ < options_.commit_pipeline_depth) {
+  while (!writer_.joinable() && !queue_.empty() && inflight_ < options_.commit_pipeline_depth) {
     Batch b = formBatch();
     if (!b.accepted.empty()) runBatch(b, lock);
   }
@@ -537,6 +556,13 @@ void OccEngine::runBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
   if (s.ok()) s = store_->log(b.ops, b.first, b.last, options_.sync_commits);
   lock.lock();
   if (!s.ok()) setFailed(s);
+  applyBatch(b, lock);
+}
+
+// Waits for the batch's turn, applies and publishes it, and wakes its
+// transactions.
+void OccEngine::applyBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
+  Status s;
   while (failed_.ok() && committed_version_ != b.first - 1) turn_cv_.wait(lock);
   if (failed_.ok()) {
     lock.unlock();
@@ -559,6 +585,29 @@ void OccEngine::runBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
   --inflight_;
   prune();
   turn_cv_.notify_all();
+}
+
+void OccEngine::writerLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    if (queue_.empty()) {
+      if (stop_) return;
+      writer_idle_ = true;
+      writer_cv_.wait(lock);
+      writer_idle_ = false;
+      continue;
+    }
+    auto b = std::make_unique<Batch>(formBatch());
+    if (b->accepted.empty()) continue;
+    lock.unlock();
+    Status s = CISTERN_FAULT("kv.commit.before_apply");
+    if (s.ok()) s = store_->log(b->ops, b->first, b->last, /*sync=*/true);
+    lock.lock();
+    if (!s.ok()) setFailed(s);
+    Pending* applier = b->accepted.front();
+    applier->apply = std::move(b);
+    applier->cv.notify_one();
+  }
 }
 
 // The store may hold part of a batch or all of it; no later commit can be

@@ -17,6 +17,15 @@
 //      sync for the group, overlapping the neighbouring batches' syncs), then
 //      waits for its turn, applies it and publishes its version, in version
 //      order, and wakes its transactions.
+// Synced commits to a store with its own log (Store::hasLog) and
+// commit_pipeline_depth 1 (the default) go another way:
+// a log writer thread takes the whole queue as soon as the previous log
+// write returns, forms the batch as in 2. and makes it durable, and hands
+// the rest of 3. to one of the batch's own transactions, which has to be
+// woken anyway. The disk then never waits for a batch to be applied or for
+// a new leader to be scheduled, and only one sync is in flight (on the
+// disks measured, concurrent syncs each take longer than the group they
+// would replace).
 // A snapshot taken while a batch is being applied may include that batch
 // while its read version does not; the extra writes then only cause
 // conservative conflicts, never missed ones. A batch is visible only once it
@@ -30,6 +39,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/clock.h"
@@ -82,11 +92,13 @@ class OccEngine final : public Engine {
   };
 
   Status commit(TxnImpl& txn);
-  Batch formBatch();                                            // REQUIRES: mu_ held
-  void runBatch(Batch& b, std::unique_lock<std::mutex>& lock);  // REQUIRES: mu_ held
-  void setFailed(const Status& s);                              // REQUIRES: mu_ held
-  Status resolve(const TxnImpl& txn) const;                     // REQUIRES: mu_ held
-  void prune();                                                 // REQUIRES: mu_ held
+  Batch formBatch();                                              // REQUIRES: mu_ held
+  void runBatch(Batch& b, std::unique_lock<std::mutex>& lock);    // REQUIRES: mu_ held
+  void applyBatch(Batch& b, std::unique_lock<std::mutex>& lock);  // REQUIRES: mu_ held
+  void writerLoop();
+  void setFailed(const Status& s);           // REQUIRES: mu_ held
+  Status resolve(const TxnImpl& txn) const;  // REQUIRES: mu_ held
+  void prune();                              // REQUIRES: mu_ held
   void releaseRead(uint64_t read_version);
 
   std::unique_ptr<Store> store_;
@@ -103,6 +115,12 @@ class OccEngine final : public Engine {
   std::deque<HistoryEntry> history_;
   std::multiset<uint64_t> active_reads_;
   Status failed_;  // sticky: a failed apply leaves the store in doubt
+
+  // Synced commits with one log write at a time have a log writer thread.
+  std::thread writer_;
+  std::condition_variable writer_cv_;  // the queue got its first transaction, or stop
+  bool writer_idle_ = false;
+  bool stop_ = false;
 };
 
 }  // namespace cistern::kv

@@ -148,6 +148,7 @@ class RocksStore final : public Store {
 
   uint64_t recoveredVersion() const override { return recovered_; }
 
+  bool hasLog() const override { return log_ != nullptr; }
   Status log(const WriteBatch& batch, uint64_t first, uint64_t last, bool sync) override {
     if (!log_) return Status::OK();
     return log_->append(first, last, encodeLogBatch(batch), sync);

@@ -64,6 +64,8 @@ class Store {
                      bool /*sync*/) {
     return Status::OK();
   }
+  // True when log() makes batches durable (then apply() need not).
+  virtual bool hasLog() const { return false; }
   // Applies the batch atomically and makes it visible; `version` (its last
   // version) increases with every call. Without a redo log, `sync` asks for
   // the write to be durable before it returns.
