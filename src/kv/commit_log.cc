@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/assert.h"
 #include "common/crc32c.h"
 #include "common/endian.h"
 #include "common/fault.h"
@@ -332,7 +333,10 @@ CommitLog::~CommitLog() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  for (Segment& s : segments_) ::close(s.fd);
+  for (Segment& s : segments_) {
+    ::close(s.fd);
+    if (s.direct_fd >= 0) ::close(s.direct_fd);
+  }
 }
 
 void CommitLog::fail(const Status& s) {
@@ -393,9 +397,24 @@ Status CommitLog::activate(std::unique_lock<std::mutex>& lock) {
                            0, path);
       if (st.ok() && ::fdatasync(s.fd) != 0) st = ioError("fdatasync", path, errno);
       if (!st.ok()) return st;
+      if (direct_ && s.direct_fd < 0) {
+        // The fault point stands for a file system that refuses O_DIRECT.
+        if (CISTERN_FAULT("kv.log.open_direct").ok()) {
+          s.direct_fd = ::open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+        } else {
+          errno = EINVAL;
+        }
+        if (s.direct_fd < 0 && errno == EINVAL) {
+          CLOG_INFO("kv", "commit log: {} does not take O_DIRECT; buffered writes", options_.dir);
+          direct_ = false;
+        } else if (s.direct_fd < 0) {
+          return ioError("open", path, errno);
+        }
+      }
       s.state = Segment::kActive;
       active_ = static_cast<int>(i);
       offset_ = kLogSegmentHeaderBytes;
+      tail_len_ = 0;
       return Status::OK();
     }
     if (segments_.size() < options_.segments_max && !creating_) {
@@ -419,10 +438,14 @@ Status CommitLog::append(uint64_t first, uint64_t last, std::string_view payload
   uint64_t off;
   std::string path;
   bool wake = false;
+  bool direct = false;
   {
     std::unique_lock lock(mu_);
     ++turn_waiters_;
-    cv_.wait(lock, [&] { return next_first_ == first || !failed_.ok() || stop_; });
+    // A direct write rewrites the previous record's last block: one at a time.
+    cv_.wait(lock, [&] {
+      return (next_first_ == first && !(direct_ && writing_)) || !failed_.ok() || stop_;
+    });
     --turn_waiters_;
     if (!failed_.ok()) return failed_;
     if (stop_) return Status(ErrorCode::kShuttingDown, "commit log closing");
@@ -435,7 +458,9 @@ Status CommitLog::append(uint64_t first, uint64_t last, std::string_view payload
       }
     }
     Segment& seg = segments_[static_cast<size_t>(active_)];
-    fd = seg.fd;
+    direct = direct_;
+    writing_ = direct;
+    fd = direct ? seg.direct_fd : seg.fd;
     off = offset_;
     path = segmentPath(options_.dir, seg.id);
     bool half = offset_ * 2 <= options_.segment_bytes;
@@ -449,9 +474,58 @@ Status CommitLog::append(uint64_t first, uint64_t last, std::string_view payload
   }
   if (wake) cv_.notify_all();
   Status s = CISTERN_FAULT("kv.log.before_write");
-  if (s.ok()) s = sync ? writeDsync(fd, record, off, path) : writeAll(fd, record, off, path);
+  if (direct) {
+    if (s.ok()) s = appendDirect(fd, off, record, sync, path);
+    {
+      std::lock_guard lock(mu_);
+      writing_ = false;
+      wake = turn_waiters_ > 0;
+    }
+    if (wake) cv_.notify_all();
+  } else if (s.ok()) {
+    s = sync ? writeDsync(fd, record, off, path) : writeAll(fd, record, off, path);
+  }
   if (!s.ok()) fail(s);
   return s;
+}
+
+// Writes the blocks from the one holding `off` to the end of the record: the
+// bytes before `off` in that block are the previous record's (kept in
+// block_buf_, so rewriting them changes nothing on disk even if torn), the
+// rest of the last block is zero.
+Status CommitLog::appendDirect(int fd, uint64_t off, std::string_view record, bool sync,
+                               const std::string& path) {
+  constexpr size_t kBlock = 4096;
+  CISTERN_CHECK(off % kBlock == tail_len_, "commit log: direct append off its block tail");
+  size_t used = tail_len_ + record.size();
+  size_t len = (used + kBlock - 1) / kBlock * kBlock;
+  if (len > block_cap_) {
+    size_t cap = std::max(len, 64 * kBlock);
+    std::unique_ptr<char, FreeDeleter> bigger(static_cast<char*>(std::aligned_alloc(kBlock, cap)));
+    if (!bigger) return Status(ErrorCode::kResourceExhausted, "commit log: block buffer");
+    if (tail_len_) std::memcpy(bigger.get(), block_buf_.get(), tail_len_);
+    block_buf_ = std::move(bigger);
+    block_cap_ = cap;
+  }
+  char* buf = block_buf_.get();
+  std::memcpy(buf + tail_len_, record.data(), record.size());
+  std::memset(buf + used, 0, len - used);
+  Status s = sync ? writeDsync(fd, std::string_view(buf, len), off - tail_len_, path)
+                  : writeAll(fd, std::string_view(buf, len), off - tail_len_, path);
+  if (!s.ok()) return s;
+  size_t tail = used % kBlock;
+  if (tail) std::memmove(buf, buf + used - tail, tail);
+  tail_len_ = tail;
+  if (block_cap_ > (1u << 20)) {  // a huge batch went by: give the memory back
+    std::unique_ptr<char, FreeDeleter> small(
+        static_cast<char*>(std::aligned_alloc(kBlock, 64 * kBlock)));
+    if (small) {
+      std::memcpy(small.get(), buf, tail);
+      block_buf_ = std::move(small);
+      block_cap_ = 64 * kBlock;
+    }
+  }
+  return Status::OK();
 }
 
 void CommitLog::checkpointLoop() {

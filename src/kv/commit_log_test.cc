@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/fault.h"
 #include "kv/kv_test_util.h"
 
 namespace cistern::kv {
@@ -27,13 +28,15 @@ struct Replayed {
   std::string tag;  // the key of the first op
 };
 
-class CommitLogTest : public ::testing::Test {
+// Runs with buffered and with O_DIRECT record writes.
+class CommitLogTest : public ::testing::TestWithParam<bool> {
  protected:
   CommitLogOptions opts() const {
     CommitLogOptions o;
     o.dir = dir_.path() + "/log";
     o.segment_bytes = seg_bytes_;
     o.segments_max = 4;
+    o.direct_io = GetParam();
     return o;
   }
 
@@ -150,7 +153,7 @@ TEST(CommitLogFormat, RecordsDetectEveryFlippedByteAndTruncation) {
   EXPECT_FALSE(decodeLogRecord(std::string(64, '\0')).ok());
 }
 
-TEST_F(CommitLogTest, ReopenReplaysWhatFollowsThePersistedVersionInOrder) {
+TEST_P(CommitLogTest, ReopenReplaysWhatFollowsThePersistedVersionInOrder) {
   {
     auto log = open(0);
     ASSERT_TRUE(log);
@@ -176,7 +179,7 @@ TEST_F(CommitLogTest, ReopenReplaysWhatFollowsThePersistedVersionInOrder) {
   EXPECT_EQ(last, 5u);
 }
 
-TEST_F(CommitLogTest, ATornRecordEndsTheReplayEvenIfLaterOnesAreIntact) {
+TEST_P(CommitLogTest, ATornRecordEndsTheReplayEvenIfLaterOnesAreIntact) {
   {
     auto log = open(0);
     for (uint64_t v = 1; v <= 4; ++v) append(*log, v, v, std::to_string(v));
@@ -192,7 +195,7 @@ TEST_F(CommitLogTest, ATornRecordEndsTheReplayEvenIfLaterOnesAreIntact) {
   EXPECT_EQ(last, 1u);
 }
 
-TEST_F(CommitLogTest, AGapInVersionsEndsTheReplay) {
+TEST_P(CommitLogTest, AGapInVersionsEndsTheReplay) {
   // Version 2's record never made it: the records after it were not acknowledged.
   {
     auto log = open(0);
@@ -221,7 +224,7 @@ TEST_F(CommitLogTest, AGapInVersionsEndsTheReplay) {
   EXPECT_EQ(got[0].first, 1u);
 }
 
-TEST_F(CommitLogTest, UnacknowledgedRecordsOfAnEarlierRunNeverComeBack) {
+TEST_P(CommitLogTest, UnacknowledgedRecordsOfAnEarlierRunNeverComeBack) {
   // Run 1 writes versions 1..4 and "crashes" with version 2 torn: 3 and 4 are
   // on disk but were never acknowledged.
   {
@@ -249,7 +252,7 @@ TEST_F(CommitLogTest, UnacknowledgedRecordsOfAnEarlierRunNeverComeBack) {
   EXPECT_EQ(last, 3u);
 }
 
-TEST_F(CommitLogTest, SegmentsAreReusedOnceACheckpointCoversThem) {
+TEST_P(CommitLogTest, SegmentsAreReusedOnceACheckpointCoversThem) {
   uint64_t v = 0;
   {
     auto log = open(0);
@@ -273,7 +276,7 @@ TEST_F(CommitLogTest, SegmentsAreReusedOnceACheckpointCoversThem) {
   EXPECT_EQ(last, 1000u);
 }
 
-TEST_F(CommitLogTest, AppendsWaitForACheckpointWhenEverySegmentIsInUse) {
+TEST_P(CommitLogTest, AppendsWaitForACheckpointWhenEverySegmentIsInUse) {
   auto log = open(0);
   // Four 64 KiB segments hold ~1,700 of these records; no checkpoint covers
   // any of them, so the writer must stop before 3,000.
@@ -295,7 +298,7 @@ TEST_F(CommitLogTest, AppendsWaitForACheckpointWhenEverySegmentIsInUse) {
   EXPECT_LE(log->segmentCount(), 4u);
 }
 
-TEST_F(CommitLogTest, OverlappingAppendsTakeTurnsInVersionOrder) {
+TEST_P(CommitLogTest, OverlappingAppendsTakeTurnsInVersionOrder) {
   auto log = open(0);
   constexpr int kThreads = 4, kEach = 50;
   std::vector<std::thread> ts;
@@ -317,7 +320,7 @@ TEST_F(CommitLogTest, OverlappingAppendsTakeTurnsInVersionOrder) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].tag, "k/" + std::to_string(i + 1));
 }
 
-TEST_F(CommitLogTest, AFailureIsStickyAndReleasesWaitingAppends) {
+TEST_P(CommitLogTest, AFailureIsStickyAndReleasesWaitingAppends) {
   auto log = open(0);
   append(*log, 1, 1, "1");
   // Version 3 waits for version 2's turn, which never comes.
@@ -330,13 +333,13 @@ TEST_F(CommitLogTest, AFailureIsStickyAndReleasesWaitingAppends) {
   EXPECT_EQ(log->append(2, 2, encodeLogBatch(batchOf("2")), true).code(), ErrorCode::kIOError);
 }
 
-TEST_F(CommitLogTest, ABatchLargerThanASegmentIsRefused) {
+TEST_P(CommitLogTest, ABatchLargerThanASegmentIsRefused) {
   auto log = open(0);
   std::string big(opts().segment_bytes, 'x');
   EXPECT_EQ(log->append(1, 1, big, true).code(), ErrorCode::kTxnTooLarge);
 }
 
-TEST_F(CommitLogTest, BadOptionsAndUnusableDirectoriesAreClearErrors) {
+TEST_P(CommitLogTest, BadOptionsAndUnusableDirectoriesAreClearErrors) {
   CommitLogOptions o = opts();
   o.segment_bytes = 1000;
   uint64_t last;
@@ -349,7 +352,7 @@ TEST_F(CommitLogTest, BadOptionsAndUnusableDirectoriesAreClearErrors) {
   EXPECT_NE(r.status().message().find(o.dir), std::string::npos) << r.status().toString();
 }
 
-TEST_F(CommitLogTest, SegmentsOfAnotherSizeAreReplayedThenRemoved) {
+TEST_P(CommitLogTest, SegmentsOfAnotherSizeAreReplayedThenRemoved) {
   {
     auto log = open(0);
     append(*log, 1, 1, "1");
@@ -375,6 +378,72 @@ TEST_F(CommitLogTest, SegmentsOfAnotherSizeAreReplayedThenRemoved) {
     EXPECT_EQ(e.file_size(), 128u << 10) << e.path();
   }
 }
+
+TEST_P(CommitLogTest, RecordsOfEverySizeAcrossBlockBoundariesAllComeBack) {
+  // Direct writes rewrite the block holding the previous record's end; sizes
+  // from tiny to several blocks put record ends at every offset in a block.
+  seg_bytes_ = 1 << 20;
+  std::vector<std::string> values;
+  {
+    auto log = open(0);
+    ASSERT_TRUE(log);
+    for (uint64_t v = 1; v <= 120; ++v) {
+      values.emplace_back((v * 379) % 9000 + 1, static_cast<char>('a' + v % 26));
+      WriteBatch b{{WriteOp::kSet, "k" + std::to_string(v), values.back()}};
+      ASSERT_TRUE(log->append(v, v, encodeLogBatch(b), true).ok());
+    }
+  }
+  std::vector<std::string> got;
+  uint64_t last = 0;
+  auto log = CommitLog::open(
+      opts(), 0,
+      [&](const LogRecord& r, const WriteBatch& b) {
+        EXPECT_EQ(r.first, got.size() + 1);
+        EXPECT_EQ(b.size(), 1u);
+        got.push_back(b.empty() ? "" : b[0].value);
+        return Status::OK();
+      },
+      &last);
+  ASSERT_TRUE(log.ok()) << log.status().toString();
+  EXPECT_EQ(last, 120u);
+  ASSERT_EQ(got.size(), values.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], values[i]) << "version " << i + 1;
+}
+
+TEST(CommitLogDirect, AFileSystemWithoutODirectFallsBackToBufferedWrites) {
+  TempDir dir;
+  CommitLogOptions o;
+  o.dir = dir.path() + "/log";
+  o.segment_bytes = 64 << 10;
+  o.direct_io = true;
+  fault::enable("kv.log.open_direct", {});  // open(O_DIRECT) fails with EINVAL
+  uint64_t last = 0;
+  {
+    auto log = CommitLog::open(o, 0, nullptr, &last);
+    ASSERT_TRUE(log.ok()) << log.status().toString();
+    ASSERT_TRUE((*log)->start(1, [] { return Result<uint64_t>(0); }).ok());
+    for (uint64_t v = 1; v <= 3; ++v)
+      ASSERT_TRUE((*log)->append(v, v, encodeLogBatch(batchOf(std::to_string(v))), true).ok());
+  }
+  EXPECT_EQ(fault::fired("kv.log.open_direct"), 1u);
+  fault::disableAll();
+  int replayed = 0;
+  auto log = CommitLog::open(
+      o, 0,
+      [&](const LogRecord&, const WriteBatch&) {
+        ++replayed;
+        return Status::OK();
+      },
+      &last);
+  ASSERT_TRUE(log.ok()) << log.status().toString();
+  EXPECT_EQ(replayed, 3);
+  EXPECT_EQ(last, 3u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Writes, CommitLogTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "direct" : "buffered";
+                         });
 
 }  // namespace
 }  // namespace cistern::kv

@@ -134,12 +134,15 @@ struct RocksEngineOptions {
   // One memtable; up to 3 exist at once. Default: 64 MiB.
   uint64_t write_buffer_bytes = 64ull << 20;
   // Commits go to cistern's own redo log (kv/commit_log.h: pre-zeroed
-  // segments, concurrent O_DSYNC writes) instead of RocksDB's WAL. Default: true.
+  // segments, O_DSYNC overwrites) instead of RocksDB's WAL. Default: true.
   bool commit_log = true;
   // Size of one log segment; at most log_segments_max exist, each reused once
   // a RocksDB flush covers it. Defaults: 16 MiB, 16.
   uint64_t log_segment_bytes = 16ull << 20;
   uint32_t log_segments_max = 16;
+  // Synced commits write the log with O_DIRECT (CommitLogOptions::direct_io).
+  // Default: true.
+  bool log_direct_io = true;
 };
 // The embedded engine. Fails with kIOError naming the path if RocksDB cannot open it.
 Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& options);

@@ -379,6 +379,7 @@ OccEngine::OccEngine(std::unique_ptr<Store> store, const EngineOptions& options)
 OccEngine::~OccEngine() {
   {
     std::lock_guard lock(mu_);
+    std::lock_guard reads(reads_mu_);
     CISTERN_CHECK(active_reads_.empty(), "kv engine destroyed with live transactions");
     stop_ = true;
   }
@@ -386,19 +387,28 @@ OccEngine::~OccEngine() {
   if (writer_.joinable()) writer_.join();
 }
 
+// Transactions start without the engine mutex (the commit path holds it).
+// committed_version_ is published only after its batch is applied, so a
+// snapshot taken after reading it holds at least that version. A read-write
+// transaction registers its read version under reads_mu_, which prune()
+// also takes: history it needs is never pruned in between.
 std::unique_ptr<Transaction> OccEngine::begin() {
-  std::lock_guard lock(mu_);
-  active_reads_.insert(committed_version_);
-  return std::make_unique<TxnImpl>(this, store_->snapshot(), committed_version_, false);
+  uint64_t v;
+  {
+    std::lock_guard lock(reads_mu_);
+    v = committed_version_.load(std::memory_order_acquire);
+    active_reads_.insert(v);
+  }
+  return std::make_unique<TxnImpl>(this, store_->snapshot(), v, false);
 }
 
 std::unique_ptr<ReadTransaction> OccEngine::beginRead() {
-  std::lock_guard lock(mu_);
-  return std::make_unique<TxnImpl>(this, store_->snapshot(), committed_version_, true);
+  uint64_t v = committed_version_.load(std::memory_order_acquire);
+  return std::make_unique<TxnImpl>(this, store_->snapshot(), v, true);
 }
 
 void OccEngine::releaseRead(uint64_t read_version) {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(reads_mu_);
   auto it = active_reads_.find(read_version);
   CISTERN_CHECK(it != active_reads_.end(), "releasing an unknown read version");
   active_reads_.erase(it);
@@ -423,7 +433,11 @@ Status OccEngine::resolve(const TxnImpl& txn) const {
 }
 
 void OccEngine::prune() {
-  uint64_t oldest = active_reads_.empty() ? committed_version_ : *active_reads_.begin();
+  uint64_t oldest;
+  {
+    std::lock_guard reads(reads_mu_);
+    oldest = active_reads_.empty() ? committed_version_.load() : *active_reads_.begin();
+  }
   while (!history_.empty() && history_.front().version <= oldest) history_.pop_front();
   while (history_.size() > options_.conflict_history_max) {
     forgotten_version_ = history_.front().version;
@@ -570,7 +584,7 @@ void OccEngine::applyBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
     if (s.ok()) s = store_->apply(b.ops, b.last, options_.sync_commits);
     lock.lock();
     if (s.ok()) {
-      committed_version_ = b.last;
+      committed_version_.store(b.last, std::memory_order_release);
     } else {
       setFailed(s);
     }

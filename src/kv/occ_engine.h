@@ -32,6 +32,7 @@
 // is durable.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -109,12 +110,14 @@ class OccEngine final : public Engine {
   uint32_t inflight_ = 0;            // batches formed and not yet applied
   std::condition_variable turn_cv_;  // a batch was applied, or the engine failed
   uint64_t assigned_version_ = 0;    // last version given to a transaction
-  uint64_t committed_version_ = 0;   // last version applied and visible
+  // Last version applied and visible; written under mu_, read anywhere.
+  std::atomic<uint64_t> committed_version_{0};
   // Versions <= forgotten_version_ are no longer in history_.
   uint64_t forgotten_version_ = 0;
   std::deque<HistoryEntry> history_;
-  std::multiset<uint64_t> active_reads_;
-  Status failed_;  // sticky: a failed apply leaves the store in doubt
+  std::mutex reads_mu_;                   // after mu_ when both are held
+  std::multiset<uint64_t> active_reads_;  // GUARDED_BY(reads_mu_)
+  Status failed_;                         // sticky: a failed apply leaves the store in doubt
 
   // Synced commits with one log write at a time have a log writer thread.
   std::thread writer_;

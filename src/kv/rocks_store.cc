@@ -10,6 +10,7 @@
 #include <rocksdb/write_batch.h>
 
 #include <atomic>
+#include <mutex>
 
 #include "common/log.h"
 #include "kv/commit_log.h"
@@ -121,6 +122,7 @@ class RocksStore final : public Store {
   RocksStore(std::unique_ptr<rocksdb::DB> db, uint64_t recovered)
       : db_(std::move(db)), recovered_(recovered), applied_(recovered) {}
   ~RocksStore() override {
+    snap_.reset();
     bool had_log = log_ != nullptr;
     log_.reset();  // stops the checkpoint thread first
     if (had_log) {
@@ -142,8 +144,18 @@ class RocksStore final : public Store {
     return v;
   }
 
+  // Transactions that start between two batches share one RocksDB snapshot:
+  // taking and releasing one locks the DB mutex, which the writes contend
+  // for. A snapshot is labelled with the version applied before it was taken,
+  // so it holds at least that version.
   std::shared_ptr<StoreSnapshot> snapshot() override {
-    return std::make_shared<RocksSnapshot>(db_.get());
+    std::lock_guard lock(snap_mu_);
+    uint64_t v = applied_.load(std::memory_order_acquire);
+    if (!snap_ || snap_version_ != v) {
+      snap_ = std::make_shared<RocksSnapshot>(db_.get());
+      snap_version_ = v;
+    }
+    return snap_;
   }
 
   uint64_t recoveredVersion() const override { return recovered_; }
@@ -177,6 +189,9 @@ class RocksStore final : public Store {
   std::unique_ptr<CommitLog> log_;  // set before the engine runs
   const uint64_t recovered_;
   std::atomic<uint64_t> applied_;
+  std::mutex snap_mu_;
+  std::shared_ptr<StoreSnapshot> snap_;  // GUARDED_BY(snap_mu_)
+  uint64_t snap_version_ = 0;            // GUARDED_BY(snap_mu_)
 };
 
 }  // namespace
@@ -227,6 +242,7 @@ Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& option
   lo.dir = options.path + "/commit-log";
   lo.segment_bytes = options.log_segment_bytes;
   lo.segments_max = options.log_segments_max;
+  lo.direct_io = options.log_direct_io && options.engine.sync_commits;
   ASSIGN_OR_RETURN(auto log, CommitLog::open(lo, persisted, replay, &last));
   if (last > persisted) RETURN_ON_ERROR(fromRocks(db->Flush(rocksdb::FlushOptions()), "flush"));
   auto store = std::make_unique<RocksStore>(std::move(db), last);
