@@ -21,9 +21,11 @@
 #include <vector>
 
 #include "common/crc32c.h"
+#include "common/endian.h"
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "kv/commit_log.h"
 #include "storage/io_backend.h"
 
 namespace cistern::storage {
@@ -51,6 +53,19 @@ uint32_t slotsPerGroup(const ChunkEngineOptions& o, uint32_t c) {
 }
 
 std::string idText(const ChunkId& id) { return fmt::format("chunk {}:{}", id.inode, id.index); }
+
+// With the metadata commit log, every RocksDB batch also stores its version
+// under this key; it is longer than a chunk key (12 bytes) so no chunk can
+// have it, and it sorts after all of them.
+const std::string kMetaVersionKey = std::string(12, '\xff') + "/applied_version";
+
+bool isChunkKey(const rocksdb::Slice& key) { return key.size() == 12; }
+
+std::string encodeVersion(uint64_t v) {
+  std::string out;
+  appendLE<uint64_t>(out, v);
+  return out;
+}
 
 }  // namespace
 
@@ -142,11 +157,79 @@ Status ChunkEngine::writeRecords(const std::vector<PendingCommit*>& batch) {
   rocksdb::WriteBatch wb;
   for (PendingCommit* p : batch) (void)(p->erase ? wb.Delete(p->key) : wb.Put(p->key, p->value));
   rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
+  uint64_t version = meta_version_ + 1;
+  if (meta_log_) {
+    // Durable in the log first; RocksDB only holds it in its memtable until
+    // a checkpoint flushes it.
+    kv::WriteBatch ops;
+    ops.reserve(batch.size());
+    for (PendingCommit* p : batch)
+      ops.push_back({p->erase ? kv::WriteOp::kClear : kv::WriteOp::kSet, p->key, p->value});
+    Status ls = meta_log_->append(version, version, kv::encodeLogBatch(ops), options_.sync);
+    if (!ls.ok()) return fail("metadata log: " + ls.toString());
+    meta_version_ = version;
+    (void)wb.Put(kMetaVersionKey, encodeVersion(version));
+    wo.disableWAL = true;
+  } else {
+    wo.sync = options_.sync;
+  }
   rocksdb::Status ps = db_->Write(wo, &wb);
-  if (ps.IsNoSpace()) return Status(ErrorCode::kNoSpace, "chunk metadata: " + ps.ToString());
+  if (ps.IsNoSpace() && !meta_log_)
+    return Status(ErrorCode::kNoSpace, "chunk metadata: " + ps.ToString());
   if (!ps.ok()) return fail("metadata write: " + ps.ToString());
+  meta_applied_.store(version, std::memory_order_release);
   return Status::OK();
+}
+
+// Replays the metadata log past the version RocksDB holds, then starts it.
+Status ChunkEngine::openMetaLog() {
+  std::string raw;
+  uint64_t persisted = 0;
+  rocksdb::Status gs = db_->Get(rocksdb::ReadOptions(), kMetaVersionKey, &raw);
+  if (gs.ok() && raw.size() == 8) {
+    persisted = getLE<uint64_t>(raw, 0);
+  } else if (gs.ok()) {
+    return Status(ErrorCode::kCorruption,
+                  fmt::format("{}/meta: applied version of {} bytes", options_.path, raw.size()));
+  } else if (!gs.IsNotFound()) {
+    return fromRocks(gs, "read the metadata version of " + options_.path);
+  }
+  kv::CommitLogOptions lo;
+  lo.dir = options_.path + "/meta-log";
+  lo.segment_bytes = options_.meta_log_segment_bytes;
+  lo.segments_max = 8;
+  lo.direct_io = options_.sync;
+  auto replay = [this](const kv::LogRecord& rec, kv::WriteBatch& ops) -> Status {
+    rocksdb::WriteBatch wb;
+    for (const kv::WriteOp& op : ops) {
+      if (op.kind == kv::WriteOp::kSet) {
+        (void)wb.Put(op.key, op.value);
+      } else if (op.kind == kv::WriteOp::kClear) {
+        (void)wb.Delete(op.key);
+      } else {
+        return Status(ErrorCode::kCorruption,
+                      fmt::format("{}/meta-log: versions {}..{}: an operation of kind {}",
+                                  options_.path, rec.first, rec.last, static_cast<int>(op.kind)));
+      }
+    }
+    (void)wb.Put(kMetaVersionKey, encodeVersion(rec.last));
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = true;  // persisted by the flush below
+    return fromRocks(db_->Write(wo, &wb), "replay metadata of " + options_.path);
+  };
+  uint64_t last = persisted;
+  ASSIGN_OR_RETURN(meta_log_, kv::CommitLog::open(lo, persisted, replay, &last));
+  if (last > persisted)
+    RETURN_ON_ERROR(fromRocks(db_->Flush(rocksdb::FlushOptions()), "flush " + options_.path));
+  meta_version_ = last;
+  meta_applied_.store(last);
+  return meta_log_->start(last + 1, [this] { return checkpointMeta(); });
+}
+
+Result<uint64_t> ChunkEngine::checkpointMeta() {
+  uint64_t v = meta_applied_.load(std::memory_order_acquire);
+  RETURN_ON_ERROR(fromRocks(db_->Flush(rocksdb::FlushOptions()), "flush " + options_.path));
+  return v;
 }
 
 ChunkEngine::ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB> db)
@@ -156,6 +239,12 @@ ChunkEngine::ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB
 }
 
 ChunkEngine::~ChunkEngine() {
+  if (meta_log_) {
+    meta_log_.reset();  // stops its checkpoint thread
+    rocksdb::Status f = db_->Flush(rocksdb::FlushOptions());
+    if (!f.ok()) CLOG_WARN("storage", "target {}: metadata flush at close: {}", options_.path,
+                           f.ToString());
+  }
   if (db_) (void)db_->Close();
 }
 
@@ -179,6 +268,7 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   }
   if (!io.ok()) return io.status().withContext("target " + options.path);
   engine->io_ = std::move(io).value();
+  if (options.meta_commit_log) RETURN_ON_ERROR(engine->openMetaLog());
   RETURN_ON_ERROR(engine->rebuild());
   return engine;
 }
@@ -188,6 +278,7 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
 Status ChunkEngine::rebuild() {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (!isChunkKey(it->key())) continue;
     std::string_view key(it->key().data(), it->key().size());
     ASSIGN_OR_RETURN(ChunkId id, decodeChunkKey(key));
     auto m = decodeChunkMeta(std::string_view(it->value().data(), it->value().size()));
@@ -647,6 +738,7 @@ Result<std::vector<std::pair<ChunkId, ChunkMeta>>> ChunkEngine::list(ChunkId fro
   std::vector<std::pair<ChunkId, ChunkMeta>> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(encodeChunkKey(from)); it->Valid() && out.size() < limit; it->Next()) {
+    if (!isChunkKey(it->key())) continue;
     ASSIGN_OR_RETURN(ChunkId id,
                      decodeChunkKey(std::string_view(it->key().data(), it->key().size())));
     auto m = decodeChunkMeta(std::string_view(it->value().data(), it->value().size()));
@@ -670,6 +762,7 @@ Result<std::vector<ChunkId>> ChunkEngine::scrub(uint64_t bytes_per_second,
   uint64_t bytes = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     if (stop && stop->load()) break;
+    if (!isChunkKey(it->key())) continue;
     ASSIGN_OR_RETURN(ChunkId id,
                      decodeChunkKey(std::string_view(it->key().data(), it->key().size())));
     auto m = decodeChunkMeta(std::string_view(it->value().data(), it->value().size()));

@@ -41,14 +41,19 @@ class ChunkEngineTest : public ::testing::TestWithParam<std::string> {
     fault::disableAll();
     std::filesystem::remove_all(dir_);
   }
-  void reopen() {
-    engine_.reset();
+  ChunkEngineOptions options() const {
     ChunkEngineOptions o;
     o.path = dir_;
     o.group_bytes = 1 << 20;  // small groups so tests cross group boundaries
     o.reserved_bytes = 0;
-    o.io_engine = GetParam();
-    auto e = ChunkEngine::open(o);
+    // "psync_wal": metadata in RocksDB's synced WAL instead of the commit log.
+    o.io_engine = GetParam() == "psync_wal" ? "psync" : GetParam();
+    o.meta_commit_log = GetParam() != "psync_wal";
+    return o;
+  }
+  void reopen() {
+    engine_.reset();
+    auto e = ChunkEngine::open(options());
     ASSERT_TRUE(e.ok()) << e.status().toString();
     engine_ = std::move(e).value();
   }
@@ -123,11 +128,8 @@ TEST_P(ChunkEngineTest, RepeatedOverwritesReuseSlotsInsteadOfGrowing) {
 // file took 77 GB of pre-allocated group files).
 TEST_P(ChunkEngineTest, ParallelRunStartsDoNotGrowTheTarget) {
   engine_.reset();
-  ChunkEngineOptions o;
-  o.path = dir_;
+  ChunkEngineOptions o = options();
   o.group_bytes = 128 << 20;  // 128 slots of the 1 MiB class: two 64-slot words
-  o.reserved_bytes = 0;
-  o.io_engine = GetParam();
   auto e = ChunkEngine::open(o);
   ASSERT_TRUE(e.ok()) << e.status().toString();
   engine_ = std::move(e).value();
@@ -523,7 +525,8 @@ TEST_P(ChunkEngineTest, BadRequestsGetClearErrors) {
   EXPECT_TRUE(engine_->write({5, 1}, 0, one, 8).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(IoEngines, ChunkEngineTest, ::testing::Values("io_uring", "psync"),
+INSTANTIATE_TEST_SUITE_P(IoEngines, ChunkEngineTest,
+                         ::testing::Values("io_uring", "psync", "psync_wal"),
                          [](const auto& info) { return info.param; });
 
 // A target on a 3 MiB tmpfs fills up: writes fail with kNoSpace (ENOSPC),
@@ -548,6 +551,7 @@ TEST(ChunkEngineNoSpace, FullFilesystemGivesNoSpaceAndKeepsData) {
     o.path = mnt + "/target";
     o.group_bytes = 1 << 20;
     o.reserved_bytes = 512 * 1024;
+    o.meta_log_segment_bytes = 64 << 10;  // a 3 MiB file system: small log segments
     auto e = ChunkEngine::open(o);
     ASSERT_TRUE(e.ok()) << e.status().toString();
     std::vector<std::vector<uint8_t>> written;
