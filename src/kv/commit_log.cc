@@ -274,6 +274,7 @@ Status CommitLog::scan(uint64_t persisted_version, const Replay& replay, uint64_
 }
 
 Result<int> CommitLog::createSegmentFile(uint32_t id) {
+  RETURN_ON_ERROR(CISTERN_FAULT("kv.log.create_segment"));
   std::string path = segmentPath(options_.dir, id);
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0644);
@@ -415,11 +416,24 @@ Status CommitLog::activate(std::unique_lock<std::mutex>& lock) {
       active_ = static_cast<int>(i);
       offset_ = kLogSegmentHeaderBytes;
       tail_len_ = 0;
+      spare_failed_ = false;
       return Status::OK();
     }
     if (segments_.size() < options_.segments_max && !creating_) {
-      RETURN_ON_ERROR(addSegment(lock));
-      continue;
+      Status st = addSegment(lock);
+      if (st.ok()) continue;
+      // A full disk is not fatal while a checkpoint will free a sealed
+      // segment (or freed one while the file was being made): wait for it,
+      // as when all segments are in use.
+      if (st.code() != ErrorCode::kNoSpace) return st;
+      bool freed = false, sealed = false;
+      for (const Segment& g : segments_) {
+        freed |= g.state == Segment::kFree;
+        sealed |= g.state == Segment::kSealed;
+      }
+      if (freed) continue;
+      if (!sealed) return st;
+      CLOG_WARN("kv", "commit log: {}; waiting for a checkpoint to free a segment", st.toString());
     }
     cv_.wait(lock);
   }
@@ -535,8 +549,8 @@ void CommitLog::checkpointLoop() {
                               [](const Segment& s) { return s.state == Segment::kSealed; });
     // A spare is made once the active segment is half full, so that a store
     // that writes little never makes a second file.
-    bool want_spare = !creating_ && segments_.size() < options_.segments_max && active_ >= 0 &&
-                      offset_ * 2 > options_.segment_bytes &&
+    bool want_spare = !creating_ && !spare_failed_ && segments_.size() < options_.segments_max &&
+                      active_ >= 0 && offset_ * 2 > options_.segment_bytes &&
                       std::none_of(segments_.begin(), segments_.end(),
                                    [](const Segment& s) { return s.state == Segment::kFree; });
     if (!failed_.ok() || (!sealed && !want_spare)) {
@@ -546,8 +560,12 @@ void CommitLog::checkpointLoop() {
     if (want_spare) {
       // A spare ready before the active segment fills keeps file creation
       // off the commit path.
-      if (Status st = addSegment(lock); !st.ok())
+      if (Status st = addSegment(lock); !st.ok()) {
+        // Not again before the next segment is activated (no busy retries
+        // on a full disk).
+        spare_failed_ = true;
         CLOG_WARN("kv", "commit log: spare segment: {}", st.toString());
+      }
       cv_.notify_all();
       continue;
     }

@@ -29,7 +29,9 @@
 // A segment of another size than configured is replayed, then removed.
 // Space: a sealed segment is reused once a checkpoint (a RocksDB flush)
 // covers its last version. At most `segments_max` segments exist; an append
-// that finds none free waits for the checkpoint thread (backpressure).
+// that finds none free waits for the checkpoint thread (backpressure), also
+// when a new segment cannot be created for lack of space (kNoSpace) while a
+// sealed one exists. Without any segment to wait for, kNoSpace fails the log.
 #pragma once
 
 #include <condition_variable>
@@ -149,8 +151,9 @@ class CommitLog {
   uint64_t next_first_ = 0;
   uint32_t turn_waiters_ = 0;
   uint64_t epoch_ = 0;
-  uint64_t generation_ = 0;  // the newest in use
-  bool creating_ = false;    // a segment file is being created
+  uint64_t generation_ = 0;    // the newest in use
+  bool creating_ = false;      // a segment file is being created
+  bool spare_failed_ = false;  // since the last activation
   bool stop_ = false;
   uint64_t checkpoints_ = 0;
   Status failed_;

@@ -64,7 +64,8 @@ class CommitLogTest : public ::testing::TestWithParam<bool> {
   }
 
   void append(CommitLog& log, uint64_t first, uint64_t last, const std::string& tag) {
-    ASSERT_TRUE(log.append(first, last, encodeLogBatch(batchOf(tag)), true).ok());
+    Status s = log.append(first, last, encodeLogBatch(batchOf(tag)), true);
+    ASSERT_TRUE(s.ok()) << "version " << first << ": " << s.toString();
   }
 
   std::string segment(int id) const {
@@ -408,6 +409,46 @@ TEST_P(CommitLogTest, RecordsOfEverySizeAcrossBlockBoundariesAllComeBack) {
   EXPECT_EQ(last, 120u);
   ASSERT_EQ(got.size(), values.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], values[i]) << "version " << i + 1;
+}
+
+TEST_P(CommitLogTest, AFullDiskWaitsForACheckpointInsteadOfFailing) {
+  auto log = open(0);
+  ASSERT_TRUE(log);
+  append(*log, 1, 1, "1");  // the first segment exists
+  // From now on no segment file can be created: the spare made at half a
+  // segment fails (once, not in a loop), and when the active segment fills
+  // the append waits for the checkpoint to free it and reuses it.
+  fault::Spec full;
+  full.code = ErrorCode::kNoSpace;
+  fault::enable("kv.log.create_segment", full);
+  checkpointed_ = 1u << 30;  // the store persists everything
+  // ~200 bytes a record, 64 KiB segments: 1,000 records fill several.
+  for (uint64_t v = 2; v <= 1000; ++v) append(*log, v, v, std::to_string(v));
+  uint64_t attempts = fault::fired("kv.log.create_segment");
+  EXPECT_GE(attempts, 1u);
+  EXPECT_LE(attempts, 20u) << "segment creation retried in a loop";
+  EXPECT_EQ(log->segmentCount(), 1u);
+  EXPECT_GT(log->checkpoints(), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(fault::fired("kv.log.create_segment"), attempts) << "retried while idle";
+  fault::disableAll();
+  log.reset();
+  std::vector<Replayed> got;
+  uint64_t last = 0;
+  auto again = open(990, &got, &last);
+  ASSERT_EQ(got.size(), 10u);
+  EXPECT_EQ(got.front().first, 991u);
+  EXPECT_EQ(last, 1000u);
+}
+
+TEST_P(CommitLogTest, AFullDiskBeforeTheFirstSegmentFailsTheAppend) {
+  auto log = open(0);
+  ASSERT_TRUE(log);
+  fault::Spec full;
+  full.code = ErrorCode::kNoSpace;
+  fault::enable("kv.log.create_segment", full);
+  EXPECT_EQ(log->append(1, 1, encodeLogBatch(batchOf("1")), true).code(), ErrorCode::kNoSpace);
+  fault::disableAll();
 }
 
 TEST(CommitLogDirect, AFileSystemWithoutODirectFallsBackToBufferedWrites) {

@@ -242,8 +242,8 @@ ChunkEngine::~ChunkEngine() {
   if (meta_log_) {
     meta_log_.reset();  // stops its checkpoint thread
     rocksdb::Status f = db_->Flush(rocksdb::FlushOptions());
-    if (!f.ok()) CLOG_WARN("storage", "target {}: metadata flush at close: {}", options_.path,
-                           f.ToString());
+    if (!f.ok())
+      CLOG_WARN("storage", "target {}: metadata flush at close: {}", options_.path, f.ToString());
   }
   if (db_) (void)db_->Close();
 }

@@ -13,10 +13,10 @@
 // the committed length (committed bytes and CRCs are never touched); any other
 // write is copy-on-write into a fresh slot. Either way the data is synced,
 // then the metadata record is replaced in one synced commit-log record (and
-// RocksDB, WAL off; docs/chunk_format.md), then (COW) the old slot is released. A crash shows the old or the new chunk, never a
-// mix; a slot written but not committed is free again after reopen, because
-// the slot bitmaps are rebuilt from the metadata. An fsync error puts the
-// engine into a failed, read-only state (never retried).
+// RocksDB, WAL off; docs/chunk_format.md), then (COW) the old slot is released. A crash shows the
+// old or the new chunk, never a mix; a slot written but not committed is free again after reopen,
+// because the slot bitmaps are rebuilt from the metadata. An fsync error puts the engine into a
+// failed, read-only state (never retried).
 //
 // Threads: all methods are thread-safe; writes to one chunk are serialized by
 // a striped lock, writes to different chunks run in parallel and are group-
