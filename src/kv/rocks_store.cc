@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "kv/commit_log.h"
 #include "kv/occ_engine.h"
+#include "kv/rocks_batch.h"
 #include "kv/store.h"
 
 namespace cistern::kv {
@@ -95,23 +96,7 @@ constexpr std::string_view kAppliedKey = "\xff\xff/engine/applied_version";
 Status writeBatch(rocksdb::DB* db, const WriteBatch& batch, uint64_t version,
                   const rocksdb::WriteOptions& wo) {
   rocksdb::WriteBatch wb;
-  for (const WriteOp& op : batch) {
-    rocksdb::Status s;
-    switch (op.kind) {
-      case WriteOp::kSet:
-        s = wb.Put(slice(op.key), slice(op.value));
-        break;
-      case WriteOp::kClear:
-        s = wb.Delete(slice(op.key));
-        break;
-      case WriteOp::kClearRange:
-        s = wb.DeleteRange(slice(op.key), slice(op.value));
-        break;
-      case WriteOp::kAdd:
-        return Status(ErrorCode::kInternal, "kAdd reached the store");
-    }
-    RETURN_ON_ERROR(fromRocks(s, "batch"));
-  }
+  RETURN_ON_ERROR(appendToRocksBatch(batch, &wb));
   RETURN_ON_ERROR(fromRocks(
       wb.Put(slice(kAppliedKey), slice(encodeCounter(static_cast<int64_t>(version)))), "batch"));
   return fromRocks(db->Write(wo, &wb), "write");
@@ -195,6 +180,27 @@ class RocksStore final : public Store {
 };
 
 }  // namespace
+
+Status appendToRocksBatch(const WriteBatch& batch, rocksdb::WriteBatch* out) {
+  for (const WriteOp& op : batch) {
+    rocksdb::Status s;
+    switch (op.kind) {
+      case WriteOp::kSet:
+        s = out->Put(slice(op.key), slice(op.value));
+        break;
+      case WriteOp::kClear:
+        s = out->Delete(slice(op.key));
+        break;
+      case WriteOp::kClearRange:
+        s = out->DeleteRange(slice(op.key), slice(op.value));
+        break;
+      case WriteOp::kAdd:
+        return Status(ErrorCode::kInternal, "kAdd reached the store");
+    }
+    RETURN_ON_ERROR(fromRocks(s, "batch"));
+  }
+  return Status::OK();
+}
 
 Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& options) {
   rocksdb::Options o;

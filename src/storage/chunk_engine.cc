@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "kv/commit_log.h"
+#include "kv/rocks_batch.h"
 #include "storage/io_backend.h"
 
 namespace cistern::storage {
@@ -154,17 +155,17 @@ Status ChunkEngine::writeRecords(const std::vector<PendingCommit*>& batch) {
   batch_size.observe(batch.size());
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
+  kv::WriteBatch ops;
+  ops.reserve(batch.size());
+  for (PendingCommit* p : batch)
+    ops.push_back({p->erase ? kv::WriteOp::kClear : kv::WriteOp::kSet, p->key, p->value});
   rocksdb::WriteBatch wb;
-  for (PendingCommit* p : batch) (void)(p->erase ? wb.Delete(p->key) : wb.Put(p->key, p->value));
+  if (Status bs = kv::appendToRocksBatch(ops, &wb); !bs.ok()) return fail(bs.toString());
   rocksdb::WriteOptions wo;
   uint64_t version = meta_version_ + 1;
   if (meta_log_) {
     // Durable in the log first; RocksDB only holds it in its memtable until
     // a checkpoint flushes it.
-    kv::WriteBatch ops;
-    ops.reserve(batch.size());
-    for (PendingCommit* p : batch)
-      ops.push_back({p->erase ? kv::WriteOp::kClear : kv::WriteOp::kSet, p->key, p->value});
     Status ls = meta_log_->append(version, version, kv::encodeLogBatch(ops), options_.sync);
     if (!ls.ok()) return fail("metadata log: " + ls.toString());
     meta_version_ = version;
@@ -201,16 +202,10 @@ Status ChunkEngine::openMetaLog() {
   lo.direct_io = options_.sync;
   auto replay = [this](const kv::LogRecord& rec, kv::WriteBatch& ops) -> Status {
     rocksdb::WriteBatch wb;
-    for (const kv::WriteOp& op : ops) {
-      if (op.kind == kv::WriteOp::kSet) {
-        (void)wb.Put(op.key, op.value);
-      } else if (op.kind == kv::WriteOp::kClear) {
-        (void)wb.Delete(op.key);
-      } else {
-        return Status(ErrorCode::kCorruption,
-                      fmt::format("{}/meta-log: versions {}..{}: an operation of kind {}",
-                                  options_.path, rec.first, rec.last, static_cast<int>(op.kind)));
-      }
+    if (Status bs = kv::appendToRocksBatch(ops, &wb); !bs.ok()) {
+      return Status(ErrorCode::kCorruption,
+                    fmt::format("{}/meta-log: versions {}..{}: {}", options_.path, rec.first,
+                                rec.last, bs.message()));
     }
     (void)wb.Put(kMetaVersionKey, encodeVersion(rec.last));
     rocksdb::WriteOptions wo;
