@@ -358,6 +358,11 @@ uint64_t CommitLog::checkpoints() const {
   return checkpoints_;
 }
 
+uint64_t CommitLog::spaceWaits() const {
+  std::lock_guard lock(mu_);
+  return space_waits_;
+}
+
 // Creates one more (free) segment file, outside the lock.
 Status CommitLog::addSegment(std::unique_lock<std::mutex>& lock) {
   creating_ = true;
@@ -435,6 +440,7 @@ Status CommitLog::activate(std::unique_lock<std::mutex>& lock) {
       if (!sealed) return st;
       CLOG_WARN("kv", "commit log: {}; waiting for a checkpoint to free a segment", st.toString());
     }
+    ++space_waits_;
     cv_.wait(lock);
   }
 }

@@ -117,6 +117,8 @@ class CommitLog {
 
   uint32_t segmentCount() const;
   uint64_t checkpoints() const;
+  // Times an append found every segment in use and waited for a checkpoint.
+  uint64_t spaceWaits() const;
 
  private:
   struct Segment {
@@ -156,6 +158,7 @@ class CommitLog {
   bool spare_failed_ = false;  // since the last activation
   bool stop_ = false;
   uint64_t checkpoints_ = 0;
+  uint64_t space_waits_ = 0;
   Status failed_;
   std::thread thread_;
 

@@ -288,10 +288,19 @@ TEST_P(CommitLogTest, AppendsWaitForACheckpointWhenEverySegmentIsInUse) {
       written = v;
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Wait for the writer to run out of segments (however slow the disk is),
+  // then check that it stays stopped.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (log->spaceWaits() == 0 && written.load() < 3000 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   uint64_t stalled_at = written.load();
+  EXPECT_GT(log->spaceWaits(), 0u);
   EXPECT_LT(stalled_at, 3000u) << "appends went past the segment limit";
   EXPECT_GT(stalled_at, 1000u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(written.load(), stalled_at) << "appends went on without a checkpoint";
   EXPECT_LE(log->segmentCount(), 4u);
   checkpointed_ = 1u << 30;  // the store caught up
   writer.join();
