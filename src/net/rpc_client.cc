@@ -21,6 +21,7 @@
 #include "common/metrics.h"
 #include "net/io_pool.h"
 #include "net/read_checksummed.h"
+#include "net/sync_connection.h"
 
 namespace cistern::net {
 
@@ -72,6 +73,22 @@ struct PendingCall {
   bool abandoned = false;  // the caller has returned: touch none of its memory
   bool receiving = false;  // the reader is reading into payload_dest
 };
+
+// What every call checks before it starts.
+Status checkCall(const Method& method, const google::protobuf::Message& request,
+                 const google::protobuf::Message* response, const CallOptions& options,
+                 const ClientOptions& client) {
+  CISTERN_CHECK(request.GetDescriptor() == method.input, method.name);
+  CISTERN_CHECK(response == nullptr || response->GetDescriptor() == method.output, method.name);
+  if (options.request_payload.size() > client.limits.payload_bytes_max) {
+    return Status(ErrorCode::kPayloadTooLarge,
+                  fmt::format("request payload of {} bytes exceeds {}",
+                              options.request_payload.size(), client.limits.payload_bytes_max));
+  }
+  if (options.cancel && options.cancel->cancelled())
+    return Status(ErrorCode::kCancelled, method.name);
+  return Status::OK();
+}
 
 struct OutFrame {
   uint64_t request_id;
@@ -135,6 +152,30 @@ struct RpcClient::Impl {
   std::atomic<uint64_t> rr{0};
   metrics::Counter* calls;
   metrics::Counter* errors;
+
+  struct SyncPool {
+    std::vector<std::unique_ptr<SyncConnection>> idle;
+    uint32_t open = 0;  // idle + in use
+  };
+  std::map<std::string, SyncPool> sync;  // under mu
+
+  // A connection for one callSync(), or null when the endpoint's are all in use.
+  std::unique_ptr<SyncConnection> takeSync(const Endpoint& ep) {
+    std::lock_guard lock(mu);
+    SyncPool& p = sync[ep.toString()];
+    if (!p.idle.empty()) {
+      auto c = std::move(p.idle.back());
+      p.idle.pop_back();
+      return c;
+    }
+    if (p.open >= options.sync_connections_per_endpoint) return nullptr;
+    ++p.open;
+    return std::make_unique<SyncConnection>(ep, options);
+  }
+  void giveBackSync(const Endpoint& ep, std::unique_ptr<SyncConnection> c) {
+    std::lock_guard lock(mu);
+    sync[ep.toString()].idle.push_back(std::move(c));
+  }
 
   std::shared_ptr<ClientConnection> pick(const Endpoint& ep) {
     std::lock_guard lock(mu);
@@ -242,16 +283,7 @@ awaitable<Status> ClientConnection::call(const Method& method,
   auto self = shared_from_this();
   uint32_t timeout_ms = options.timeout_ms ? options.timeout_ms : options_.call_timeout_ms;
   SteadyTime deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  CISTERN_CHECK(request.GetDescriptor() == method.input, method.name);
-  CISTERN_CHECK(response == nullptr || response->GetDescriptor() == method.output, method.name);
-  if (options.request_payload.size() > options_.limits.payload_bytes_max) {
-    co_return Status(
-        ErrorCode::kPayloadTooLarge,
-        fmt::format("request payload of {} bytes exceeds {}", options.request_payload.size(),
-                    options_.limits.payload_bytes_max));
-  }
-  if (options.cancel && options.cancel->cancelled())
-    co_return Status(ErrorCode::kCancelled, method.name);
+  if (Status s = checkCall(method, request, response, options, options_); !s.ok()) co_return s;
 
   CO_RETURN_ON_ERROR(co_await ensureConnected(deadline));
   while (inflight_ >= options_.inflight_per_connection_max) {
@@ -273,22 +305,9 @@ awaitable<Status> ClientConnection::call(const Method& method,
   auto frame = std::make_unique<OutFrame>();
   OutFrame& f = *frame;
   f.request_id = id;
-  f.message = request.SerializeAsString();
   f.payload = options.request_payload;
-  FrameHeader h;
-  h.request_id = id;
-  h.method = method.id;
-  h.deadline_ms = timeout_ms;
-  h.tenant_token = options.tenant_token;
-  h.priority = options.priority;
-  h.message_len = static_cast<uint32_t>(f.message.size());
-  h.payload_len = static_cast<uint32_t>(f.payload.size());
-  uint32_t crc = crc32c(f.message.data(), f.message.size());
-  if (options_.payload_crc && !f.payload.empty()) {
-    h.flags |= kFlagPayloadCrc;
-    crc = crc32cExtend(crc, f.payload.data(), f.payload.size());
-  }
-  h.body_crc = crc;
+  FrameHeader h =
+      requestHeader(method, request, options, timeout_ms, options_.payload_crc, id, &f.message);
   encodeHeader(h, f.header.data());
   out_.push_back(std::move(frame));
   write_signal_.cancel();
@@ -493,6 +512,7 @@ RpcClient::~RpcClient() {
   {
     std::lock_guard lock(impl_->mu);
     impl_->conns.clear();
+    impl_->sync.clear();
   }
   impl_->pool.reset();
 }
@@ -511,8 +531,22 @@ awaitable<Status> RpcClient::call(const Endpoint& to, const Method& method,
 Status RpcClient::callSync(const Endpoint& to, const Method& method,
                            const google::protobuf::Message& request,
                            google::protobuf::Message* response, CallOptions options) {
-  auto conn = impl_->pick(to);
   impl_->calls->inc();
+  if (impl_->options.sync_connections_per_endpoint > 0) {
+    if (Status s = checkCall(method, request, response, options, impl_->options); !s.ok()) {
+      impl_->errors->inc();
+      return s;
+    }
+    if (auto c = impl_->takeSync(to)) {
+      uint32_t timeout_ms =
+          options.timeout_ms ? options.timeout_ms : impl_->options.call_timeout_ms;
+      Status s = c->call(method, request, response, options, timeout_ms);
+      impl_->giveBackSync(to, std::move(c));
+      if (!s.ok()) impl_->errors->inc();
+      return s;
+    }
+  }
+  auto conn = impl_->pick(to);
   std::promise<Status> promise;
   auto future = promise.get_future();
   asio::co_spawn(conn->executor(), conn->call(method, request, response, options),

@@ -6,7 +6,9 @@
 //
 // The client keeps connections_per_endpoint connections to each endpoint,
 // opened on first use and re-opened after a failure, and multiplexes calls
-// over them by request id. At most inflight_per_connection_max calls are
+// over them by request id. callSync() first tries a connection of its own
+// from a small pool (sync_connections_per_endpoint), which the calling
+// thread drives itself. At most inflight_per_connection_max calls are
 // outstanding on a connection; more wait for a slot (backpressure), within
 // their deadline. Raw payloads are sent from, and received straight into,
 // caller-owned buffers without copies; the buffers must stay valid until the
@@ -53,6 +55,11 @@ struct ClientOptions {
   uint32_t connect_timeout_ms = 3000;
   // Deadline of calls that do not set one. Default: 30,000 ms.
   uint32_t call_timeout_ms = 30'000;
+  // Connections to each endpoint that a callSync() owns for the whole call,
+  // writing and reading on the calling thread (no I/O-thread hand-offs);
+  // callSync() uses the shared connections when all are busy. 0 = none.
+  // Default: 16.
+  uint32_t sync_connections_per_endpoint = 16;
   // Checksum request payloads (messages are always checksummed). Default: true.
   bool payload_crc = true;
   FrameLimits limits;

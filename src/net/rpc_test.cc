@@ -1,4 +1,5 @@
 // RPC server and client behaviour, including hostile and broken peers.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -82,7 +83,8 @@ asio::awaitable<Status> echo(CallContext& ctx, const EchoRequest& req, EchoRespo
   co_return Status::OK();
 }
 
-class RpcTest : public ::testing::Test {
+// Run with and without connections of their own for callSync().
+class RpcTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     log::setTestSink(&LogCapture::sink);
@@ -105,6 +107,7 @@ class RpcTest : public ::testing::Test {
   }
 
   RpcClient& client(ClientOptions o = {}) {
+    if (!GetParam()) o.sync_connections_per_endpoint = 0;
     if (!client_) client_ = std::make_unique<RpcClient>(o);
     return *client_;
   }
@@ -147,14 +150,14 @@ class RpcTest : public ::testing::Test {
   std::unique_ptr<RpcClient> client_;
 };
 
-TEST_F(RpcTest, EchoRoundTripsMessage) {
+TEST_P(RpcTest, EchoRoundTripsMessage) {
   EchoResponse resp;
   ASSERT_TRUE(echoCall("hello", &resp).ok());
   EXPECT_EQ(resp.text(), "hello");
   EXPECT_EQ(resp.request_payload_bytes(), 0u);
 }
 
-TEST_F(RpcTest, PayloadsTravelBothWaysIntoCallerBuffers) {
+TEST_P(RpcTest, PayloadsTravelBothWaysIntoCallerBuffers) {
   std::vector<uint8_t> out(3 << 20), in(4 << 20, 0);
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(i * 7);
   EchoRequest req;
@@ -171,7 +174,7 @@ TEST_F(RpcTest, PayloadsTravelBothWaysIntoCallerBuffers) {
   EXPECT_TRUE(std::equal(out.begin(), out.end(), in.begin()));
 }
 
-TEST_F(RpcTest, HandlerErrorsReachTheCallerWithCodeAndMessage) {
+TEST_P(RpcTest, HandlerErrorsReachTheCallerWithCodeAndMessage) {
   EchoRequest req;
   req.set_fail_code(static_cast<uint32_t>(ErrorCode::kNotFound));
   EchoResponse resp;
@@ -180,7 +183,7 @@ TEST_F(RpcTest, HandlerErrorsReachTheCallerWithCodeAndMessage) {
   EXPECT_EQ(s.message(), "requested failure");
 }
 
-TEST_F(RpcTest, UnknownMethodIsAnsweredAndTheConnectionStaysUsable) {
+TEST_P(RpcTest, UnknownMethodIsAnsweredAndTheConnectionStaysUsable) {
   EchoRequest req;
   EchoResponse resp;
   Status s = client().callSync(server_->endpoint(), kMissing(), req, &resp);
@@ -190,7 +193,7 @@ TEST_F(RpcTest, UnknownMethodIsAnsweredAndTheConnectionStaysUsable) {
   EXPECT_EQ(server_->connectionCount(), 1u);
 }
 
-TEST_F(RpcTest, UnparsableMessageIsAnsweredWithBadMessage) {
+TEST_P(RpcTest, UnparsableMessageIsAnsweredWithBadMessage) {
   asio::io_context io;
   auto s = rawConnect(io);
   asio::write(s, asio::buffer(validRequestFrame(kEcho().id, "\xff\xff\xff")));
@@ -201,7 +204,7 @@ TEST_F(RpcTest, UnparsableMessageIsAnsweredWithBadMessage) {
   EXPECT_EQ(h->status, static_cast<uint16_t>(ErrorCode::kBadMessage));
 }
 
-TEST_F(RpcTest, DeadlineExpiresAndLaterCallsStillWork) {
+TEST_P(RpcTest, DeadlineExpiresAndLaterCallsStillWork) {
   EchoRequest req;
   req.set_sleep_ms(1000);
   EchoResponse resp;
@@ -214,7 +217,7 @@ TEST_F(RpcTest, DeadlineExpiresAndLaterCallsStillWork) {
   EXPECT_EQ(resp.text(), "after");
 }
 
-TEST_F(RpcTest, CancelFromAnotherThreadEndsTheCall) {
+TEST_P(RpcTest, CancelFromAnotherThreadEndsTheCall) {
   auto token = std::make_shared<CancelToken>();
   std::thread canceller([token] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -233,7 +236,7 @@ TEST_F(RpcTest, CancelFromAnotherThreadEndsTheCall) {
             ErrorCode::kCancelled);
 }
 
-TEST_F(RpcTest, ThousandConcurrentCallsOnOneConnection) {
+TEST_P(RpcTest, ThousandConcurrentCallsOnOneConnection) {
   ClientOptions o;
   o.connections_per_endpoint = 1;
   o.inflight_per_connection_max = 64;
@@ -263,7 +266,7 @@ TEST_F(RpcTest, ThousandConcurrentCallsOnOneConnection) {
   EXPECT_EQ(server_->connectionCount(), 1u);
 }
 
-TEST_F(RpcTest, GarbageFromAPeerClosesOnlyThatConnection) {
+TEST_P(RpcTest, GarbageFromAPeerClosesOnlyThatConnection) {
   EchoResponse resp;
   ASSERT_TRUE(echoCall("warm", &resp).ok());
   asio::io_context io;
@@ -277,7 +280,7 @@ TEST_F(RpcTest, GarbageFromAPeerClosesOnlyThatConnection) {
   EXPECT_EQ(resp.text(), "unaffected");
 }
 
-TEST_F(RpcTest, OversizedLengthIsRejectedBeforeAllocating) {
+TEST_P(RpcTest, OversizedLengthIsRejectedBeforeAllocating) {
   asio::io_context io;
   auto s = rawConnect(io);
   FrameHeader h;
@@ -292,7 +295,7 @@ TEST_F(RpcTest, OversizedLengthIsRejectedBeforeAllocating) {
   EXPECT_TRUE(echoCall("fine", &resp).ok());
 }
 
-TEST_F(RpcTest, BodyChecksumMismatchClosesTheConnection) {
+TEST_P(RpcTest, BodyChecksumMismatchClosesTheConnection) {
   asio::io_context io;
   auto s = rawConnect(io);
   std::string frame = validRequestFrame(kEcho().id, "\x0a\x02hi");
@@ -302,7 +305,7 @@ TEST_F(RpcTest, BodyChecksumMismatchClosesTheConnection) {
   EXPECT_TRUE(LogCapture::contains("body checksum mismatch"));
 }
 
-TEST_F(RpcTest, PeerDisconnectingMidFrameIsLoggedAndSurvived) {
+TEST_P(RpcTest, PeerDisconnectingMidFrameIsLoggedAndSurvived) {
   {
     asio::io_context io;
     auto s = rawConnect(io);
@@ -326,7 +329,7 @@ TEST_F(RpcTest, PeerDisconnectingMidFrameIsLoggedAndSurvived) {
   EXPECT_TRUE(echoCall("alive", &resp).ok());
 }
 
-TEST_F(RpcTest, SlowReaderIsThrottledNotBuffered) {
+TEST_P(RpcTest, SlowReaderIsThrottledNotBuffered) {
   server_.reset();
   ServerOptions o;
   o.inflight_per_connection_max = 4;
@@ -356,7 +359,7 @@ TEST_F(RpcTest, SlowReaderIsThrottledNotBuffered) {
   EXPECT_GT(sent, 4);
 }
 
-TEST_F(RpcTest, ResponsePayloadLargerThanTheBufferFailsCleanly) {
+TEST_P(RpcTest, ResponsePayloadLargerThanTheBufferFailsCleanly) {
   EchoRequest req;
   req.set_payload_bytes(10000);
   EchoResponse resp;
@@ -367,7 +370,7 @@ TEST_F(RpcTest, ResponsePayloadLargerThanTheBufferFailsCleanly) {
   EXPECT_TRUE(echoCall("next", &resp).ok());
 }
 
-TEST_F(RpcTest, UnreachableServerFailsFastNamingTheEndpoint) {
+TEST_P(RpcTest, UnreachableServerFailsFastNamingTheEndpoint) {
   Endpoint ep = server_->endpoint();
   server_.reset();
   EchoRequest req;
@@ -377,7 +380,7 @@ TEST_F(RpcTest, UnreachableServerFailsFastNamingTheEndpoint) {
   EXPECT_NE(s.message().find(ep.toString()), std::string::npos) << s.toString();
 }
 
-TEST_F(RpcTest, ClientReconnectsAfterServerRestart) {
+TEST_P(RpcTest, ClientReconnectsAfterServerRestart) {
   EchoResponse resp;
   ASSERT_TRUE(echoCall("before", &resp).ok());
   server_.reset();
@@ -389,7 +392,7 @@ TEST_F(RpcTest, ClientReconnectsAfterServerRestart) {
   EXPECT_EQ(resp.text(), "after");
 }
 
-TEST_F(RpcTest, StopLetsInFlightCallsFinish) {
+TEST_P(RpcTest, StopLetsInFlightCallsFinish) {
   EchoRequest req;
   req.set_sleep_ms(300);
   req.set_text("finishing");
@@ -404,7 +407,7 @@ TEST_F(RpcTest, StopLetsInFlightCallsFinish) {
   EXPECT_EQ(server_->connectionCount(), 0u);
 }
 
-TEST_F(RpcTest, ServerMetricsCountCalls) {
+TEST_P(RpcTest, ServerMetricsCountCalls) {
   auto& calls = metrics::Registry::global().counter("rpc_server_calls_total",
                                                     {{"method", "cistern.test.EchoService.Echo"}});
   uint64_t before = calls.value();
@@ -415,6 +418,143 @@ TEST_F(RpcTest, ServerMetricsCountCalls) {
   EXPECT_NE(text.find("rpc_server_latency_us_count{method=\"cistern.test.EchoService.Echo\"}"),
             std::string::npos);
 }
+
+TEST_P(RpcTest, ManyBlockingCallersShareABoundedSetOfConnections) {
+  ClientOptions o;
+  o.connections_per_endpoint = 1;
+  o.sync_connections_per_endpoint = 3;
+  RpcClient& c = client(o);
+  constexpr int kThreads = 12;
+  std::atomic<int> ok{0};
+  std::atomic<size_t> most_connections{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        EchoRequest req;
+        req.set_text(fmt::format("{}-{}", t, i));
+        req.set_sleep_ms(20);
+        EchoResponse resp;
+        Status s = c.callSync(server_->endpoint(), kSlow(), req, &resp);
+        if (s.ok() && resp.text() == req.text()) ++ok;
+        size_t n = server_->connectionCount();
+        size_t m = most_connections.load();
+        while (n > m && !most_connections.compare_exchange_weak(m, n)) {
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), kThreads * 5);
+  // Three of their own (when enabled) plus the one shared connection.
+  EXPECT_LE(most_connections.load(), GetParam() ? 4u : 1u);
+  if (GetParam()) {
+    EXPECT_GE(most_connections.load(), 2u);
+  }
+}
+
+// A server that answers every request with the bytes `reply` returns, then
+// closes the connection when `reply` says so (empty reply: close at once).
+class FakeServer {
+ public:
+  explicit FakeServer(std::function<std::string(const FrameHeader&)> reply)
+      : reply_(std::move(reply)), acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}) {
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeServer() {
+    stop_ = true;
+    asio::error_code ec;
+    asio::ip::tcp::socket wake(io_);
+    wake.connect({asio::ip::make_address("127.0.0.1"), endpoint().port}, ec);
+    thread_.join();
+  }
+  Endpoint endpoint() const { return {"127.0.0.1", acceptor_.local_endpoint().port()}; }
+
+ private:
+  void serve() {
+    for (;;) {
+      asio::error_code ec;
+      asio::ip::tcp::socket s(io_);
+      acceptor_.accept(s, ec);
+      if (ec || stop_) return;
+      uint8_t hbuf[kHeaderSize];
+      asio::read(s, asio::buffer(hbuf), ec);
+      if (ec) continue;
+      auto h = decodeHeader(hbuf, {});
+      if (!h.ok()) continue;
+      std::string body(h->message_len + h->payload_len, '\0');
+      asio::read(s, asio::buffer(body), ec);
+      std::string out = reply_(*h);
+      if (!out.empty()) asio::write(s, asio::buffer(out), ec);
+      s.close(ec);
+    }
+  }
+  std::function<std::string(const FrameHeader&)> reply_;
+  std::atomic<bool> stop_{false};
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_;
+  std::thread thread_;
+};
+
+std::string responseFrame(const FrameHeader& req, const std::string& msg, uint64_t id_delta = 0,
+                          uint32_t crc_delta = 0) {
+  FrameHeader h;
+  h.flags = kFlagResponse;
+  h.request_id = req.request_id + id_delta;
+  h.method = req.method;
+  h.message_len = static_cast<uint32_t>(msg.size());
+  h.body_crc = crc32c(msg) + crc_delta;
+  std::string out(kHeaderSize, '\0');
+  encodeHeader(h, reinterpret_cast<uint8_t*>(out.data()));
+  return out + msg;
+}
+
+TEST_P(RpcTest, BrokenAnswersFromAServerAreClearErrors) {
+  EchoResponse good;
+  good.set_text("fine");
+  struct Case {
+    const char* what;
+    std::function<std::string(const FrameHeader&)> reply;
+    ErrorCode want;
+  } cases[] = {
+      {"closes without answering", [](const FrameHeader&) { return std::string(); },
+       ErrorCode::kConnectionClosed},
+      {"garbage header", [](const FrameHeader&) { return std::string(kHeaderSize, 'x'); },
+       ErrorCode::kBadFrame},
+      {"bad body checksum",
+       [&](const FrameHeader& h) { return responseFrame(h, good.SerializeAsString(), 0, 1); },
+       ErrorCode::kBadFrame},
+      {"unparsable message", [](const FrameHeader& h) { return responseFrame(h, "\xff\xff\xff"); },
+       ErrorCode::kBadMessage},
+      {"half a message",
+       [&](const FrameHeader& h) {
+         std::string f = responseFrame(h, good.SerializeAsString());
+         return f.substr(0, f.size() - 2);
+       },
+       ErrorCode::kConnectionClosed},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    FakeServer fake(c.reply);
+    RpcClient rpc(ClientOptions{.sync_connections_per_endpoint = GetParam() ? 2u : 0u});
+    EchoRequest req;
+    req.set_text("hello");
+    EchoResponse resp;
+    Status s = rpc.callSync(fake.endpoint(), kEcho(), req, &resp, {.timeout_ms = 5000});
+    EXPECT_EQ(s.code(), c.want) << s.toString();
+  }
+  // And a well-formed answer gets through the same fake.
+  FakeServer fake([&](const FrameHeader& h) { return responseFrame(h, good.SerializeAsString()); });
+  RpcClient rpc(ClientOptions{.sync_connections_per_endpoint = GetParam() ? 2u : 0u});
+  EchoRequest req;
+  EchoResponse resp;
+  ASSERT_TRUE(rpc.callSync(fake.endpoint(), kEcho(), req, &resp).ok());
+  EXPECT_EQ(resp.text(), "fine");
+}
+
+INSTANTIATE_TEST_SUITE_P(Calls, RpcTest, ::testing::Bool(), [](const auto& info) {
+  return info.param ? "own_connections" : "shared";
+});
 
 TEST(RpcServerStart, BindFailureNamesTheAddress) {
   RpcServer a(ServerOptions{.threads = 1});
