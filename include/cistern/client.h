@@ -127,6 +127,9 @@ class Client {
     uint64_t readahead_max_bytes = 8ull << 20;
     uint32_t retry_ms = 10000;  // transient errors are retried for this long
     uint32_t call_timeout_ms = 30000;
+    // Shared memory lent to storage servers on this host, which read chunk
+    // bytes straight into it instead of sending them over a socket; 0: off.
+    uint64_t shm_read_bytes = 64ull << 20;
   };
 
   static std::pair<std::unique_ptr<Client>, Error> connect(const Options& options);

@@ -15,11 +15,13 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
 
 #include "cistern/client.h"
+#include "client/shm_reads.h"
 #include "common/result.h"
 #include "meta.pb.h"
 #include "net/endpoint.h"
@@ -120,6 +122,10 @@ class ClientImpl final : public Client {
 
   Status refreshRouting();
   Result<ChainRoute> route(uint32_t chain);
+  // Reads the piece through shared memory when its server is on this host;
+  // nullopt when it cannot (another host, no free slot): read it plainly.
+  asio::awaitable<std::optional<Status>> shmRead(const ChainRoute& route, const meta::Inode& inode,
+                                                 Piece& piece);
 
   // Path handling: absolute, '.', '..' and repeated '/' folded lexically.
   Result<std::vector<std::string>> split(const std::string& path) const;
@@ -143,6 +149,7 @@ class ClientImpl final : public Client {
   std::atomic<uint64_t> seq_{0};
   std::unique_ptr<net::RpcClient> rpc_;
   std::unique_ptr<asio::thread_pool> driver_;
+  std::unique_ptr<ShmReads> shm_;  // null: off
 
   std::shared_mutex routing_mu_;
   net::Endpoint meta_endpoint_;

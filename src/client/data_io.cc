@@ -13,6 +13,8 @@
 #include <cstring>
 
 #include "client/client_impl.h"
+#include "common/log.h"
+#include "common/metrics.h"
 #include "storage.pb.h"
 #include "storage/remote_chunk_remover.h"
 
@@ -30,9 +32,19 @@ const net::Method& kBatchRead() {
   static const auto m = net::Method::of("cistern.storage.StorageService.BatchRead");
   return m;
 }
+const net::Method& kShmAttach() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.ShmAttach");
+  return m;
+}
 const net::Method& kTruncate() {
   static const auto m = net::Method::of("cistern.storage.StorageService.Truncate");
   return m;
+}
+
+// Chunk bytes read, by how they came: "shm" (same-host shared memory) or "socket".
+metrics::Counter& readBytes(const char* path) {
+  return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}},
+                                             "Chunk bytes read from storage servers");
 }
 
 bool retryable(const Status& s) {
@@ -67,6 +79,10 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
     Status s;
     auto r = route(p.chain);
     if (!r.ok()) co_return r.status().withContext(what());
+    // (Not a co_await inside a conditional expression: GCC 12 destroys its
+    // temporaries twice.)
+    std::optional<Status> via;
+    if (!write && shm_) via = co_await shmRead(*r, inode, p);
     if (write) {
       storage::WriteReq req;
       req.mutable_chunk()->set_inode(inode.ino());
@@ -77,6 +93,8 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
       net::CallOptions co;
       co.request_payload = std::span<const uint8_t>(p.data, p.length);
       s = co_await rpc_->call(r->endpoint, kWrite(), req, &resp, co);
+    } else if (via) {
+      s = *via;
     } else {
       storage::BatchReadReq req;
       auto* range = req.add_ranges();
@@ -98,6 +116,7 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
           s = Status(code, "");
         }
         if (s.ok() && got < p.length) std::memset(p.data + got, 0, p.length - got);
+        if (s.ok()) readBytes("socket").inc(got);
       }
     }
     if (s.ok()) co_return s;
@@ -110,6 +129,75 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
     co_await timer.async_wait(asio::use_awaitable);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
+}
+
+asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
+                                                           const meta::Inode& inode, Piece& p) {
+  const std::string key = r.endpoint.toString();
+  uint64_t handle = shm_->handleFor(key);
+  if (handle == ShmReads::kRefused || handle == ShmReads::kAttaching) co_return std::nullopt;
+  if (handle == ShmReads::kNotTried) {
+    storage::ShmAttachReq req;
+    shm_->fillAttach(&req);
+    storage::ShmAttachResp resp;
+    Status s = co_await rpc_->call(r.endpoint, kShmAttach(), req, &resp);
+    if (!s.ok()) {
+      // Unreachable or busy now: try again on a later read. Anything else (another
+      // host, an older server): plain reads from now on.
+      bool later = transient(s);
+      shm_->setHandle(key, later ? ShmReads::kNotTried : ShmReads::kRefused);
+      if (!later) CLOG_INFO("client", "plain reads from {}: {}", key, s.toString());
+      co_return std::nullopt;
+    }
+    handle = resp.handle();
+    shm_->setHandle(key, handle);
+  }
+  int slot = shm_->take();
+  if (slot < 0) co_return std::nullopt;
+  Status s;
+  bool clean = true;
+  for (uint32_t done = 0; done < p.length;) {
+    uint32_t n = std::min(p.length - done, shm_->slotBytes());
+    storage::BatchReadReq req;
+    auto* range = req.add_ranges();
+    range->mutable_chunk()->set_inode(inode.ino());
+    range->mutable_chunk()->set_index(p.index);
+    range->set_offset(p.offset + done);
+    range->set_length(n);
+    req.set_shm_handle(handle);
+    req.set_shm_offset(shm_->offset(slot));
+    storage::BatchReadResp resp;
+    s = co_await rpc_->call(r.endpoint, kBatchRead(), req, &resp);
+    if (!s.ok()) {
+      // Ended before the server answered: it may still write into the slot.
+      clean = !(s.code() == ErrorCode::kDeadlineExceeded || s.code() == ErrorCode::kCancelled ||
+                s.code() == ErrorCode::kConnectionClosed || s.code() == ErrorCode::kBadFrame);
+      break;
+    }
+    auto code = resp.codes_size() > 0 ? static_cast<ErrorCode>(resp.codes(0)) : ErrorCode::kOk;
+    uint32_t got = resp.lengths_size() > 0 ? std::min(resp.lengths(0), n) : 0;
+    if (code == ErrorCode::kNotFound) {
+      got = 0;  // a hole: the chunk was never written
+    } else if (code != ErrorCode::kOk) {
+      s = Status(code, "");
+      break;
+    }
+    std::memcpy(p.data + done, shm_->data(slot), got);
+    readBytes("shm").inc(got);
+    if (got < n) {
+      // The chunk ends here: the rest of the piece reads as zeros.
+      std::memset(p.data + done + got, 0, p.length - done - got);
+      break;
+    }
+    done += n;
+  }
+  shm_->give(slot, clean);
+  if (s.code() == ErrorCode::kNotFound) {
+    // The server dropped our memory (restarted, or made room): attach again.
+    shm_->setHandle(key, ShmReads::kNotTried);
+    co_return std::nullopt;
+  }
+  co_return s;
 }
 
 std::vector<Piece> ClientImpl::cut(const meta::Inode& inode, uint64_t offset, size_t n,

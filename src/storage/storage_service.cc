@@ -82,7 +82,8 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
     : engine_(engine),
       options_(options),
       pool_(options.blocking_threads),
-      buffers_(options.batch_read_bytes_max) {
+      buffers_(options.batch_read_bytes_max),
+      shm_(options.shm_attached_max, options.shm_bytes_max) {
   server.handle<WriteReq, WriteResp>(
       method("Write"),
       [this](net::CallContext& ctx, const WriteReq& req,
@@ -109,18 +110,39 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         }
         Admission admitted(*this, total);
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
+        std::shared_ptr<const ShmMapping> shm;
+        if (req.shm_handle() != 0) {
+          shm = shm_.get(req.shm_handle());
+          if (!shm) {
+            co_return Status(
+                ErrorCode::kNotFound,
+                fmt::format("shared memory handle {} is not attached", req.shm_handle()));
+          }
+          if (req.shm_offset() > shm->bytes || total > shm->bytes - req.shm_offset()) {
+            co_return Status(ErrorCode::kInvalidArgument,
+                             fmt::format("{} bytes at {} exceed the {} bytes of shared memory",
+                                         total, req.shm_offset(), shm->bytes));
+          }
+        }
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
-          auto out = std::make_shared<net::PooledBuffer>(buffers_.get(total));
+          std::shared_ptr<net::PooledBuffer> out;
+          uint8_t* dest;
+          if (shm) {
+            dest = shm->data + req.shm_offset();
+          } else {
+            out = std::make_shared<net::PooledBuffer>(buffers_.get(total));
+            dest = out->data();
+          }
           size_t at = 0;
           for (const auto& r : req.ranges()) {
             auto n = engine_.read(idOf(r.chunk()), r.offset(),
-                                  std::span<uint8_t>(out->data() + at, r.length()));
+                                  std::span<uint8_t>(dest + at, r.length()));
             resp.add_codes(static_cast<uint32_t>(n.code()));
             size_t got = n.ok() ? *n : 0;
             resp.add_lengths(static_cast<uint32_t>(got));
-            at += got;  // the payload carries only the bytes returned
+            at += got;  // only the bytes returned, back to back
           }
-          ctx.setResponsePayload(std::span<const uint8_t>(out->data(), at), out);
+          if (out) ctx.setResponsePayload(std::span<const uint8_t>(out->data(), at), out);
           return Status::OK();
         });
       });
@@ -200,6 +222,24 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         }
         co_return Status::OK();
       });
+  server.handle<ShmAttachReq, ShmAttachResp>(
+      method("ShmAttach"),
+      [this](net::CallContext&, const ShmAttachReq& req,
+             ShmAttachResp& resp) -> asio::awaitable<Status> {
+        // Opens and maps a file: cheap, but a syscall or three; on the pool.
+        co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          ASSIGN_OR_RETURN(uint64_t h, shm_.attach(req.boot_id(), req.pid(), req.fd(), req.bytes(),
+                                                   req.token()));
+          resp.set_handle(h);
+          return Status::OK();
+        });
+      });
+  server.handle<ShmDetachReq, ShmDetachResp>(method("ShmDetach"),
+                                             [this](net::CallContext&, const ShmDetachReq& req,
+                                                    ShmDetachResp&) -> asio::awaitable<Status> {
+                                               shm_.detach(req.handle());
+                                               co_return Status::OK();
+                                             });
 }
 
 StorageService::~StorageService() { pool_.join(); }

@@ -6,7 +6,8 @@
 // (foreground) or `background_share` of it (background QoS), the request is
 // refused with kTargetBusy (EAGAIN) and the client backs off and retries —
 // backpressure instead of unbounded queues. A batch read returns at most
-// `batch_read_bytes_max` bytes (kPayloadTooLarge beyond), into a pooled buffer.
+// `batch_read_bytes_max` bytes (kPayloadTooLarge beyond), into a pooled buffer
+// or, for a client on this host that attached shared memory, straight into it.
 // Today one service serves one target; chains come with mgmtd.
 #pragma once
 
@@ -16,6 +17,7 @@
 #include "net/buffer_pool.h"
 #include "net/rpc_server.h"
 #include "storage/chunk_engine.h"
+#include "storage/shm_registry.h"
 
 namespace cistern::storage {
 
@@ -24,6 +26,9 @@ struct StorageServiceOptions {
   uint64_t batch_read_bytes_max = 64ull << 20;
   uint64_t queued_bytes_max = 256ull << 20;
   double background_share = 0.25;
+  // Same-host clients' shared memory mapped for reads (shm_registry.h).
+  uint32_t shm_attached_max = 64;
+  uint64_t shm_bytes_max = 1ull << 30;
 };
 
 class StorageService {
@@ -44,6 +49,7 @@ class StorageService {
   StorageServiceOptions options_;
   asio::thread_pool pool_;
   net::BufferPool buffers_;
+  ShmRegistry shm_;
   std::atomic<uint64_t> queued_{0};
 };
 

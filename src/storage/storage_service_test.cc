@@ -3,11 +3,15 @@
 #include "storage/storage_service.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
 
 #include <filesystem>
 #include <future>
 
 #include "common/fault.h"
+#include "common/host.h"
 
 #include "common/random.h"
 #include "net/rpc_client.h"
@@ -212,6 +216,76 @@ TEST_F(StorageServiceTest, QueuedBytesAreBoundedPerTarget) {
   fault::disableAll();
   EXPECT_EQ(service_->queuedBytes(), 0u);
   EXPECT_TRUE(write(5, 9, 0, data, &w).ok());
+}
+
+TEST_F(StorageServiceTest, BatchReadsIntoAttachedSharedMemory) {
+  auto a = bytes(300000, 7);
+  WriteResp w;
+  ASSERT_TRUE(write(9, 0, 0, a, &w).ok());
+  // The client's memory: a header page with the token, then room for reads.
+  const uint64_t kBytes = 1 << 20;
+  int fd = ::memfd_create("test-reads", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, kBytes), 0);
+  auto* mem =
+      static_cast<uint8_t*>(::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  const std::string token = "a-token-of-at-least-16-bytes";
+  std::memcpy(mem, token.data(), token.size());
+  ShmAttachReq attach;
+  attach.set_boot_id(hostBootId());
+  attach.set_pid(static_cast<uint32_t>(::getpid()));
+  attach.set_fd(static_cast<uint32_t>(fd));
+  attach.set_bytes(kBytes);
+  attach.set_token(token);
+  ShmAttachResp attached;
+  ASSERT_TRUE(client_->callSync(server_->endpoint(), m("ShmAttach"), attach, &attached).ok());
+
+  BatchReadReq req;
+  auto* r = req.add_ranges();
+  r->mutable_chunk()->set_inode(9);
+  r->set_offset(4096);
+  r->set_length(200000);
+  r = req.add_ranges();
+  r->mutable_chunk()->set_inode(9);
+  r->set_offset(299000);
+  r->set_length(5000);  // 1,000 bytes left in the chunk
+  req.set_shm_handle(attached.handle());
+  req.set_shm_offset(8192);
+  BatchReadResp resp;
+  size_t payload = 123;
+  std::vector<uint8_t> buf(16);
+  ASSERT_TRUE(client_
+                  ->callSync(server_->endpoint(), m("BatchRead"), req, &resp,
+                             {.response_payload = buf, .response_payload_len = &payload})
+                  .ok());
+  EXPECT_EQ(payload, 0u) << "the bytes went to shared memory, not the socket";
+  ASSERT_EQ(resp.lengths_size(), 2);
+  EXPECT_EQ(resp.lengths(0), 200000u);
+  EXPECT_EQ(resp.lengths(1), 1000u);
+  EXPECT_EQ(0, std::memcmp(mem + 8192, a.data() + 4096, 200000));
+  EXPECT_EQ(0, std::memcmp(mem + 8192 + 200000, a.data() + 299000, 1000));
+
+  // Past the end of the memory; a handle the server does not know.
+  req.set_shm_offset(kBytes - 4096);
+  EXPECT_EQ(client_->callSync(server_->endpoint(), m("BatchRead"), req, &resp).code(),
+            ErrorCode::kInvalidArgument);
+  req.set_shm_offset(~0ull - 10);
+  EXPECT_EQ(client_->callSync(server_->endpoint(), m("BatchRead"), req, &resp).code(),
+            ErrorCode::kInvalidArgument);
+  ShmDetachReq detach;
+  detach.set_handle(attached.handle());
+  ShmDetachResp detached;
+  ASSERT_TRUE(client_->callSync(server_->endpoint(), m("ShmDetach"), detach, &detached).ok());
+  req.set_shm_offset(8192);
+  EXPECT_EQ(client_->callSync(server_->endpoint(), m("BatchRead"), req, &resp).code(),
+            ErrorCode::kNotFound);
+  // Another host's offer is refused.
+  attach.set_boot_id("some-other-host");
+  EXPECT_EQ(client_->callSync(server_->endpoint(), m("ShmAttach"), attach, &attached).code(),
+            ErrorCode::kNotFound);
+  ::munmap(mem, kBytes);
+  ::close(fd);
 }
 
 }  // namespace

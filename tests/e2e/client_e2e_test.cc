@@ -16,6 +16,7 @@
 
 #include "cistern/client.h"
 #include "common/crc32c.h"
+#include "common/metrics.h"
 #include "tests/support/cluster_process.h"
 #include "tests/support/http_get.h"
 
@@ -493,6 +494,65 @@ double sumOf(const std::map<std::string, double>& m, const std::string& prefix) 
   for (const auto& [k, v] : m)
     if (k.rfind(prefix, 0) == 0) s += v;
   return s;
+}
+
+TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
+  // A file with a hole, a short last chunk and odd edges.
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(client_->open("/shm", O_WRONLY | O_CREAT, 0644, &f));
+  std::vector<uint8_t> want(5 * kChunk + 4321, 0);
+  fill(want.data(), kChunk + 17, 0, 7);
+  fill(want.data() + 3 * kChunk + 5, 2 * kChunk + 4316, 3 * kChunk + 5, 8);
+  size_t done = 0;
+  ASSERT_FALSE(f->pwrite(want.data(), kChunk + 17, 0, &done));
+  ASSERT_FALSE(
+      f->pwrite(want.data() + 3 * kChunk + 5, want.size() - 3 * kChunk - 5, 3 * kChunk + 5, &done));
+  ASSERT_FALSE(f->close());
+
+  auto counter = [](const char* path) {
+    return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}}).value();
+  };
+  auto connectWith = [&](uint64_t shm_bytes) {
+    Client::Options o;
+    o.cluster = cluster_->cluster();
+    o.shm_read_bytes = shm_bytes;
+    auto [c, err] = Client::connect(o);
+    EXPECT_FALSE(err) << err.message;
+    return std::move(c);
+  };
+  // 1 MiB of shared memory: 64 KiB slots, so every chunk takes many reads.
+  auto with_shm = connectWith(1 << 20);
+  ASSERT_NE(with_shm, nullptr);
+  // The first read attaches to each server (pieces that find an attach in
+  // progress use the socket meanwhile); after that every byte comes through
+  // shared memory.
+  EXPECT_EQ(readAll(*with_shm, "/shm"), want);
+  uint64_t shm0 = counter("shm"), sock0 = counter("socket");
+  EXPECT_EQ(readAll(*with_shm, "/shm"), want);
+  uint64_t shm1 = counter("shm"), sock1 = counter("socket");
+  EXPECT_GE(shm1 - shm0, 3 * kChunk) << "the written chunks came through shared memory";
+  EXPECT_EQ(sock1, sock0);
+  // The same bytes over the socket when it is off.
+  auto without = connectWith(0);
+  ASSERT_NE(without, nullptr);
+  EXPECT_EQ(readAll(*without, "/shm"), want);
+  EXPECT_EQ(counter("shm"), shm1);
+  EXPECT_GE(counter("socket") - sock1, 3 * kChunk);
+  // Random reads at every alignment through the default (64 MiB) memory.
+  std::unique_ptr<File> r;
+  ASSERT_FALSE(client_->open("/shm", O_RDONLY, 0, &r));
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 200; ++i) {
+    uint64_t off = rng() % want.size();
+    size_t n = static_cast<size_t>(std::min<uint64_t>(rng() % (2 * kChunk) + 1, want.size() - off));
+    std::vector<uint8_t> got(n);
+    size_t g = 0;
+    ASSERT_FALSE(r->pread(got.data(), n, off, &g));
+    ASSERT_EQ(g, n);
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin() + static_cast<long>(off)))
+        << "at " << off << " length " << n;
+  }
+  EXPECT_FALSE(r->close());
 }
 
 TEST_F(E2E, MetricsParseAndMoveWithTheWorkload) {

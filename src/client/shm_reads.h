@@ -1,0 +1,68 @@
+// Same-host reads through shared memory (docs/client.md, "Same-host reads").
+//
+// The client owns one memfd: a 4 KiB header page holding a random token, then
+// `slots` slots of `slot_bytes`. Each storage server on this host maps it
+// once (ShmAttach, storage/shm_registry.h) and then reads chunk bytes
+// straight into a slot that the client names in its BatchRead; the client
+// copies them out. No socket carries the data, so a read costs the copies of
+// a local file read. Servers on other hosts refuse the attach and keep
+// getting plain reads. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace cistern::storage {
+class ShmAttachReq;
+}
+
+namespace cistern::client {
+
+class ShmReads {
+ public:
+  // Null when the memory cannot be made (the reason is logged).
+  static std::unique_ptr<ShmReads> create(uint32_t slots, uint32_t slot_bytes);
+  ~ShmReads();
+  ShmReads(const ShmReads&) = delete;
+  ShmReads& operator=(const ShmReads&) = delete;
+
+  uint32_t slotBytes() const { return slot_bytes_; }
+  // A free slot, or -1 when all are in use.
+  int take();
+  // `clean`: no server can still be writing into it. A slot given back
+  // unclean (its call ended before the server answered) is never reused.
+  void give(int slot, bool clean);
+  uint8_t* data(int slot) const { return base_ + offset(slot); }
+  uint64_t offset(int slot) const { return kHeaderBytes + uint64_t(slot) * slot_bytes_; }
+  void fillAttach(storage::ShmAttachReq* req) const;
+
+  // What the client knows of a server's attachment.
+  static constexpr uint64_t kNotTried = 0;
+  static constexpr uint64_t kAttaching = ~uint64_t{1};  // another call is attaching
+  static constexpr uint64_t kRefused = ~uint64_t{0};    // another host: plain reads
+  // The server's handle, or one of the values above; kNotTried becomes
+  // kAttaching for the one caller that should attach.
+  uint64_t handleFor(const std::string& endpoint);
+  void setHandle(const std::string& endpoint, uint64_t handle);
+  // Every (endpoint, handle) attached, for detaching.
+  std::vector<std::pair<std::string, uint64_t>> attached() const;
+
+ private:
+  static constexpr uint64_t kHeaderBytes = 4096;
+  ShmReads() = default;
+
+  int fd_ = -1;
+  uint8_t* base_ = nullptr;
+  uint64_t bytes_ = 0;
+  uint32_t slot_bytes_ = 0;
+  std::string token_;
+  mutable std::mutex mu_;
+  std::vector<int> free_;
+  std::map<std::string, uint64_t> handles_;
+};
+
+}  // namespace cistern::client
