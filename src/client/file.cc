@@ -80,7 +80,7 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
       size_ = std::max(size_, offset);
       continue;
     }
-    if (wbuf_.size() < chunk) wbuf_.resize(chunk);
+    wbuf_.ensure(chunk);
     uint64_t room = chunk - offset % chunk;
     size_t take = static_cast<size_t>(std::min<uint64_t>(room, n));
     std::memcpy(wbuf_.data(), p, take);
@@ -120,7 +120,7 @@ void FileImpl::dropPrefetch() {
 void FileImpl::startPrefetch(uint64_t offset) {
   if (prefetch_ || window_ == 0 || offset >= size_) return;
   size_t len = static_cast<size_t>(std::min<uint64_t>(window_, size_ - offset));
-  if (pbuf_.size() < len) pbuf_.resize(client_->options().readahead_max_bytes);
+  pbuf_.ensure(client_->options().readahead_max_bytes);
   pbuf_offset_ = offset;
   pbuf_len_ = len;
   prefetch_ = client_->startRead(inode_, offset, len, pbuf_.data());
@@ -164,7 +164,7 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
       return Status::OK();
     }
     size_t fetch = static_cast<size_t>(std::min<uint64_t>(window_, size_ - offset));
-    if (rbuf_.size() < fetch) rbuf_.resize(window_max);
+    rbuf_.ensure(window_max);
     rbuf_len_ = 0;
     RETURN_ON_ERROR(client_->readData(inode_, offset, fetch, rbuf_.data()));
     rbuf_offset_ = offset;

@@ -8,6 +8,7 @@
 // serialized by its mutex.
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -76,17 +77,32 @@ class FileImpl final : public File {
   Status sticky_error_;     // a failed flush: reported by fsync/close
   meta::Inode last_inode_;  // from the last meta Close
 
-  std::vector<uint8_t> wbuf_;
+  // Buffers are never zeroed: only the pages that bytes land in are touched
+  // (a small file must not pay for a chunk-sized or window-sized memset).
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> bytes;
+    size_t capacity = 0;
+    uint8_t* data() const { return bytes.get(); }
+    size_t size() const { return capacity; }
+    // Makes room for at least `n` bytes; the contents are not kept.
+    void ensure(size_t n) {
+      if (n <= capacity) return;
+      bytes.reset(new uint8_t[n]);  // default-initialized: not zeroed
+      capacity = n;
+    }
+  };
+
+  Buffer wbuf_;
   uint64_t wbuf_offset_ = 0;
   size_t wbuf_len_ = 0;
 
-  std::vector<uint8_t> rbuf_;
+  Buffer rbuf_;
   uint64_t rbuf_offset_ = 0;
   size_t rbuf_len_ = 0;
   uint64_t next_sequential_ = 0;
   size_t window_ = 0;
   // The next window, read while the caller consumes rbuf_.
-  std::vector<uint8_t> pbuf_;
+  Buffer pbuf_;
   uint64_t pbuf_offset_ = 0;
   size_t pbuf_len_ = 0;
   std::unique_ptr<PendingIo> prefetch_;
