@@ -1,5 +1,6 @@
 #include "client/shm_reads.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -20,8 +21,11 @@ std::unique_ptr<ShmReads> ShmReads::create(uint32_t slots, uint32_t slot_bytes) 
   std::unique_ptr<ShmReads> r(new ShmReads());
   r->slot_bytes_ = slot_bytes;
   r->bytes_ = kHeaderBytes + uint64_t{slots} * slot_bytes;
-  r->fd_ = ::memfd_create("cistern-reads", MFD_CLOEXEC);
-  if (r->fd_ < 0 || ::ftruncate(r->fd_, static_cast<off_t>(r->bytes_)) != 0) {
+  r->fd_ = ::memfd_create("cistern-reads", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  // Sealed against shrinking: servers refuse memory that could be cut
+  // under their mapping (a write past the end would kill them with SIGBUS).
+  if (r->fd_ < 0 || ::ftruncate(r->fd_, static_cast<off_t>(r->bytes_)) != 0 ||
+      ::fcntl(r->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
     CLOG_INFO("client", "no shared memory for same-host reads: {}", std::strerror(errno));
     return nullptr;
   }

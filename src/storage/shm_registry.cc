@@ -50,6 +50,13 @@ Result<uint64_t> ShmRegistry::attach(std::string_view boot_id, uint32_t pid, uin
   int err = errno;
   ::close(pfd);
   if (mfd < 0) return unreachable(std::strerror(err));
+  // A client could otherwise shrink the file under our mapping, and our next
+  // write there would die of SIGBUS.
+  int seals = ::fcntl(mfd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+    ::close(mfd);
+    return unreachable("not a memfd sealed against shrinking");
+  }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
   err = errno;
   ::close(mfd);

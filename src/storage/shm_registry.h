@@ -3,7 +3,9 @@
 // random token at its start and sends its pid, the descriptor number and the
 // token (ShmAttach). The server opens /proc/<pid>/fd/<fd> — O_PATH first, so
 // that nothing but a regular file is ever opened for real — maps it, checks
-// the token and hands back a handle. BatchRead then reads chunk bytes
+// the token and hands back a handle. The memfd must be sealed against
+// shrinking (F_SEAL_SHRINK): a client must not be able to cut the file under
+// the server's mapping. BatchRead then reads chunk bytes
 // straight into the client's memory: no socket copies.
 //
 // Bounded: at most `attached_max` mappings of at most `bytes_max` each.

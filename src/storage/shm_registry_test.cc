@@ -2,6 +2,7 @@
 // and that the registry stays bounded.
 #include "storage/shm_registry.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -18,9 +19,13 @@ const std::string kToken = "0123456789abcdef-a-test-token-!";
 
 // A memfd of `bytes` with `token` at its start, as a client makes it.
 struct Memfd {
-  explicit Memfd(uint64_t bytes, const std::string& token = kToken) : bytes(bytes) {
-    fd = ::memfd_create("test-shm", MFD_CLOEXEC);
+  explicit Memfd(uint64_t bytes, bool seal = true, const std::string& token = kToken)
+      : bytes(bytes) {
+    fd = ::memfd_create("test-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    if (seal) {
+      EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    }
     data = static_cast<uint8_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     std::memcpy(data, token.data(), token.size());
   }
@@ -72,6 +77,12 @@ TEST(ShmRegistry, EveryUnreachableOrBadOfferIsRefused) {
       << r.status().toString();
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
+  // Memory the client could still shrink under the server's mapping.
+  Memfd unsealed(64 << 10, /*seal=*/false);
+  auto u =
+      reg.attach(hostBootId(), me(), static_cast<uint32_t>(unsealed.fd), unsealed.bytes, kToken);
+  EXPECT_EQ(u.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(u.status().message().find("sealed"), std::string::npos) << u.status().toString();
   // Larger than the file, larger than allowed, not whole pages, a short token.
   EXPECT_EQ(reg.attach(hostBootId(), me(), fd, m.bytes * 2, kToken).status().code(),
             ErrorCode::kNotFound);

@@ -2,6 +2,7 @@
 // frame payload, batch reads return many ranges in one payload, errors per range.
 #include "storage/storage_service.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -224,9 +225,10 @@ TEST_F(StorageServiceTest, BatchReadsIntoAttachedSharedMemory) {
   ASSERT_TRUE(write(9, 0, 0, a, &w).ok());
   // The client's memory: a header page with the token, then room for reads.
   const uint64_t kBytes = 1 << 20;
-  int fd = ::memfd_create("test-reads", MFD_CLOEXEC);
+  int fd = ::memfd_create("test-reads", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::ftruncate(fd, kBytes), 0);
+  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
   auto* mem =
       static_cast<uint8_t*>(::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
   ASSERT_NE(mem, MAP_FAILED);
