@@ -519,13 +519,8 @@ Status CommitLog::appendDirect(int fd, uint64_t off, std::string_view record, bo
   CISTERN_CHECK(off % kBlock == tail_len_, "commit log: direct append off its block tail");
   size_t used = tail_len_ + record.size();
   size_t len = (used + kBlock - 1) / kBlock * kBlock;
-  if (len > block_cap_) {
-    size_t cap = std::max(len, 64 * kBlock);
-    std::unique_ptr<char, FreeDeleter> bigger(static_cast<char*>(std::aligned_alloc(kBlock, cap)));
-    if (!bigger) return Status(ErrorCode::kResourceExhausted, "commit log: block buffer");
-    if (tail_len_) std::memcpy(bigger.get(), block_buf_.get(), tail_len_);
-    block_buf_ = std::move(bigger);
-    block_cap_ = cap;
+  if (len > block_cap_ && !resizeBlockBuf(std::max(len, kBlockBufMin))) {
+    return Status(ErrorCode::kResourceExhausted, "commit log: block buffer");
   }
   char* buf = block_buf_.get();
   std::memcpy(buf + tail_len_, record.data(), record.size());
@@ -536,16 +531,19 @@ Status CommitLog::appendDirect(int fd, uint64_t off, std::string_view record, bo
   size_t tail = used % kBlock;
   if (tail) std::memmove(buf, buf + used - tail, tail);
   tail_len_ = tail;
-  if (block_cap_ > (1u << 20)) {  // a huge batch went by: give the memory back
-    std::unique_ptr<char, FreeDeleter> small(
-        static_cast<char*>(std::aligned_alloc(kBlock, 64 * kBlock)));
-    if (small) {
-      std::memcpy(small.get(), buf, tail);
-      block_buf_ = std::move(small);
-      block_cap_ = 64 * kBlock;
-    }
-  }
+  // A huge batch went by: give the memory back (keeping the larger buffer
+  // if that fails is harmless).
+  if (block_cap_ > (1u << 20)) (void)resizeBlockBuf(kBlockBufMin);
   return Status::OK();
+}
+
+bool CommitLog::resizeBlockBuf(size_t cap) {
+  std::unique_ptr<char, FreeDeleter> buf(static_cast<char*>(std::aligned_alloc(4096, cap)));
+  if (!buf) return false;
+  if (tail_len_) std::memcpy(buf.get(), block_buf_.get(), tail_len_);
+  block_buf_ = std::move(buf);
+  block_cap_ = cap;
+  return true;
 }
 
 void CommitLog::checkpointLoop() {

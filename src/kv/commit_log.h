@@ -169,6 +169,10 @@ class CommitLog {
   struct FreeDeleter {
     void operator()(char* p) const { std::free(p); }
   };
+  static constexpr size_t kBlockBufMin = 256 * 1024;
+  // Replaces block_buf_ with one of `cap` bytes, keeping the tail; false
+  // when the memory cannot be had.
+  bool resizeBlockBuf(size_t cap);
   std::unique_ptr<char, FreeDeleter> block_buf_;  // 4 KiB-aligned
   size_t block_cap_ = 0;
   size_t tail_len_ = 0;  // bytes of the active segment's last partial block, at block_buf_

@@ -565,12 +565,18 @@ OccEngine::Batch OccEngine::formBatch() {
 // overlaps the next one's; then the batch waits for its turn and is applied
 // and published in version order. Nothing is visible before it is durable.
 void OccEngine::runBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
+  logBatch(b, lock);
+  applyBatch(b, lock);
+}
+
+// Writes the batch to the store's log (outside the mutex); a failure fails
+// the engine.
+void OccEngine::logBatch(const Batch& b, std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   Status s = CISTERN_FAULT("kv.commit.before_apply");
   if (s.ok()) s = store_->log(b.ops, b.first, b.last, options_.sync_commits);
   lock.lock();
   if (!s.ok()) setFailed(s);
-  applyBatch(b, lock);
 }
 
 // Waits for the batch's turn, applies and publishes it, and wakes its
@@ -613,11 +619,7 @@ void OccEngine::writerLoop() {
     }
     auto b = std::make_unique<Batch>(formBatch());
     if (b->accepted.empty()) continue;
-    lock.unlock();
-    Status s = CISTERN_FAULT("kv.commit.before_apply");
-    if (s.ok()) s = store_->log(b->ops, b->first, b->last, /*sync=*/true);
-    lock.lock();
-    if (!s.ok()) setFailed(s);
+    logBatch(*b, lock);  // sync_commits holds for the writer
     Pending* applier = b->accepted.front();
     applier->apply = std::move(b);
     applier->cv.notify_one();

@@ -93,9 +93,10 @@ class OccEngine final : public Engine {
   };
 
   Status commit(TxnImpl& txn);
-  Batch formBatch();                                              // REQUIRES: mu_ held
-  void runBatch(Batch& b, std::unique_lock<std::mutex>& lock);    // REQUIRES: mu_ held
-  void applyBatch(Batch& b, std::unique_lock<std::mutex>& lock);  // REQUIRES: mu_ held
+  Batch formBatch();                                                  // REQUIRES: mu_ held
+  void runBatch(Batch& b, std::unique_lock<std::mutex>& lock);        // REQUIRES: mu_ held
+  void logBatch(const Batch& b, std::unique_lock<std::mutex>& lock);  // REQUIRES: mu_ held
+  void applyBatch(Batch& b, std::unique_lock<std::mutex>& lock);      // REQUIRES: mu_ held
   void writerLoop();
   void setFailed(const Status& s);           // REQUIRES: mu_ held
   Status resolve(const TxnImpl& txn) const;  // REQUIRES: mu_ held
