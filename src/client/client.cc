@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -194,12 +193,11 @@ ClientImpl::~ClientImpl() {
   if (driver_) driver_->join();
   if (shm_ && rpc_) {
     // Let the servers unmap our memory now rather than when they need room.
-    for (const auto& [ep, handle] : shm_->attached()) {
-      auto to = net::Endpoint::parse(ep);
+    for (const auto& [server, handle] : shm_->attached()) {
       storage::ShmDetachReq req;
       req.set_handle(handle);
       storage::ShmDetachResp resp;
-      if (to.ok()) (void)rpc_->callSync(*to, kShmDetach(), req, &resp, {.timeout_ms = 1000});
+      (void)rpc_->callSync(server, kShmDetach(), req, &resp, {.timeout_ms = 1000});
     }
   }
   rpc_.reset();
@@ -226,15 +224,7 @@ Status ClientImpl::init(const Options& options) {
   co.connect_timeout_ms = std::min<uint32_t>(3000, std::max<uint32_t>(options_.retry_ms, 100));
   rpc_ = std::make_unique<net::RpcClient>(co);
   driver_ = std::make_unique<asio::thread_pool>(1);
-  if (options_.shm_read_bytes > 0) {
-    // 16 slots of up to 4 MiB (a default chunk is 1 MiB; longer pieces are
-    // read a slot at a time), at least 64 KiB each.
-    uint64_t slot =
-        std::clamp<uint64_t>(options_.shm_read_bytes / 16 / 4096 * 4096, 64 << 10, 4 << 20);
-    shm_ = ShmReads::create(
-        static_cast<uint32_t>(std::max<uint64_t>(1, options_.shm_read_bytes / slot)),
-        static_cast<uint32_t>(slot));
-  }
+  shm_ = ShmReads::create(options_.shm_read_bytes);
   return refreshRouting();
 }
 

@@ -133,8 +133,7 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
 
 asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
                                                            const meta::Inode& inode, Piece& p) {
-  const std::string key = r.endpoint.toString();
-  uint64_t handle = shm_->handleFor(key);
+  uint64_t handle = shm_->handleFor(r.endpoint);
   if (handle == ShmReads::kRefused || handle == ShmReads::kAttaching) co_return std::nullopt;
   if (handle == ShmReads::kNotTried) {
     storage::ShmAttachReq req;
@@ -145,12 +144,13 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
       // Unreachable or busy now: try again on a later read. Anything else (another
       // host, an older server): plain reads from now on.
       bool later = transient(s);
-      shm_->setHandle(key, later ? ShmReads::kNotTried : ShmReads::kRefused);
-      if (!later) CLOG_INFO("client", "plain reads from {}: {}", key, s.toString());
+      shm_->setHandle(r.endpoint, later ? ShmReads::kNotTried : ShmReads::kRefused);
+      if (!later)
+        CLOG_INFO("client", "plain reads from {}: {}", r.endpoint.toString(), s.toString());
       co_return std::nullopt;
     }
     handle = resp.handle();
-    shm_->setHandle(key, handle);
+    shm_->setHandle(r.endpoint, handle);
   }
   int slot = shm_->take();
   if (slot < 0) co_return std::nullopt;
@@ -194,7 +194,7 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
   shm_->give(slot, clean);
   if (s.code() == ErrorCode::kNotFound) {
     // The server dropped our memory (restarted, or made room): attach again.
-    shm_->setHandle(key, ShmReads::kNotTried);
+    shm_->setHandle(r.endpoint, ShmReads::kNotTried);
     co_return std::nullopt;
   }
   co_return s;

@@ -5,6 +5,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -14,13 +15,13 @@
 
 namespace cistern::client {
 
-std::unique_ptr<ShmReads> ShmReads::create(uint32_t slots, uint32_t slot_bytes) {
-  if (slots == 0 || slot_bytes == 0 || slot_bytes % 4096 != 0 || hostBootId().empty()) {
-    return nullptr;
-  }
+std::unique_ptr<ShmReads> ShmReads::create(uint64_t bytes) {
+  if (bytes == 0 || hostBootId().empty()) return nullptr;
+  const uint64_t slot_bytes = std::clamp<uint64_t>(bytes / 16 / 4096 * 4096, 64 << 10, 4 << 20);
+  const uint64_t slots = std::max<uint64_t>(1, bytes / slot_bytes);
   std::unique_ptr<ShmReads> r(new ShmReads());
-  r->slot_bytes_ = slot_bytes;
-  r->bytes_ = kHeaderBytes + uint64_t{slots} * slot_bytes;
+  r->slot_bytes_ = static_cast<uint32_t>(slot_bytes);
+  r->bytes_ = kHeaderBytes + slots * slot_bytes;
   r->fd_ = ::memfd_create("cistern-reads", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   // Sealed against shrinking: servers refuse memory that could be cut
   // under their mapping (a write past the end would kill them with SIGBUS).
@@ -77,9 +78,11 @@ void ShmReads::fillAttach(storage::ShmAttachReq* req) const {
   req->set_token(token_);
 }
 
-uint64_t ShmReads::handleFor(const std::string& endpoint) {
+uint64_t ShmReads::handleFor(const net::Endpoint& server) {
+  std::string key = server.toString();
   std::lock_guard lock(mu_);
-  uint64_t& h = handles_[endpoint];
+  auto [it, fresh] = handles_.try_emplace(key, server, kNotTried);
+  uint64_t& h = it->second.second;
   if (h == kNotTried) {
     h = kAttaching;
     return kNotTried;
@@ -87,16 +90,17 @@ uint64_t ShmReads::handleFor(const std::string& endpoint) {
   return h;
 }
 
-void ShmReads::setHandle(const std::string& endpoint, uint64_t handle) {
+void ShmReads::setHandle(const net::Endpoint& server, uint64_t handle) {
+  std::string key = server.toString();
   std::lock_guard lock(mu_);
-  handles_[endpoint] = handle;
+  handles_.insert_or_assign(key, std::pair(server, handle));
 }
 
-std::vector<std::pair<std::string, uint64_t>> ShmReads::attached() const {
+std::vector<std::pair<net::Endpoint, uint64_t>> ShmReads::attached() const {
   std::lock_guard lock(mu_);
-  std::vector<std::pair<std::string, uint64_t>> out;
-  for (const auto& [ep, h] : handles_) {
-    if (h != kNotTried && h != kAttaching && h != kRefused) out.emplace_back(ep, h);
+  std::vector<std::pair<net::Endpoint, uint64_t>> out;
+  for (const auto& [key, a] : handles_) {
+    if (a.second != kNotTried && a.second != kAttaching && a.second != kRefused) out.push_back(a);
   }
   return out;
 }

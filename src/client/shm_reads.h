@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "net/endpoint.h"
+
 namespace cistern::storage {
 class ShmAttachReq;
 }
@@ -24,8 +26,10 @@ namespace cistern::client {
 
 class ShmReads {
  public:
-  // Null when the memory cannot be made (the reason is logged).
-  static std::unique_ptr<ShmReads> create(uint32_t slots, uint32_t slot_bytes);
+  // About `bytes` of memory in 16 slots of 64 KiB to 4 MiB (a default chunk
+  // is 1 MiB; longer pieces are read a slot at a time). Null when the memory
+  // cannot be made (the reason is logged).
+  static std::unique_ptr<ShmReads> create(uint64_t bytes);
   ~ShmReads();
   ShmReads(const ShmReads&) = delete;
   ShmReads& operator=(const ShmReads&) = delete;
@@ -46,10 +50,10 @@ class ShmReads {
   static constexpr uint64_t kRefused = ~uint64_t{0};    // another host: plain reads
   // The server's handle, or one of the values above; kNotTried becomes
   // kAttaching for the one caller that should attach.
-  uint64_t handleFor(const std::string& endpoint);
-  void setHandle(const std::string& endpoint, uint64_t handle);
-  // Every (endpoint, handle) attached, for detaching.
-  std::vector<std::pair<std::string, uint64_t>> attached() const;
+  uint64_t handleFor(const net::Endpoint& server);
+  void setHandle(const net::Endpoint& server, uint64_t handle);
+  // Every (server, handle) attached, for detaching.
+  std::vector<std::pair<net::Endpoint, uint64_t>> attached() const;
 
  private:
   static constexpr uint64_t kHeaderBytes = 4096;
@@ -62,7 +66,7 @@ class ShmReads {
   std::string token_;
   mutable std::mutex mu_;
   std::vector<int> free_;
-  std::map<std::string, uint64_t> handles_;
+  std::map<std::string, std::pair<net::Endpoint, uint64_t>> handles_;  // by endpoint text
 };
 
 }  // namespace cistern::client
