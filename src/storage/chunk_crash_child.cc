@@ -4,9 +4,17 @@
 // exactly which committed version it sees. After each acknowledged write the
 // child prints "<index> <version>".
 //
-//   chunk_crash_child TARGET_DIR SEED
+//   chunk_crash_child TARGET_DIR SEED [power-loss]
+//
+// power-loss: a log big enough that no checkpoint runs and at most 200
+// writes, then the child waits to be killed; the parent then puts back the
+// class-0 group files as they were before the run (the page cache lost),
+// and the metadata log must bring every logged write back.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/random.h"
 #include "storage/chunk_crash_content.h"
@@ -15,20 +23,26 @@
 using namespace cistern::storage;
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: chunk_crash_child TARGET_DIR SEED\n");
+  if (argc != 3 && !(argc == 4 && std::strcmp(argv[3], "power-loss") == 0)) {
+    std::fprintf(stderr, "usage: chunk_crash_child TARGET_DIR SEED [power-loss]\n");
     return 2;
   }
+  const bool power_loss = argc == 4;
   ChunkEngineOptions o;
   o.path = argv[1];
   o.group_bytes = 1 << 20;
+  if (power_loss) {
+    o.meta_log_segment_bytes = 64 << 20;  // 200 writes of at most 300 KiB fill less than half
+    o.logged_held_slots_max = 1 << 30;
+  }
   auto engine = ChunkEngine::open(o);
   if (!engine.ok()) {
     std::fprintf(stderr, "open: %s\n", engine.status().toString().c_str());
     return 1;
   }
   cistern::Xoshiro256 rng(std::strtoull(argv[2], nullptr, 10));
-  while (true) {
+  for (int writes = 0;; ++writes) {
+    if (power_loss && writes == 200) pause();
     uint32_t index = static_cast<uint32_t>(rng.uniform(kCrashChunks));
     auto meta = (*engine)->query({kCrashInode, index});
     if (!meta.ok()) return 1;

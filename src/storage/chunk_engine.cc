@@ -53,6 +53,10 @@ uint32_t slotsPerGroup(const ChunkEngineOptions& o, uint32_t c) {
   return static_cast<uint32_t>(std::max<uint64_t>(4, o.group_bytes / classBytes(c)));
 }
 
+uint64_t roundUp(uint64_t n) { return (n + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
+uint64_t slotPos(uint32_t c, SlotAddr a) { return uint64_t{a.slot} * slotStride(c); }
+uint64_t crcPos(uint32_t c, SlotAddr a) { return slotPos(c, a) + classBytes(c); }
+
 std::string idText(const ChunkId& id) { return fmt::format("chunk {}:{}", id.inode, id.index); }
 
 // With the metadata commit log, every RocksDB batch also stores its version
@@ -60,7 +64,22 @@ std::string idText(const ChunkId& id) { return fmt::format("chunk {}:{}", id.ino
 // have it, and it sorts after all of them.
 const std::string kMetaVersionKey = std::string(12, '\xff') + "/applied_version";
 
+// The log-only op that carries a logged write's bytes (encodeLoggedWrite)
+// ahead of its chunk record; never stored in RocksDB.
+const std::string kLoggedWriteKey = std::string(12, '\xff') + "/logged_write";
+
 bool isChunkKey(const rocksdb::Slice& key) { return key.size() == 12; }
+
+Status pwriteAll(int fd, std::string_view bytes, uint64_t off, const std::string& what) {
+  while (!bytes.empty()) {
+    ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return errnoStatus(n < 0 ? errno : EIO, what);
+    bytes.remove_prefix(static_cast<size_t>(n));
+    off += static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
 
 std::string encodeVersion(uint64_t v) {
   std::string out;
@@ -76,10 +95,12 @@ ChunkEngine::File::~File() {
 }
 
 struct ChunkEngine::PendingCommit {
-  std::shared_ptr<File> file;  // to fdatasync first; null for record-only changes
+  std::shared_ptr<File> file;  // to fdatasync first; null for record-only and logged writes
   std::string key;
   std::string value;
-  bool erase = false;  // delete the record instead of putting `value`
+  bool erase = false;    // delete the record instead of putting `value`
+  std::string logged;    // encodeLoggedWrite: the data goes in the log record
+  uint64_t version = 0;  // of the batch, once committed
   Status status;
   bool done = false;
 };
@@ -113,7 +134,16 @@ Status ChunkEngine::commit(PendingCommit& p) {
       commit_cv_.notify_all();
     } else if (!meta_queue_.empty() && !writing_meta_) {
       writing_meta_ = true;
-      batch.swap(meta_queue_);
+      // One log record per batch: logged data bounds how many go at once.
+      size_t take = 0;
+      uint64_t bytes = 0;
+      for (; take < meta_queue_.size(); ++take) {
+        bytes += meta_queue_[take]->logged.size();
+        if (take > 0 && bytes > log_batch_bytes_max_) break;
+      }
+      batch.assign(meta_queue_.begin(), meta_queue_.begin() + static_cast<std::ptrdiff_t>(take));
+      meta_queue_.erase(meta_queue_.begin(),
+                        meta_queue_.begin() + static_cast<std::ptrdiff_t>(take));
       lock.unlock();
       Status s = writeRecords(batch);
       lock.lock();
@@ -155,18 +185,28 @@ Status ChunkEngine::writeRecords(const std::vector<PendingCommit*>& batch) {
   batch_size.observe(batch.size());
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
-  kv::WriteBatch ops;
+  kv::WriteBatch ops, log_ops;  // log_ops: with each logged write's bytes ahead of its record
   ops.reserve(batch.size());
-  for (PendingCommit* p : batch)
+  for (PendingCommit* p : batch) {
     ops.push_back({p->erase ? kv::WriteOp::kClear : kv::WriteOp::kSet, p->key, p->value});
+    if (!p->logged.empty()) {
+      if (log_ops.empty()) log_ops.assign(ops.begin(), ops.end() - 1);
+      log_ops.push_back({kv::WriteOp::kSet, kLoggedWriteKey, std::move(p->logged)});
+      log_ops.push_back(ops.back());
+    } else if (!log_ops.empty()) {
+      log_ops.push_back(ops.back());
+    }
+  }
   rocksdb::WriteBatch wb;
   if (Status bs = kv::appendToRocksBatch(ops, &wb); !bs.ok()) return fail(bs.toString());
   rocksdb::WriteOptions wo;
   uint64_t version = meta_version_ + 1;
+  for (PendingCommit* p : batch) p->version = version;
   if (meta_log_) {
     // Durable in the log first; RocksDB only holds it in its memtable until
     // a checkpoint flushes it.
-    Status ls = meta_log_->append(version, version, kv::encodeLogBatch(ops), options_.sync);
+    Status ls = meta_log_->append(
+        version, version, kv::encodeLogBatch(log_ops.empty() ? ops : log_ops), options_.sync);
     if (!ls.ok()) return fail("metadata log: " + ls.toString());
     meta_version_ = version;
     (void)wb.Put(kMetaVersionKey, encodeVersion(version));
@@ -201,8 +241,22 @@ Status ChunkEngine::openMetaLog() {
   lo.segments_max = 8;
   lo.direct_io = options_.sync;
   auto replay = [this](const kv::LogRecord& rec, kv::WriteBatch& ops) -> Status {
+    // Logged bytes go back into their slots (synced below, before the
+    // flush); the records go to RocksDB.
+    kv::WriteBatch records;
+    records.reserve(ops.size());
+    for (kv::WriteOp& op : ops) {
+      if (op.key != kLoggedWriteKey) {
+        records.push_back(std::move(op));
+        continue;
+      }
+      if (Status ws = replayLoggedWrite(op.value); !ws.ok()) {
+        return ws.withContext(
+            fmt::format("{}/meta-log: versions {}..{}", options_.path, rec.first, rec.last));
+      }
+    }
     rocksdb::WriteBatch wb;
-    if (Status bs = kv::appendToRocksBatch(ops, &wb); !bs.ok()) {
+    if (Status bs = kv::appendToRocksBatch(records, &wb); !bs.ok()) {
       return Status(ErrorCode::kCorruption,
                     fmt::format("{}/meta-log: versions {}..{}: {}", options_.path, rec.first,
                                 rec.last, bs.message()));
@@ -214,17 +268,94 @@ Status ChunkEngine::openMetaLog() {
   };
   uint64_t last = persisted;
   ASSIGN_OR_RETURN(meta_log_, kv::CommitLog::open(lo, persisted, replay, &last));
-  if (last > persisted)
+  if (last > persisted) {
+    RETURN_ON_ERROR(syncDirtyFiles());
     RETURN_ON_ERROR(fromRocks(db_->Flush(rocksdb::FlushOptions()), "flush " + options_.path));
+  }
   meta_version_ = last;
   meta_applied_.store(last);
   return meta_log_->start(last + 1, [this] { return checkpointMeta(); });
 }
 
 Result<uint64_t> ChunkEngine::checkpointMeta() {
+  std::lock_guard checkpoint_lock(checkpoint_mu_);
   uint64_t v = meta_applied_.load(std::memory_order_acquire);
+  // Every logged write up to v put its file in the dirty set before it
+  // committed, so its bytes are on disk before the flush makes v the
+  // version a replay starts after.
+  RETURN_ON_ERROR(syncDirtyFiles());
   RETURN_ON_ERROR(fromRocks(db_->Flush(rocksdb::FlushOptions()), "flush " + options_.path));
+  // Logged bytes up to v are never replayed again: their slots are free to
+  // reuse once freed.
+  std::vector<SlotAddr> free;
+  {
+    std::lock_guard lock(logged_mu_);
+    std::erase_if(logged_slots_, [v](const auto& e) { return e.second <= v; });
+    std::erase_if(held_, [&](const std::pair<SlotAddr, uint64_t>& h) {
+      if (h.second > v) return false;
+      free.push_back(h.first);
+      return true;
+    });
+  }
+  std::lock_guard lock(alloc_mu_);
+  for (SlotAddr a : free) allocators_[0].release(a);
   return v;
+}
+
+Status ChunkEngine::replayLoggedWrite(std::string_view bytes) {
+  ASSIGN_OR_RETURN(LoggedWrite w, decodeLoggedWrite(bytes));
+  if (w.addr.group >= options_.groups_max || w.addr.slot >= slotsPerGroup(options_, w.size_class)) {
+    return Status(ErrorCode::kCorruption,
+                  fmt::format("logged write to slot {}/{}/{} past the target's groups",
+                              w.size_class, w.addr.group, w.addr.slot));
+  }
+  ASSIGN_OR_RETURN(auto file, groupFile(w.size_class, w.addr.group));
+  const std::string what = fmt::format("replay a write into {}/data/c{}/g{}.dat", options_.path,
+                                       w.size_class, w.addr.group);
+  RETURN_ON_ERROR(pwriteAll(file->fd, w.data, slotPos(w.size_class, w.addr) + w.data_offset, what));
+  RETURN_ON_ERROR(pwriteAll(file->fd, w.crcs, crcPos(w.size_class, w.addr) + w.crc_offset, what));
+  addDirty(std::move(file));
+  return Status::OK();
+}
+
+void ChunkEngine::addDirty(std::shared_ptr<File> file) {
+  std::lock_guard lock(logged_mu_);
+  if (std::find(dirty_files_.begin(), dirty_files_.end(), file) == dirty_files_.end())
+    dirty_files_.push_back(std::move(file));
+}
+
+Status ChunkEngine::syncDirtyFiles() {
+  std::vector<std::shared_ptr<File>> files;
+  {
+    std::lock_guard lock(logged_mu_);
+    files.swap(dirty_files_);
+  }
+  for (const auto& f : files) {
+    // Never retried: the page cache may have dropped the dirty pages.
+    if (::fdatasync(f->fd) != 0)
+      return fail(fmt::format("fdatasync of a group file: {}", std::strerror(errno)));
+  }
+  return Status::OK();
+}
+
+bool ChunkEngine::holdSlot(uint32_t c, SlotAddr a) {
+  if (!logsData(c)) return false;
+  size_t held;
+  {
+    std::lock_guard lock(logged_mu_);
+    auto it = logged_slots_.find(slotKey(a));
+    if (it == logged_slots_.end()) return false;
+    logged_slots_.erase(it);
+    // The record that freed it is applied by now: meta_applied_ covers it.
+    held_.emplace_back(a, meta_applied_.load(std::memory_order_acquire));
+    held = held_.size();
+  }
+  if (held > options_.logged_held_slots_max) {
+    if (auto v = checkpointMeta(); !v.ok())
+      CLOG_WARN("storage", "target {}: checkpoint for held slots: {}", options_.path,
+                v.status().toString());
+  }
+  return true;
 }
 
 ChunkEngine::ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB> db)
@@ -236,9 +367,13 @@ ChunkEngine::ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB
 ChunkEngine::~ChunkEngine() {
   if (meta_log_) {
     meta_log_.reset();  // stops its checkpoint thread
-    rocksdb::Status f = db_->Flush(rocksdb::FlushOptions());
-    if (!f.ok())
+    // Logged bytes must be on disk before the flush ends their replay.
+    if (Status s = syncDirtyFiles(); !s.ok()) {
+      CLOG_WARN("storage", "target {}: not flushed at close, the log replays: {}", options_.path,
+                s.toString());
+    } else if (rocksdb::Status f = db_->Flush(rocksdb::FlushOptions()); !f.ok()) {
       CLOG_WARN("storage", "target {}: metadata flush at close: {}", options_.path, f.ToString());
+    }
   }
   if (db_) (void)db_->Close();
 }
@@ -263,8 +398,15 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   }
   if (!io.ok()) return io.status().withContext("target " + options.path);
   engine->io_ = std::move(io).value();
+  ASSIGN_OR_RETURN(engine->page_io_, makeIoBackend("psync"));
   if (options.meta_commit_log) RETURN_ON_ERROR(engine->openMetaLog());
   RETURN_ON_ERROR(engine->rebuild());
+  // A record holds the logged data of one batch: a quarter segment, so
+  // that the biggest logged write fits with room to spare.
+  engine->log_batch_bytes_max_ = std::min<uint64_t>(
+      1 << 20, (options.meta_log_segment_bytes - kv::kLogSegmentHeaderBytes) / 4);
+  engine->log_data_ = options.log_small_writes && options.sync && engine->meta_log_ &&
+                      engine->log_batch_bytes_max_ >= 2 * slotStride(0);
   return engine;
 }
 
@@ -371,10 +513,6 @@ Scratch& scratch() {
   thread_local Scratch s;
   return s;
 }
-uint64_t roundUp(uint64_t n) { return (n + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
-
-uint64_t slotPos(uint32_t c, SlotAddr a) { return uint64_t{a.slot} * slotStride(c); }
-uint64_t crcPos(uint32_t c, SlotAddr a) { return slotPos(c, a) + classBytes(c); }
 
 Status mismatch(const ChunkMeta& m, uint64_t block) {
   static auto& mismatches = metrics::Registry::global().counter(
@@ -503,6 +641,7 @@ void ChunkEngine::releaseSlot(uint32_t c, SlotAddr a, bool punch) {
       }
     }
   }
+  if (holdSlot(c, a)) return;
   std::lock_guard lock(alloc_mu_);
   allocators_[c].release(a);
 }
@@ -599,7 +738,11 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
     releaseNew();
     return file.status();
   }
-  const int fd = (*file)->fd, dfd = (*file)->dfd;
+  // Logged writes go through the page cache: the log record makes them
+  // durable, the checkpoint's fdatasync writes them out in bulk.
+  const bool logged = logsData(c);
+  const int fd = (*file)->fd, dfd = logged ? fd : (*file)->dfd;
+  std::string logged_bytes;
   const uint64_t base = slotPos(c, addr);
   const uint64_t write_from = in_place ? old_len : 0;
   const uint64_t first_block = write_from / kBlockBytes;
@@ -653,7 +796,20 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
         ws[count++] = IoRequest::writeOf(fd, sc.crcs.data(), (full - first_block) * 4,
                                          crcPos(c, addr) + first_block * 4);
       }
-      RETURN_ON_ERROR(io_->run({ws, count}));
+      // Page-cache writes finish in the system call: io_uring would only
+      // hand them to a worker thread.
+      RETURN_ON_ERROR((logged ? *page_io_ : *io_).run({ws, count}));
+      if (logged) {
+        // A class-0 slot is smaller than a piece: this is the only one.
+        const uint64_t crc_count = full > first_block ? full - first_block : 0;
+        logged_bytes = encodeLoggedWrite(LoggedWrite{
+            .size_class = c,
+            .addr = addr,
+            .data_offset = static_cast<uint32_t>(wstart),
+            .data = {reinterpret_cast<const char*>(buf + (wstart - ps)), roundUp(pe - wstart)},
+            .crc_offset = static_cast<uint32_t>(first_block * 4),
+            .crcs = {reinterpret_cast<const char*>(sc.crcs.data()), crc_count * 4}});
+      }
     }
     return CISTERN_FAULT("storage.write.after_data");
   };
@@ -668,13 +824,21 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
   m.chunk_version = (old ? old->chunk_version : 0) + 1;
   m.chain_version = chain_version;
   m.tail_crc = tail_crc;
-  PendingCommit pending{*file, encodeChunkKey(id), encodeChunkMeta(m)};
+  PendingCommit pending{logged ? nullptr : *file, encodeChunkKey(id), encodeChunkMeta(m)};
+  if (logged) {
+    addDirty(*file);  // after its bytes were written, before its record commits
+    pending.logged = std::move(logged_bytes);
+  }
   Status committed = commit(pending);
   if (committed.code() == ErrorCode::kNoSpace) {
     releaseNew();  // the old record is intact; a new slot was never referenced
     return committed.withContext(idText(id));
   }
   RETURN_ON_ERROR(committed);
+  if (logged) {
+    std::lock_guard lock(logged_mu_);
+    logged_slots_[slotKey(addr)] = pending.version;
+  }
   {
     std::lock_guard lock(alloc_mu_);
     if (old)
@@ -797,12 +961,14 @@ ChunkEngine::Space ChunkEngine::space() const {
   }
   out.reserved_bytes = options_.reserved_bytes;
   out.failed = failed_;
+  std::lock_guard logged_lock(logged_mu_);
+  out.classes[0].slots_held = held_.size();
   std::lock_guard lock(alloc_mu_);
   out.chunks = chunks_;
   for (uint32_t c = 0; c < kClassCount; ++c) {
     auto& k = out.classes[c];
     k.slot_bytes = classBytes(c);
-    k.slots_used = allocators_[c].usedSlots();
+    k.slots_used = allocators_[c].usedSlots() - k.slots_held;
     k.slots_max = uint64_t{allocators_[c].slotsPerGroup()} * options_.groups_max;
     k.data_bytes = data_bytes_[c];
     out.data_bytes += k.data_bytes;
@@ -810,9 +976,18 @@ ChunkEngine::Space ChunkEngine::space() const {
   return out;
 }
 
+uint64_t ChunkEngine::heldSlots(uint32_t size_class) const {
+  if (size_class != 0) return 0;
+  std::lock_guard lock(logged_mu_);
+  return held_.size();
+}
+
 uint64_t ChunkEngine::usedSlots(uint32_t size_class) const {
+  // Held slots are released to the allocator after they leave held_, so
+  // with logged_mu_ held the difference never goes below zero.
+  std::lock_guard logged_lock(logged_mu_);
   std::lock_guard lock(alloc_mu_);
-  return allocators_[size_class].usedSlots();
+  return allocators_[size_class].usedSlots() - (size_class == 0 ? held_.size() : 0);
 }
 
 }  // namespace cistern::storage

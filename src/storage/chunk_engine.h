@@ -13,10 +13,13 @@
 // the committed length (committed bytes and CRCs are never touched); any other
 // write is copy-on-write into a fresh slot. Either way the data is synced,
 // then the metadata record is replaced in one synced commit-log record (and
-// RocksDB, WAL off; docs/chunk_format.md), then (COW) the old slot is released. A crash shows the
-// old or the new chunk, never a mix; a slot written but not committed is free again after reopen,
-// because the slot bitmaps are rebuilt from the metadata. An fsync error puts the engine into a
-// failed, read-only state (never retried).
+// RocksDB, WAL off; docs/chunk_format.md), then (COW) the old slot is
+// released. Writes into 64 KiB (class-0) chunks instead put their bytes into
+// that log record and reach the group file unsynced, synced at the next log
+// checkpoint ("logged writes"). A crash shows the old or the new chunk, never
+// a mix; a slot written but not committed is free again after reopen, because
+// the slot bitmaps are rebuilt from the metadata. An fsync error puts the
+// engine into a failed, read-only state (never retried).
 //
 // Threads: all methods are thread-safe; writes to one chunk are serialized by
 // a striped lock, writes to different chunks run in parallel and are group-
@@ -84,6 +87,19 @@ struct ChunkEngineOptions {
   // most 8. false: RocksDB's WAL with sync. Defaults: true, 4 MiB.
   bool meta_commit_log = true;
   uint64_t meta_log_segment_bytes = 4ull << 20;
+  // Writes into chunks of the smallest class (64 KiB: small files, file
+  // tails) carry their bytes in the metadata log record and go to the group
+  // file through the page cache, unsynced: one shared log write per batch
+  // instead of an fdatasync (data plus, for new blocks, an ext4 journal
+  // commit) followed by the log write. Group files are synced at each log
+  // checkpoint, before RocksDB is flushed; a crash replays the bytes into
+  // their slots. A slot freed while its logged bytes may still be replayed
+  // is held (not reused) until the next checkpoint; past
+  // `logged_held_slots_max` held slots a checkpoint is forced. Needs
+  // `meta_commit_log` and `sync`, and segments of at least 256 KiB.
+  // Defaults: true, 1024.
+  bool log_small_writes = true;
+  uint32_t logged_held_slots_max = 1024;
 };
 
 class ChunkEngine {
@@ -117,7 +133,8 @@ class ChunkEngine {
 
   struct ClassSpace {
     uint64_t slot_bytes = 0;  // class size
-    uint64_t slots_used = 0;
+    uint64_t slots_used = 0;  // holding a chunk
+    uint64_t slots_held = 0;  // freed, reusable after the next checkpoint (log_small_writes)
     uint64_t slots_max = 0;   // groups_max * slots per group
     uint64_t data_bytes = 0;  // sum of chunk lengths
   };
@@ -131,7 +148,9 @@ class ChunkEngine {
     std::array<ClassSpace, kClassCount> classes;
   };
   Space space() const;
+  // Slots holding a chunk; heldSlots: freed slots waiting for a checkpoint.
   uint64_t usedSlots(uint32_t size_class) const;
+  uint64_t heldSlots(uint32_t size_class) const;
   bool failed() const { return failed_.load(); }
   const std::string& path() const { return options_.path; }
 
@@ -167,10 +186,22 @@ class ChunkEngine {
   Status writeRecords(const std::vector<PendingCommit*>& batch);
 
   Status openMetaLog();
-  Result<uint64_t> checkpointMeta();  // flushes RocksDB; returns the version it holds
+  // Syncs the group files logged writes went to, flushes RocksDB, then lets
+  // go of held slots; returns the version RocksDB holds.
+  Result<uint64_t> checkpointMeta();
+
+  // Logged writes (ChunkEngineOptions::log_small_writes).
+  bool logsData(uint32_t size_class) const { return log_data_ && size_class == 0; }
+  uint64_t slotKey(SlotAddr a) const { return (uint64_t{a.group} << 32) | a.slot; }  // class 0
+  Status replayLoggedWrite(std::string_view bytes);
+  void addDirty(std::shared_ptr<File> file);
+  Status syncDirtyFiles();
+  // Returns true when the slot must wait for a checkpoint instead.
+  bool holdSlot(uint32_t size_class, SlotAddr a);
 
   ChunkEngineOptions options_;
   std::unique_ptr<IoBackend> io_;
+  std::unique_ptr<IoBackend> page_io_;  // psync: logged writes into the page cache
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<kv::CommitLog> meta_log_;  // null: RocksDB's WAL
   uint64_t meta_version_ = 0;                // last batch written; by the stage-2 leader
@@ -191,6 +222,18 @@ class ChunkEngine {
   bool syncing_ = false;
   bool writing_meta_ = false;
   std::atomic<bool> failed_{false};
+
+  bool log_data_ = false;
+  uint64_t log_batch_bytes_max_ = 0;  // of logged data in one log record
+  std::mutex checkpoint_mu_;          // one checkpoint at a time
+  mutable std::mutex logged_mu_;
+  // Under logged_mu_: group files written by logged writes since the last
+  // checkpoint; class-0 slots (by allocator index) whose logged data a
+  // replay may still write, with the version of their last logged write;
+  // freed such slots with the version they were freed at.
+  std::vector<std::shared_ptr<File>> dirty_files_;
+  std::unordered_map<uint64_t, uint64_t> logged_slots_;
+  std::vector<std::pair<SlotAddr, uint64_t>> held_;
 };
 
 }  // namespace cistern::storage

@@ -80,4 +80,56 @@ Result<ChunkMeta> decodeChunkMeta(std::string_view in) {
   return m;
 }
 
+// Layout (little-endian): 0 u16 version | 2 u8 class | 3 u8 0 | 4 u32 group |
+// 8 u32 slot | 12 u32 data offset | 16 u32 data bytes | 20 u32 CRC offset |
+// 24 u32 CRC bytes | 28 data | CRCs.
+std::string encodeLoggedWrite(const LoggedWrite& w) {
+  std::string out(kLoggedWriteHeaderBytes, '\0');
+  putLE<uint16_t>(out, 0, kLoggedWriteVersion);
+  putLE<uint8_t>(out, 2, static_cast<uint8_t>(w.size_class));
+  putLE<uint32_t>(out, 4, w.addr.group);
+  putLE<uint32_t>(out, 8, w.addr.slot);
+  putLE<uint32_t>(out, 12, w.data_offset);
+  putLE<uint32_t>(out, 16, static_cast<uint32_t>(w.data.size()));
+  putLE<uint32_t>(out, 20, w.crc_offset);
+  putLE<uint32_t>(out, 24, static_cast<uint32_t>(w.crcs.size()));
+  out.reserve(out.size() + w.data.size() + w.crcs.size());
+  out.append(w.data);
+  out.append(w.crcs);
+  return out;
+}
+
+Result<LoggedWrite> decodeLoggedWrite(std::string_view in) {
+  if (in.size() < kLoggedWriteHeaderBytes)
+    return corrupt(fmt::format("logged write of {} bytes", in.size()));
+  if (getLE<uint16_t>(in, 0) != kLoggedWriteVersion)
+    return corrupt(fmt::format("logged write version {}", getLE<uint16_t>(in, 0)));
+  LoggedWrite w;
+  w.size_class = getLE<uint8_t>(in, 2);
+  if (w.size_class >= kClassCount || getLE<uint8_t>(in, 3) != 0)
+    return corrupt(fmt::format("logged write of size class {}", w.size_class));
+  w.addr.group = getLE<uint32_t>(in, 4);
+  w.addr.slot = getLE<uint32_t>(in, 8);
+  w.data_offset = getLE<uint32_t>(in, 12);
+  w.crc_offset = getLE<uint32_t>(in, 20);
+  const uint64_t data_bytes = getLE<uint32_t>(in, 16), crc_bytes = getLE<uint32_t>(in, 24);
+  if (kLoggedWriteHeaderBytes + data_bytes + crc_bytes != in.size()) {
+    return corrupt(fmt::format("logged write of {} bytes says {} data and {} CRC bytes", in.size(),
+                               data_bytes, crc_bytes));
+  }
+  if (w.data_offset % kBlockBytes != 0 || data_bytes % kBlockBytes != 0 ||
+      w.data_offset + data_bytes > classBytes(w.size_class)) {
+    return corrupt(fmt::format("logged write of {} bytes at {} in a slot of {}", data_bytes,
+                               w.data_offset, classBytes(w.size_class)));
+  }
+  if (w.crc_offset % 4 != 0 || crc_bytes % 4 != 0 ||
+      w.crc_offset + crc_bytes > classBytes(w.size_class) / kBlockBytes * 4) {
+    return corrupt(fmt::format("logged write of {} CRC bytes at {} in class {}", crc_bytes,
+                               w.crc_offset, w.size_class));
+  }
+  w.data = in.substr(kLoggedWriteHeaderBytes, data_bytes);
+  w.crcs = in.substr(kLoggedWriteHeaderBytes + data_bytes);
+  return w;
+}
+
 }  // namespace cistern::storage

@@ -70,4 +70,24 @@ std::string encodeChunkMeta(const ChunkMeta& m);
 // or a length larger than the class.
 Result<ChunkMeta> decodeChunkMeta(std::string_view bytes);
 
+// A write whose bytes travel in the target's metadata log record (writes into
+// chunks of the smallest class, ChunkEngineOptions::log_small_writes): the
+// whole blocks written into the slot and the CRC-area entries written with
+// them, put back into the slot when the record is replayed after a crash.
+struct LoggedWrite {
+  uint32_t size_class = 0;
+  SlotAddr addr;
+  uint32_t data_offset = 0;  // in the slot; a multiple of kBlockBytes
+  std::string_view data;     // whole blocks
+  uint32_t crc_offset = 0;   // in the slot's CRC area; a multiple of 4
+  std::string_view crcs;     // little-endian CRC32Cs
+};
+inline constexpr uint16_t kLoggedWriteVersion = 1;
+inline constexpr size_t kLoggedWriteHeaderBytes = 28;
+std::string encodeLoggedWrite(const LoggedWrite& w);
+// The views point into `bytes`. kCorruption naming the problem for a wrong
+// version, class, lengths that do not add up, or a range outside the slot or
+// its CRC area. (The log record around it carries the checksum.)
+Result<LoggedWrite> decodeLoggedWrite(std::string_view bytes);
+
 }  // namespace cistern::storage

@@ -72,6 +72,55 @@ TEST(ChunkMetaRecord, LengthBeyondTheClassIsCorruption) {
   EXPECT_EQ(decodeChunkMeta(encodeChunkMeta(m)).code(), ErrorCode::kCorruption);
 }
 
+TEST(LoggedWriteRecord, RoundTripsWithItsBytes) {
+  std::string data(8192, 'd'), crcs = "abcdefgh";
+  LoggedWrite w{.size_class = 0,
+                .addr = {3, 7},
+                .data_offset = 4096,
+                .data = data,
+                .crc_offset = 4,
+                .crcs = crcs};
+  std::string enc = encodeLoggedWrite(w);
+  EXPECT_EQ(enc.size(), kLoggedWriteHeaderBytes + data.size() + crcs.size());
+  auto d = decodeLoggedWrite(enc);
+  ASSERT_TRUE(d.ok()) << d.status().toString();
+  EXPECT_EQ(d->size_class, 0u);
+  EXPECT_EQ(d->addr, (SlotAddr{3, 7}));
+  EXPECT_EQ(d->data_offset, 4096u);
+  EXPECT_EQ(d->data, data);
+  EXPECT_EQ(d->crc_offset, 4u);
+  EXPECT_EQ(d->crcs, crcs);
+}
+
+TEST(LoggedWriteRecord, BadRecordsAreCorruptionNamingTheProblem) {
+  std::string block(4096, 'x'), crc4 = "wxyz";
+  auto enc = [&](LoggedWrite w) { return encodeLoggedWrite(w); };
+  LoggedWrite ok{.data = block, .crcs = crc4};
+  struct Case {
+    std::string bytes;
+    const char* says;
+  } cases[] = {
+      {enc(ok).substr(0, 20), "logged write of 20 bytes"},
+      {enc(ok).substr(0, enc(ok).size() - 1), "says 4096 data and 4 CRC bytes"},
+      {enc(ok) + "x", "says 4096 data and 4 CRC bytes"},
+      {enc(LoggedWrite{.size_class = kClassCount, .data = block}), "size class 11"},
+      {enc(LoggedWrite{.data_offset = 100, .data = block}), "at 100 in a slot of 65536"},
+      {enc(LoggedWrite{.data_offset = 65536, .data = block}), "at 65536 in a slot of 65536"},
+      {enc(LoggedWrite{.data = std::string_view(block).substr(0, 100)}), "logged write of 100"},
+      {enc(LoggedWrite{.crc_offset = 2, .crcs = crc4}), "CRC bytes at 2"},
+      {enc(LoggedWrite{.crc_offset = 64, .crcs = crc4}), "CRC bytes at 64"},
+  };
+  for (const auto& c : cases) {
+    auto d = decodeLoggedWrite(c.bytes);
+    ASSERT_FALSE(d.ok()) << c.says;
+    EXPECT_EQ(d.code(), ErrorCode::kCorruption);
+    EXPECT_NE(d.status().message().find(c.says), std::string::npos) << d.status().toString();
+  }
+  std::string wrong_version = enc(ok);
+  wrong_version[0] = 9;
+  EXPECT_EQ(decodeLoggedWrite(wrong_version).code(), ErrorCode::kCorruption);
+}
+
 TEST(SlotAllocator, AllocatesLowestFreeAndGrowsByGroups) {
   SlotAllocator a(4, 2);
   for (uint32_t i = 0; i < 8; ++i) {

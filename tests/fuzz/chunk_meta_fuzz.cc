@@ -1,6 +1,6 @@
-// Fuzzes the chunk metadata record and chunk key decoders (bytes read from a
-// target's RocksDB). A record either fails with kCorruption or re-encodes to
-// exactly the input.
+// Fuzzes the chunk metadata record, chunk key and logged write decoders (bytes
+// read from a target's RocksDB and metadata log). Each either fails with
+// kCorruption or re-encodes to exactly the input.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -18,6 +18,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (encodeChunkMeta(*m) != in) std::abort();
     if (m->length > classBytes(m->size_class)) std::abort();
   } else if (m.code() != ErrorCode::kCorruption) {
+    std::abort();
+  }
+  auto w = decodeLoggedWrite(in);
+  if (w.ok()) {
+    if (encodeLoggedWrite(*w) != in) std::abort();
+    if (w->data_offset + w->data.size() > classBytes(w->size_class)) std::abort();
+  } else if (w.code() != ErrorCode::kCorruption) {
     std::abort();
   }
   auto k = decodeChunkKey(in);
