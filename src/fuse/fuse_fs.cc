@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "common/metrics.h"
@@ -143,7 +144,9 @@ Status parseMountOptions(const std::string& text, MountOptions* out) {
 }
 
 FuseFs::FuseFs(client::ClientImpl* client, MountOptions options)
-    : client_(client), options_(std::move(options)) {
+    : client_(client),
+      options_(std::move(options)),
+      no_xattrs_(std::make_unique<NoXattrs[]>(kNoXattrSlots)) {
   for (const char* m : kMetaMethods)
     methods_.emplace(m, net::Method::of(std::string("cistern.meta.MetaService.") + m));
 }
@@ -316,6 +319,32 @@ bool FuseFs::unchangedSinceLastSeen(const meta::Inode& inode) {
 
 void FuseFs::invalidateAttrs(uint64_t ino) {
   if (session_) (void)fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
+}
+
+namespace {
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void FuseFs::noteNoXattrs(uint64_t ino) {
+  int64_t until = steadyNs() + static_cast<int64_t>(options_.attr_timeout_s * 1e9);
+  std::lock_guard lock(no_xattrs_mu_);
+  no_xattrs_[ino % kNoXattrSlots] = {ino, until};
+}
+
+bool FuseFs::knownNoXattrs(uint64_t ino) {
+  std::lock_guard lock(no_xattrs_mu_);
+  const NoXattrs& e = no_xattrs_[ino % kNoXattrSlots];
+  return e.ino == ino && steadyNs() < e.until_ns;
+}
+
+void FuseFs::forgetNoXattrs(uint64_t ino) {
+  std::lock_guard lock(no_xattrs_mu_);
+  NoXattrs& e = no_xattrs_[ino % kNoXattrSlots];
+  if (e.ino == ino) e = {};
 }
 
 void FuseFs::remember(const meta::Inode& inode) {

@@ -114,6 +114,17 @@ class FuseFs {
   void invalidateAttrs(uint64_t ino);
   void setSession(fuse_session* se) { session_ = se; }
 
+  // A file this mount just created has no extended attributes: for
+  // attr_timeout its getxattr and listxattr are answered here (the kernel
+  // asks for security.capability before the first write of every file),
+  // unless this mount sets one meanwhile. Another client's setxattr shows
+  // after that time, like its attribute changes. A fixed table of
+  // kNoXattrSlots entries; a colliding entry is overwritten (then the meta
+  // service answers).
+  void noteNoXattrs(uint64_t ino);
+  bool knownNoXattrs(uint64_t ino);
+  void forgetNoXattrs(uint64_t ino);
+
  private:
   client::ClientImpl* const client_;
   const MountOptions options_;
@@ -124,6 +135,13 @@ class FuseFs {
   fuse_session* session_ = nullptr;
   std::mutex seen_mu_;
   std::unordered_map<uint64_t, std::pair<int64_t, uint64_t>> seen_;  // ino -> (mtime, size)
+  struct NoXattrs {
+    uint64_t ino = 0;
+    int64_t until_ns = 0;  // steady clock
+  };
+  static constexpr size_t kNoXattrSlots = 4096;
+  std::mutex no_xattrs_mu_;
+  std::unique_ptr<NoXattrs[]> no_xattrs_;
 };
 
 // Fills `st` from an inode (exposed for tests).

@@ -108,6 +108,7 @@ void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   if (!f.call(req, "Create", in, &out)) return;
   meta::Inode inode = out.inode();
   uint64_t session = out.session();
+  if (session != 0) f.noteNoXattrs(inode.ino());  // a write session: made by this call
   bool fresh = session != 0 || !write;
   if (session == 0) {
     // It existed (no O_EXCL): open it like open(2) would, or it is new and read-only.

@@ -303,6 +303,7 @@ void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
   in.set_value(value, size);
   in.set_flags(static_cast<uint32_t>(flags));  // XATTR_CREATE / XATTR_REPLACE, as in meta
   stamp(f, &in);
+  f.forgetNoXattrs(ino);  // before: a getxattr after the set must ask meta
   meta::Empty out;
   if (f.call(req, "SetXattr", in, &out)) replyErr(req, 0);
 }
@@ -310,6 +311,10 @@ void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
 void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   CISTERN_FUSE_OP("getxattr");
   FuseFs& f = fs(req);
+  if (f.knownNoXattrs(ino)) {
+    replyErr(req, ENODATA);
+    return;
+  }
   meta::XattrReq in;
   *in.mutable_caller() = f.caller(req);
   in.set_ino(ino);
@@ -328,6 +333,13 @@ void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   CISTERN_FUSE_OP("listxattr");
   FuseFs& f = fs(req);
+  if (f.knownNoXattrs(ino)) {
+    if (size == 0)
+      fuse_reply_xattr(req, 0);
+    else
+      fuse_reply_buf(req, nullptr, 0);
+    return;
+  }
   meta::XattrReq in;
   *in.mutable_caller() = f.caller(req);
   in.set_ino(ino);

@@ -1037,6 +1037,40 @@ TEST(Xattr, SetGetListRemove) {
   EXPECT_ERRNO(::getxattr(p.c_str(), "user.a", buf, sizeof buf), ENODATA);
 }
 
+// Declared here, defined with the metrics tests below.
+double sample(const std::string& text, const std::string& series);
+
+// The kernel asks for security.capability before the first write of every
+// file; a file this mount just created has no xattrs, so that is answered
+// without meta until the mount sets one.
+TEST(Xattr, AFileCreatedHereIsAnsweredWithoutMetaUntilOneIsSet) {
+  auto d = testDir();
+  std::string p = d + "/f";
+  int port = MountEnv::get().cluster().metricsPort();
+  const std::string gets = R"(rpc_server_calls_total{method="cistern.meta.MetaService.GetXattr"})";
+  const std::string lists =
+      R"(rpc_server_calls_total{method="cistern.meta.MetaService.ListXattr"})";
+  auto calls = [&](const std::string& series) {
+    return std::max(0.0, sample(httpGet(port, "/metrics"), series));
+  };
+  double gets0 = calls(gets), lists0 = calls(lists);
+  ASSERT_TRUE(writeFile(p, "x"));
+  char buf[64] = {};
+  EXPECT_ERRNO(::getxattr(p.c_str(), "user.a", buf, sizeof buf), ENODATA);
+  EXPECT_ERRNO(::getxattr(p.c_str(), "security.capability", nullptr, 0), ENODATA);
+  EXPECT_EQ(::listxattr(p.c_str(), buf, sizeof buf), 0);
+  EXPECT_EQ(::listxattr(p.c_str(), nullptr, 0), 0);
+  EXPECT_EQ(calls(gets), gets0);
+  EXPECT_EQ(calls(lists), lists0);
+  ASSERT_EQ(::setxattr(p.c_str(), "user.a", "1", 1, 0), 0) << std::strerror(errno);
+  EXPECT_EQ(::getxattr(p.c_str(), "user.a", buf, sizeof buf), 1);
+  EXPECT_EQ(buf[0], '1');
+  EXPECT_EQ(::listxattr(p.c_str(), buf, sizeof buf), 7);
+  EXPECT_EQ(std::string(buf, 7), std::string("user.a\0", 7));
+  EXPECT_EQ(calls(gets), gets0 + 1);
+  EXPECT_EQ(calls(lists), lists0 + 1);
+}
+
 TEST(Xattr, SizeQueryWithZeroBuffer) {
   auto d = testDir();
   ASSERT_TRUE(writeFile(d + "/f", "x"));
