@@ -146,7 +146,8 @@ Status parseMountOptions(const std::string& text, MountOptions* out) {
 FuseFs::FuseFs(client::ClientImpl* client, MountOptions options)
     : client_(client),
       options_(std::move(options)),
-      no_xattrs_(std::make_unique<NoXattrs[]>(kNoXattrSlots)) {
+      no_xattrs_(std::make_unique<NoXattrs[]>(kNoXattrSlots)),
+      dir_attrs_(std::make_unique<DirAttrs[]>(kDirAttrSlots)) {
   for (const char* m : kMetaMethods)
     methods_.emplace(m, net::Method::of(std::string("cistern.meta.MetaService.") + m));
 }
@@ -345,6 +346,40 @@ void FuseFs::forgetNoXattrs(uint64_t ino) {
   std::lock_guard lock(no_xattrs_mu_);
   NoXattrs& e = no_xattrs_[ino % kNoXattrSlots];
   if (e.ino == ino) e = {};
+}
+
+void FuseFs::keepDirAttrs(const meta::Inode& inode, uint64_t ticket) {
+  if (inode.type() != meta::DIRECTORY || options_.attr_timeout_s <= 0) return;
+  int64_t until = steadyNs() + static_cast<int64_t>(options_.attr_timeout_s * 1e9);
+  std::lock_guard lock(dir_attrs_mu_);
+  DirAttrs& e = dir_attrs_[inode.ino() % kDirAttrSlots];
+  if (ticket <= e.dropped) return;  // asked before a change that this mount made
+  e.ino = inode.ino();
+  e.until_ns = until;
+  e.inode = inode;
+}
+
+bool FuseFs::cachedDirAttrs(uint64_t ino, meta::Inode* out, double* valid_s) {
+  int64_t now = steadyNs();
+  std::lock_guard lock(dir_attrs_mu_);
+  const DirAttrs& e = dir_attrs_[ino % kDirAttrSlots];
+  if (e.ino != ino || now >= e.until_ns) return false;
+  *out = e.inode;
+  *valid_s = static_cast<double>(e.until_ns - now) / 1e9;
+  return true;
+}
+
+void FuseFs::dropDirAttrs(uint64_t ino) {
+  std::lock_guard lock(dir_attrs_mu_);
+  DirAttrs& e = dir_attrs_[ino % kDirAttrSlots];
+  e.dropped = dir_attrs_seq_.load();
+  if (e.ino == ino) e.ino = 0;
+}
+
+void FuseFs::dropAllDirAttrs() {
+  std::lock_guard lock(dir_attrs_mu_);
+  uint64_t now = dir_attrs_seq_.load();
+  for (size_t i = 0; i < kDirAttrSlots; ++i) dir_attrs_[i] = DirAttrs{.dropped = now};
 }
 
 void FuseFs::remember(const meta::Inode& inode) {

@@ -125,6 +125,23 @@ class FuseFs {
   bool knownNoXattrs(uint64_t ino);
   void forgetNoXattrs(uint64_t ino);
 
+  // Attributes of directories, for attr_timeout from when meta answered.
+  // The kernel re-reads a directory's attributes after every name added or
+  // removed in it (default_permissions needs them for the next path walk),
+  // but creating, removing and linking names leaves the directory's inode
+  // unchanged (docs/meta_kv_schema.md), so those re-reads are answered here.
+  // Changes of a directory's own inode through this mount (setattr, xattrs,
+  // rename, rmdir) drop entries once meta has them; another client's change
+  // shows within attr_timeout, as with the kernel's cache. Take a ticket
+  // before asking meta: an answer is kept only if nothing was dropped from
+  // its slot since. A fixed table of kDirAttrSlots entries.
+  uint64_t dirAttrsTicket() { return dir_attrs_seq_.fetch_add(1) + 1; }
+  void keepDirAttrs(const meta::Inode& inode, uint64_t ticket);
+  // The cached attributes and the seconds they stay valid.
+  bool cachedDirAttrs(uint64_t ino, meta::Inode* out, double* valid_s);
+  void dropDirAttrs(uint64_t ino);
+  void dropAllDirAttrs();
+
  private:
   client::ClientImpl* const client_;
   const MountOptions options_;
@@ -142,6 +159,16 @@ class FuseFs {
   static constexpr size_t kNoXattrSlots = 4096;
   std::mutex no_xattrs_mu_;
   std::unique_ptr<NoXattrs[]> no_xattrs_;
+  struct DirAttrs {
+    uint64_t ino = 0;  // 0: empty
+    int64_t until_ns = 0;
+    uint64_t dropped = 0;  // ticket count at the slot's last drop
+    meta::Inode inode;
+  };
+  static constexpr size_t kDirAttrSlots = 1024;
+  std::atomic<uint64_t> dir_attrs_seq_{0};
+  std::mutex dir_attrs_mu_;
+  std::unique_ptr<DirAttrs[]> dir_attrs_;
 };
 
 // Fills `st` from an inode (exposed for tests).

@@ -53,6 +53,7 @@ void lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   in.set_parent(parent);
   in.set_name(name);
   meta::InodeResp out;
+  uint64_t ticket = f.dirAttrsTicket();
   Status s = f.meta("Lookup", in, &out);
   if (s.code() == ErrorCode::kNotFound && f.options().negative_timeout_s > 0) {
     fuse_entry_param e;
@@ -65,6 +66,7 @@ void lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     replyErr(req, replyErrno(s));
     return;
   }
+  f.keepDirAttrs(out.inode(), ticket);
   f.replyEntry(req, out.inode());
 }
 
@@ -81,10 +83,20 @@ void forgetMulti(fuse_req_t req, size_t, fuse_forget_data*) {
 void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   CISTERN_FUSE_OP("getattr");
   FuseFs& f = fs(req);
+  meta::InodeResp out;
+  double valid_s = 0;
+  if (f.cachedDirAttrs(ino, out.mutable_inode(), &valid_s)) {
+    struct stat st;
+    f.fillStat(out.inode(), &st);
+    fuse_reply_attr(req, &st, valid_s);
+    return;
+  }
   meta::GetattrReq in;
   in.set_ino(ino);
-  meta::InodeResp out;
-  if (f.call(req, "Getattr", in, &out)) f.replyAttr(req, out.inode());
+  uint64_t ticket = f.dirAttrsTicket();
+  if (!f.call(req, "Getattr", in, &out)) return;
+  f.keepDirAttrs(out.inode(), ticket);
+  f.replyAttr(req, out.inode());
 }
 
 void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
@@ -138,6 +150,7 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     if (node) node->file->setSize(in.size());
   }
   f.client().forgetAttrs(ino);
+  f.dropDirAttrs(ino);
   f.replyAttr(req, out.inode());
 }
 
@@ -179,7 +192,10 @@ void mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   in.set_mode(mode & 07777);
   stamp(f, &in);
   meta::InodeResp out;
-  if (f.call(req, "Mkdir", in, &out)) f.replyEntry(req, out.inode());
+  uint64_t ticket = f.dirAttrsTicket();
+  if (!f.call(req, "Mkdir", in, &out)) return;
+  f.keepDirAttrs(out.inode(), ticket);
+  f.replyEntry(req, out.inode());
 }
 
 namespace {
@@ -195,7 +211,11 @@ void removeName(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
   in.set_name(name);
   stamp(f, &in);
   meta::Empty out;
-  if (f.call(req, dir ? "Rmdir" : "Unlink", in, &out)) replyErr(req, 0);
+  if (!f.call(req, dir ? "Rmdir" : "Unlink", in, &out)) return;
+  // A removed directory's inode is gone (its number not known here); names
+  // added or removed leave the parent's inode as it was.
+  if (dir) f.dropAllDirAttrs();
+  replyErr(req, 0);
 }
 
 }  // namespace
@@ -243,7 +263,9 @@ void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
   in.set_flags(flags);
   stamp(f, &in);
   meta::Empty out;
-  if (f.call(req, "Rename", in, &out)) replyErr(req, 0);
+  if (!f.call(req, "Rename", in, &out)) return;
+  f.dropAllDirAttrs();  // a moved or replaced directory's inode changed
+  replyErr(req, 0);
 }
 
 void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
@@ -305,7 +327,9 @@ void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
   stamp(f, &in);
   f.forgetNoXattrs(ino);  // before: a getxattr after the set must ask meta
   meta::Empty out;
-  if (f.call(req, "SetXattr", in, &out)) replyErr(req, 0);
+  if (!f.call(req, "SetXattr", in, &out)) return;
+  f.dropDirAttrs(ino);  // its ctime changed
+  replyErr(req, 0);
 }
 
 void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
@@ -368,7 +392,9 @@ void removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   in.set_name(name);
   stamp(f, &in);
   meta::Empty out;
-  if (f.call(req, "RemoveXattr", in, &out)) replyErr(req, 0);
+  if (!f.call(req, "RemoveXattr", in, &out)) return;
+  f.dropDirAttrs(ino);  // its ctime changed
+  replyErr(req, 0);
 }
 
 }  // namespace cistern::fuse::ops

@@ -1309,6 +1309,57 @@ TEST(Metrics, RequestsAndErrorsByOperation) {
   EXPECT_NE(after.find(R"(fuse_request_latency_us_count{op="create"})"), std::string::npos);
 }
 
+// The kernel re-reads a directory's attributes after every name added or
+// removed in it; names do not change a directory's inode, so the mount
+// answers those itself, and still shows this mount's own changes of the
+// directory at once.
+TEST(DirAttrs, ReReadsAfterNamesChangeAreAnsweredByTheMountOwnChangesShowAtOnce) {
+  auto d = testDir();
+  std::string sub = d + "/sub";
+  ASSERT_EQ(::mkdir(sub.c_str(), 0755), 0);
+  int port = MountEnv::get().cluster().metricsPort();
+  const std::string getattrs =
+      R"(rpc_server_calls_total{method="cistern.meta.MetaService.Getattr"})";
+  auto calls = [&] { return std::max(0.0, sample(httpGet(port, "/metrics"), getattrs)); };
+  struct stat st;
+  ASSERT_EQ(::stat(sub.c_str(), &st), 0);
+  double before = calls();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(writeFile(sub + "/f" + std::to_string(i), "x"));
+    ASSERT_EQ(::stat(sub.c_str(), &st), 0);
+  }
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(::unlink((sub + "/f" + std::to_string(i)).c_str()), 0);
+  EXPECT_LE(calls() - before, 2);  // 30 name changes: the kernel asked ~30 times
+  // Each change below is followed by a new name, so that the kernel drops
+  // the attributes the change's reply gave it and asks the mount again.
+  int names = 0;
+  auto statAfterANewName = [&] {
+    EXPECT_TRUE(writeFile(sub + "/n" + std::to_string(names++), "x"));
+    EXPECT_EQ(::stat(sub.c_str(), &st), 0);
+  };
+  ASSERT_EQ(::chmod(sub.c_str(), 0700), 0);
+  statAfterANewName();
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  timespec times[2] = {{1000, 0}, {2000, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, sub.c_str(), times, 0), 0);
+  statAfterANewName();
+  EXPECT_EQ(st.st_mtim.tv_sec, 2000);
+  ASSERT_EQ(::chown(sub.c_str(), 1234, 5678), 0);
+  statAfterANewName();
+  EXPECT_EQ(st.st_uid, 1234u);
+  EXPECT_EQ(st.st_gid, 5678u);
+  struct stat before_xattr = st;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(::setxattr(sub.c_str(), "user.a", "1", 1, 0), 0);
+  statAfterANewName();
+  EXPECT_GT(st.st_ctim.tv_sec * 1000000000L + st.st_ctim.tv_nsec,
+            before_xattr.st_ctim.tv_sec * 1000000000L + before_xattr.st_ctim.tv_nsec);
+  ASSERT_EQ(::rename(sub.c_str(), (d + "/moved").c_str()), 0);
+  ASSERT_EQ(::stat((d + "/moved").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1234u);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+}
+
 // --- concurrency ----------------------------------------------------------------------------
 
 TEST(Concurrency, AppendersFromManyThreadsLoseNothing) {
