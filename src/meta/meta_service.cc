@@ -17,13 +17,15 @@ Status into(Result<T> r, T* out) {
 }  // namespace
 
 template <typename Req, typename Resp>
-void MetaService::add(const char* method, std::function<Status(const Req&, Resp&)> fn) {
-  server_.handle<Req, Resp>(net::Method::of(std::string("cistern.meta.MetaService.") + method),
-                            [this, fn = std::move(fn)](net::CallContext&, const Req& req,
-                                                       Resp& resp) -> asio::awaitable<Status> {
-                              co_return co_await net::runBlocking(pool_,
-                                                                  [&] { return fn(req, resp); });
-                            });
+void MetaService::add(const char* method, std::function<Status(const Req&, Resp&)> fn,
+                      std::function<bool(const Req&)> inline_if) {
+  server_.handle<Req, Resp>(
+      net::Method::of(std::string("cistern.meta.MetaService.") + method),
+      [this, fn = std::move(fn), inline_if = std::move(inline_if)](
+          net::CallContext&, const Req& req, Resp& resp) -> asio::awaitable<Status> {
+        if (inline_if && inline_if(req)) co_return fn(req, resp);
+        co_return co_await net::runBlocking(pool_, [&] { return fn(req, resp); });
+      });
 }
 
 template <typename Req, typename Resp>
@@ -114,13 +116,17 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
   addRead<AccessReq, Empty>("Access", [&s](const AccessReq& r, Empty&) {
     return s.access(r.caller(), r.ino(), static_cast<int>(r.mask()));
   });
-  add<OpenReq, OpenResp>("Open", [&s](const OpenReq& r, OpenResp& out) {
-    ASSIGN_OR_RETURN(auto opened, s.open(r.caller(), r.ino(), r.read(), r.write(), r.truncate(),
-                                         r.client(), rid(r.client(), r.seq()), r.hold()));
-    *out.mutable_inode() = std::move(opened.inode);
-    out.set_session(opened.session);
-    return Status::OK();
-  });
+  add<OpenReq, OpenResp>(
+      "Open",
+      [&s](const OpenReq& r, OpenResp& out) {
+        ASSIGN_OR_RETURN(auto opened, s.open(r.caller(), r.ino(), r.read(), r.write(), r.truncate(),
+                                             r.client(), rid(r.client(), r.seq()), r.hold()));
+        *out.mutable_inode() = std::move(opened.inode);
+        out.set_session(opened.session);
+        return Status::OK();
+      },
+      // Without write or hold, MetaStore::open is a read-only transaction.
+      [](const OpenReq& r) { return !r.write() && !r.hold(); });
   add<CloseReq, InodeResp>("Close", [&s](const CloseReq& r, InodeResp& out) {
     return into(s.close(r.ino(), r.session(), r.length(), r.wrote(), rid(r.client(), r.seq())),
                 out.mutable_inode());

@@ -2,8 +2,9 @@
 // src/proto/meta.proto). Mutations wait for a synced commit, so they run on a
 // pool of `blocking_threads` threads, never on the RPC I/O threads; the pool
 // size bounds how many are in flight (and share a group commit). Reads
-// (lookup, getattr, readdir, ...) run inline on the I/O thread: they touch
-// only the KV's cache or one disk read, and two thread hops would cost more.
+// (lookup, getattr, readdir, ..., and opens for reading only) run inline on
+// the I/O thread: they touch only the KV's cache or one disk read, and two
+// thread hops would cost more.
 #pragma once
 
 #include <asio/thread_pool.hpp>
@@ -20,8 +21,10 @@ class MetaService {
   ~MetaService();  // stop the RpcServer first
 
  private:
+  // `inline_if`: requests for which `fn` only reads run on the I/O thread.
   template <typename Req, typename Resp>
-  void add(const char* method, std::function<Status(const Req&, Resp&)> fn);
+  void add(const char* method, std::function<Status(const Req&, Resp&)> fn,
+           std::function<bool(const Req&)> inline_if = nullptr);
   template <typename Req, typename Resp>
   void addRead(const char* method, std::function<Status(const Req&, Resp&)> fn);
 
