@@ -194,7 +194,7 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
   shm_->give(slot, clean);
   if (s.code() == ErrorCode::kNotFound) {
     // The server dropped our memory (restarted, or made room): attach again.
-    shm_->setHandle(r.endpoint, ShmReads::kNotTried);
+    shm_->dropHandle(r.endpoint, handle);
     co_return std::nullopt;
   }
   co_return s;

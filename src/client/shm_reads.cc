@@ -96,6 +96,12 @@ void ShmReads::setHandle(const net::Endpoint& server, uint64_t handle) {
   handles_.insert_or_assign(key, std::pair(server, handle));
 }
 
+void ShmReads::dropHandle(const net::Endpoint& server, uint64_t handle) {
+  std::lock_guard lock(mu_);
+  auto it = handles_.find(server.toString());
+  if (it != handles_.end() && it->second.second == handle) it->second.second = kNotTried;
+}
+
 std::vector<std::pair<net::Endpoint, uint64_t>> ShmReads::attached() const {
   std::lock_guard lock(mu_);
   std::vector<std::pair<net::Endpoint, uint64_t>> out;

@@ -52,6 +52,10 @@ class ShmReads {
   // kAttaching for the one caller that should attach.
   uint64_t handleFor(const net::Endpoint& server);
   void setHandle(const net::Endpoint& server, uint64_t handle);
+  // The server no longer knows `handle`: the next read attaches anew. A
+  // no-op if the client has attached again meanwhile (a read that used the
+  // old handle can end after the new attach).
+  void dropHandle(const net::Endpoint& server, uint64_t handle);
   // Every (server, handle) attached, for detaching.
   std::vector<std::pair<net::Endpoint, uint64_t>> attached() const;
 

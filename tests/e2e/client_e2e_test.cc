@@ -17,6 +17,9 @@
 #include "cistern/client.h"
 #include "common/crc32c.h"
 #include "common/metrics.h"
+#include "net/endpoint.h"
+#include "net/rpc_client.h"
+#include "storage.pb.h"
 #include "tests/support/cluster_process.h"
 #include "tests/support/http_get.h"
 
@@ -531,6 +534,36 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
   EXPECT_EQ(readAll(*with_shm, "/shm"), want);
   uint64_t shm1 = counter("shm"), sock1 = counter("socket");
   EXPECT_GE(shm1 - shm0, 3 * kChunk) << "the written chunks came through shared memory";
+  EXPECT_EQ(sock1, sock0);
+  // A server that forgot the memory (restarted, or evicted it for newer
+  // clients) answers kNotFound: the client attaches again and goes on.
+  std::regex storage_line(R"(storage target \d+ at \S+ on (\S+))");
+  net::RpcClient raw;
+  int servers = 0;
+  for (std::sregex_iterator it(cluster_->log().begin(), cluster_->log().end(), storage_line), end;
+       it != end; ++it, ++servers) {
+    auto ep = net::Endpoint::parse((*it)[1].str());
+    ASSERT_TRUE(ep.ok()) << (*it)[1].str();
+    for (uint64_t h = 1; h <= 8; ++h) {  // every handle this test's clients can have
+      storage::ShmDetachReq req;
+      req.set_handle(h);
+      storage::ShmDetachResp resp;
+      ASSERT_TRUE(
+          raw.callSync(*ep, net::Method::of("cistern.storage.StorageService.ShmDetach"), req, &resp)
+              .ok());
+    }
+  }
+  EXPECT_EQ(servers, 2);
+  // The first read finds the handles gone, the next attaches anew (pieces
+  // that find the attach in progress use the socket), then all is shared.
+  EXPECT_EQ(readAll(*with_shm, "/shm"), want);
+  EXPECT_EQ(readAll(*with_shm, "/shm"), want);
+  shm0 = counter("shm");
+  sock0 = counter("socket");
+  EXPECT_EQ(readAll(*with_shm, "/shm"), want);
+  shm1 = counter("shm");
+  sock1 = counter("socket");
+  EXPECT_GE(shm1 - shm0, 3 * kChunk) << "shared memory again after attaching anew";
   EXPECT_EQ(sock1, sock0);
   // The same bytes over the socket when it is off.
   auto without = connectWith(0);
