@@ -547,12 +547,19 @@ INSTANTIATE_TEST_SUITE_P(IoEngines, ChunkEngineTest,
                          ::testing::Values("io_uring", "psync", "psync_wal"),
                          [](const auto& info) { return info.param; });
 
-// A target on a 3 MiB tmpfs fills up: writes fail with kNoSpace (ENOSPC),
-// everything written before stays readable, and the target has not failed.
-TEST(ChunkEngineNoSpace, FullFilesystemGivesNoSpaceAndKeepsData) {
+// A target on a small tmpfs fills up: writes fail with kNoSpace (ENOSPC),
+// everything written before stays readable (also after a reopen), and the
+// target has not failed. "small_segments": a 3 MiB file system with 64 KiB
+// log segments (too small for logged writes); "logged": 1 MiB segments on 32
+// MiB, so 60,000-byte writes carry their bytes in the log.
+class ChunkEngineNoSpace : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ChunkEngineNoSpace, FullFilesystemGivesNoSpaceAndKeepsData) {
+  const bool logged = GetParam() == "logged";
   char tmpl[] = "/tmp/cistern-enospc-XXXXXX";
   std::string mnt = mkdtemp(tmpl);
-  std::string cmd = "mount -t tmpfs -o size=3m tmpfs " + mnt + " 2>/dev/null";
+  std::string cmd = "mount -t tmpfs -o size=" + std::string(logged ? "32m" : "3m") + " tmpfs " +
+                    mnt + " 2>/dev/null";
   if (std::system(cmd.c_str()) != 0) {
     std::filesystem::remove_all(mnt);
     GTEST_SKIP() << "cannot mount a tmpfs here (needs root); CI runs as root";
@@ -564,17 +571,28 @@ TEST(ChunkEngineNoSpace, FullFilesystemGivesNoSpaceAndKeepsData) {
       std::filesystem::remove_all(mnt);
     }
   } unmount{mnt};
+  ChunkEngineOptions o;
+  o.path = mnt + "/target";
+  o.group_bytes = 1 << 20;
+  // The reserve keeps room for the log's segments (at most 8).
+  o.reserved_bytes = logged ? 10 << 20 : 512 << 10;
+  o.meta_log_segment_bytes = logged ? 1 << 20 : 64 << 10;
+  std::vector<std::vector<uint8_t>> written;
+  auto verify = [&](ChunkEngine& e) {
+    for (uint32_t i = 0; i < written.size(); ++i) {
+      std::vector<uint8_t> out(60000);
+      auto n = e.read({8, i}, 0, out);
+      ASSERT_TRUE(n.ok()) << i << ": " << n.status().toString();
+      EXPECT_EQ(out, written[i]) << i;
+    }
+  };
   {
-    ChunkEngineOptions o;
-    o.path = mnt + "/target";
-    o.group_bytes = 1 << 20;
-    o.reserved_bytes = 512 * 1024;
-    o.meta_log_segment_bytes = 64 << 10;  // a 3 MiB file system: small log segments
     auto e = ChunkEngine::open(o);
     ASSERT_TRUE(e.ok()) << e.status().toString();
-    std::vector<std::vector<uint8_t>> written;
+    auto& syncs = metrics::Registry::global().counter("storage_data_syncs_total");
+    uint64_t syncs0 = syncs.value();
     Status last;
-    for (uint32_t i = 0; i < 200; ++i) {
+    for (uint32_t i = 0; i < 1000; ++i) {
       auto data = pattern(60000, i);
       auto m = (*e)->write({8, i}, 0, data, 1);
       if (!m.ok()) {
@@ -587,14 +605,20 @@ TEST(ChunkEngineNoSpace, FullFilesystemGivesNoSpaceAndKeepsData) {
     EXPECT_EQ(last.toErrno(), ENOSPC);
     EXPECT_GT(written.size(), 5u);
     EXPECT_FALSE((*e)->failed());
-    for (uint32_t i = 0; i < written.size(); ++i) {
-      std::vector<uint8_t> out(60000);
-      auto n = (*e)->read({8, i}, 0, out);
-      ASSERT_TRUE(n.ok()) << i << ": " << n.status().toString();
-      EXPECT_EQ(out, written[i]) << i;
-    }
+    // Logged writes sync no group file (their bytes are in the log).
+    if (logged)
+      EXPECT_EQ(syncs.value(), syncs0);
+    else
+      EXPECT_GE(syncs.value() - syncs0, written.size() / 2);
+    verify(**e);
   }
+  auto e = ChunkEngine::open(o);
+  ASSERT_TRUE(e.ok()) << e.status().toString();
+  verify(**e);
 }
+
+INSTANTIATE_TEST_SUITE_P(Logs, ChunkEngineNoSpace, ::testing::Values("small_segments", "logged"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace cistern::storage
