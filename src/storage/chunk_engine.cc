@@ -403,8 +403,11 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   RETURN_ON_ERROR(engine->rebuild());
   // A record holds the logged data of one batch: a quarter segment, so
   // that the biggest logged write fits with room to spare.
-  engine->log_batch_bytes_max_ = std::min<uint64_t>(
-      1 << 20, (options.meta_log_segment_bytes - kv::kLogSegmentHeaderBytes) / 4);
+  const uint64_t segment = options.meta_log_segment_bytes;
+  engine->log_batch_bytes_max_ =
+      segment > kv::kLogSegmentHeaderBytes
+          ? std::min<uint64_t>(1 << 20, (segment - kv::kLogSegmentHeaderBytes) / 4)
+          : 0;
   engine->log_data_ = options.log_small_writes && options.sync && engine->meta_log_ &&
                       engine->log_batch_bytes_max_ >= 2 * slotStride(0);
   return engine;
