@@ -245,12 +245,12 @@ int main(int argc, char** argv) {
   engine->reset();  // flushed before its directory goes (the service is stopped)
   std::filesystem::remove_all(base);
 
+  std::printf("small writes with data synced instead of logged: %.2fx fio\n", median(swu_ratio));
   bench::figure("chunk_bench_peak_rss_mib", bench::peakRssMiB(), "MiB");
   bench::figure("chunk_seqwrite_vs_fio", median(w_ratio), "x");
   bench::figure("chunk_seqread_vs_fio", median(r_ratio), "x");
   bench::figure("chunk_randread_vs_fio", median(rr_ratio), "x");
   bench::figure("storage_rpc_seqread_vs_fio", median(rpc_ratio), "x");
-  std::printf("small writes with data synced instead of logged: %.2fx fio\n", median(swu_ratio));
   bench::figure("chunk_smallwrite_vs_fio", median(sw_ratio), "x");
   return 0;
 }
