@@ -323,15 +323,16 @@ void FuseFs::invalidateAttrs(uint64_t ino) {
 }
 
 namespace {
-int64_t steadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+// Now plus attr_timeout.
+std::chrono::steady_clock::time_point attrDeadline(const MountOptions& o) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(o.attr_timeout_s));
 }
 }  // namespace
 
 void FuseFs::noteNoXattrs(uint64_t ino) {
-  int64_t until = steadyNs() + static_cast<int64_t>(options_.attr_timeout_s * 1e9);
+  auto until = attrDeadline(options_);
   std::lock_guard lock(no_xattrs_mu_);
   no_xattrs_[ino % kNoXattrSlots] = {ino, until};
 }
@@ -339,7 +340,7 @@ void FuseFs::noteNoXattrs(uint64_t ino) {
 bool FuseFs::knownNoXattrs(uint64_t ino) {
   std::lock_guard lock(no_xattrs_mu_);
   const NoXattrs& e = no_xattrs_[ino % kNoXattrSlots];
-  return e.ino == ino && steadyNs() < e.until_ns;
+  return e.ino == ino && std::chrono::steady_clock::now() < e.until;
 }
 
 void FuseFs::forgetNoXattrs(uint64_t ino) {
@@ -350,22 +351,22 @@ void FuseFs::forgetNoXattrs(uint64_t ino) {
 
 void FuseFs::keepDirAttrs(const meta::Inode& inode, uint64_t ticket) {
   if (inode.type() != meta::DIRECTORY || options_.attr_timeout_s <= 0) return;
-  int64_t until = steadyNs() + static_cast<int64_t>(options_.attr_timeout_s * 1e9);
+  auto until = attrDeadline(options_);
   std::lock_guard lock(dir_attrs_mu_);
   DirAttrs& e = dir_attrs_[inode.ino() % kDirAttrSlots];
   if (ticket <= e.dropped) return;  // asked before a change that this mount made
   e.ino = inode.ino();
-  e.until_ns = until;
+  e.until = until;
   e.inode = inode;
 }
 
 bool FuseFs::cachedDirAttrs(uint64_t ino, meta::Inode* out, double* valid_s) {
-  int64_t now = steadyNs();
+  auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(dir_attrs_mu_);
   const DirAttrs& e = dir_attrs_[ino % kDirAttrSlots];
-  if (e.ino != ino || now >= e.until_ns) return false;
+  if (e.ino != ino || now >= e.until) return false;
   *out = e.inode;
-  *valid_s = static_cast<double>(e.until_ns - now) / 1e9;
+  *valid_s = std::chrono::duration<double>(e.until - now).count();
   return true;
 }
 

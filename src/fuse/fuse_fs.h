@@ -22,6 +22,7 @@
 #include <fuse_lowlevel.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -154,14 +155,14 @@ class FuseFs {
   std::unordered_map<uint64_t, std::pair<int64_t, uint64_t>> seen_;  // ino -> (mtime, size)
   struct NoXattrs {
     uint64_t ino = 0;
-    int64_t until_ns = 0;  // steady clock
+    std::chrono::steady_clock::time_point until;
   };
   static constexpr size_t kNoXattrSlots = 4096;
   std::mutex no_xattrs_mu_;
   std::unique_ptr<NoXattrs[]> no_xattrs_;
   struct DirAttrs {
     uint64_t ino = 0;  // 0: empty
-    int64_t until_ns = 0;
+    std::chrono::steady_clock::time_point until;
     uint64_t dropped = 0;  // ticket count at the slot's last drop
     meta::Inode inode;
   };

@@ -70,17 +70,6 @@ const std::string kLoggedWriteKey = std::string(12, '\xff') + "/logged_write";
 
 bool isChunkKey(const rocksdb::Slice& key) { return key.size() == 12; }
 
-Status pwriteAll(int fd, std::string_view bytes, uint64_t off, const std::string& what) {
-  while (!bytes.empty()) {
-    ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return errnoStatus(n < 0 ? errno : EIO, what);
-    bytes.remove_prefix(static_cast<size_t>(n));
-    off += static_cast<uint64_t>(n);
-  }
-  return Status::OK();
-}
-
 std::string encodeVersion(uint64_t v) {
   std::string out;
   appendLE<uint64_t>(out, v);
@@ -310,10 +299,13 @@ Status ChunkEngine::replayLoggedWrite(std::string_view bytes) {
                               w.size_class, w.addr.group, w.addr.slot));
   }
   ASSIGN_OR_RETURN(auto file, groupFile(w.size_class, w.addr.group));
-  const std::string what = fmt::format("replay a write into {}/data/c{}/g{}.dat", options_.path,
-                                       w.size_class, w.addr.group);
-  RETURN_ON_ERROR(pwriteAll(file->fd, w.data, slotPos(w.size_class, w.addr) + w.data_offset, what));
-  RETURN_ON_ERROR(pwriteAll(file->fd, w.crcs, crcPos(w.size_class, w.addr) + w.crc_offset, what));
+  IoRequest ws[2] = {IoRequest::writeOf(file->fd, w.data.data(), w.data.size(),
+                                        slotPos(w.size_class, w.addr) + w.data_offset),
+                     IoRequest::writeOf(file->fd, w.crcs.data(), w.crcs.size(),
+                                        crcPos(w.size_class, w.addr) + w.crc_offset)};
+  RETURN_ON_ERROR(page_io_->run({ws, w.crcs.empty() ? size_t{1} : size_t{2}})
+                      .withContext(fmt::format("replay a write into {}/data/c{}/g{}.dat",
+                                               options_.path, w.size_class, w.addr.group)));
   addDirty(std::move(file));
   return Status::OK();
 }
