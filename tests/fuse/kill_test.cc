@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "tests/support/cluster_process.h"
@@ -44,13 +45,36 @@ TEST(KillServer, MountedReaderGetsAnErrorInBoundedTimeAndTheMountUnmounts) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string root = tmpl, mnt = root + "/mnt";
   ASSERT_EQ(::mkdir(mnt.c_str(), 0755), 0);
+  // Whatever assertion ends the test, no mount, mount process or reader is
+  // left behind (a failed run used to leave its mount in /tmp).
+  pid_t mount_pid = -1, reader_pid = -1;
+  struct Cleanup {
+    const std::string& root;
+    const std::string& mnt;
+    pid_t& mount_pid;
+    pid_t& reader_pid;
+    ~Cleanup() {
+      // The mount first: its death aborts any FUSE request a reader waits in.
+      for (pid_t* pid : {&mount_pid, &reader_pid}) {
+        if (*pid <= 0) continue;
+        int st = 0;
+        if (waitpid(*pid, &st, WNOHANG) == 0) {
+          kill(*pid, SIGKILL);
+          waitpid(*pid, &st, 0);
+        }
+      }
+      if (mounted(mnt)) (void)::umount2(mnt.c_str(), MNT_DETACH);
+      std::error_code ec;
+      std::filesystem::remove_all(root, ec);
+    }
+  } cleanup{root, mnt, mount_pid, reader_pid};
   ClusterProcess server(CISTERN_BIN, root + "/data", 1);
   ASSERT_TRUE(server.start());
 
   // `cistern mount` as its own process.
   int out[2];
   ASSERT_EQ(pipe(out), 0);
-  pid_t mount_pid = fork();
+  mount_pid = fork();
   if (mount_pid == 0) {
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
@@ -89,7 +113,7 @@ TEST(KillServer, MountedReaderGetsAnErrorInBoundedTimeAndTheMountUnmounts) {
 
   int progress[2];
   ASSERT_EQ(pipe(progress), 0);
-  pid_t reader_pid = fork();
+  reader_pid = fork();
   if (reader_pid == 0) {
     close(progress[0]);
     reader(file, progress[1]);
@@ -117,6 +141,7 @@ TEST(KillServer, MountedReaderGetsAnErrorInBoundedTimeAndTheMountUnmounts) {
     kill(reader_pid, SIGKILL);
     waitpid(reader_pid, &status, 0);
   }
+  reader_pid = -1;  // reaped
   ASSERT_TRUE(exited) << "the reader still hangs " << waited << " ms after the kill";
   EXPECT_LT(waited, kBoundMs);
   ASSERT_TRUE(WIFEXITED(status));
@@ -147,12 +172,12 @@ TEST(KillServer, MountedReaderGetsAnErrorInBoundedTimeAndTheMountUnmounts) {
     waitpid(mount_pid, &status, 0);
     ::umount2(mnt.c_str(), MNT_DETACH);
   }
+  mount_pid = -1;  // reaped
   EXPECT_TRUE(exited) << "cistern mount did not exit after SIGTERM";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_FALSE(mounted(mnt));
   close(progress[0]);
   close(out[0]);
-  (void)std::system(("rm -rf " + root).c_str());
 }
 
 }  // namespace
