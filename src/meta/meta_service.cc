@@ -30,10 +30,7 @@ void MetaService::add(const char* method, std::function<Status(const Req&, Resp&
 
 template <typename Req, typename Resp>
 void MetaService::addRead(const char* method, std::function<Status(const Req&, Resp&)> fn) {
-  server_.handle<Req, Resp>(
-      net::Method::of(std::string("cistern.meta.MetaService.") + method),
-      [fn = std::move(fn)](net::CallContext&, const Req& req,
-                           Resp& resp) -> asio::awaitable<Status> { co_return fn(req, resp); });
+  add<Req, Resp>(method, std::move(fn), [](const Req&) { return true; });
 }
 
 MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t blocking_threads)

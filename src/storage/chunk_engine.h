@@ -96,7 +96,9 @@ struct ChunkEngineOptions {
   // their slots. A slot freed while its logged bytes may still be replayed
   // is held (not reused) until the next checkpoint; past
   // `logged_held_slots_max` held slots a checkpoint is forced. Needs
-  // `meta_commit_log` and `sync`, and segments of at least 256 KiB.
+  // `meta_commit_log` and `sync`, and segments of at least 548 KiB (a
+  // record's logged bytes are capped at a quarter segment, and must hold
+  // two whole class-0 slots).
   // Defaults: true, 1024.
   bool log_small_writes = true;
   uint32_t logged_held_slots_max = 1024;
