@@ -91,60 +91,91 @@ struct ChunkEngine::PendingCommit {
   std::string logged;    // encodeLoggedWrite: the data goes in the log record
   uint64_t version = 0;  // of the batch, once committed
   Status status;
+  bool synced = false;   // left stage 1
+  bool leading = false;  // its writer is leading a stage
   bool done = false;
+  std::condition_variable cv;  // its writer waits here (under commit_mu_)
 };
 
 // Group commit in two pipelined stages, each led by one thread at a time:
 // stage 1 fdatasyncs the group files a batch wrote, stage 2 puts the batch's
 // records in one synced RocksDB write. While one batch's records are being
 // written, the next batch's data is being synced. Batches enter stage 2 in
-// the order they left stage 1. Each waiting writer leads whichever stage has
-// work and no leader, so no batch is ever stranded.
+// the order they left stage 1. A writer leads whichever stage has work and
+// no leader (stage 2 first once its own write is synced, since that is what
+// it waits for) and otherwise sleeps on its own condition variable: a
+// finished stage wakes its batch's writers and, for each stage left with
+// work and no leader, one writer queued there — never every waiting writer.
 Status ChunkEngine::commit(PendingCommit& p) {
   std::unique_lock lock(commit_mu_);
   sync_queue_.push_back(&p);
+  // Wakes one writer queued at each stage that has work and no leader: not
+  // the caller (it looks for work itself before it sleeps) and not one that
+  // is leading the other stage (it is not asleep).
+  auto wakeOne = [&](const std::vector<PendingCommit*>& queue) {
+    for (PendingCommit* q : queue) {
+      if (q != &p && !q->leading) {
+        q->cv.notify_one();
+        return;
+      }
+    }
+  };
+  auto wakeIdleStages = [&] {
+    if (!syncing_) wakeOne(sync_queue_);
+    // A caller whose write is synced leads stage 2 itself next.
+    if (!writing_meta_ && (p.done || !p.synced)) wakeOne(meta_queue_);
+  };
+  auto finish = [&](const std::vector<PendingCommit*>& batch, const Status& s) {
+    for (PendingCommit* q : batch) {
+      q->status = s;
+      q->done = true;
+      if (q != &p) q->cv.notify_one();
+    }
+  };
   while (!p.done) {
     std::vector<PendingCommit*> batch;
-    if (!sync_queue_.empty() && !syncing_) {
+    const bool stage2_free = !meta_queue_.empty() && !writing_meta_;
+    if (stage2_free && p.synced) {
+      // Below.
+    } else if (!sync_queue_.empty() && !syncing_) {
       syncing_ = true;
+      p.leading = true;
       batch.swap(sync_queue_);
       lock.unlock();
       Status s = syncData(batch);
       lock.lock();
-      for (PendingCommit* q : batch) {
-        if (s.ok()) {
-          meta_queue_.push_back(q);
-        } else {
-          q->status = s;
-          q->done = true;
-        }
+      p.leading = false;
+      if (s.ok()) {
+        for (PendingCommit* q : batch) q->synced = true;
+        meta_queue_.insert(meta_queue_.end(), batch.begin(), batch.end());
+      } else {
+        finish(batch, s);
       }
       syncing_ = false;
-      commit_cv_.notify_all();
-    } else if (!meta_queue_.empty() && !writing_meta_) {
-      writing_meta_ = true;
-      // One log record per batch: logged data bounds how many go at once.
-      size_t take = 0;
-      uint64_t bytes = 0;
-      for (; take < meta_queue_.size(); ++take) {
-        bytes += meta_queue_[take]->logged.size();
-        if (take > 0 && bytes > log_batch_bytes_max_) break;
-      }
-      batch.assign(meta_queue_.begin(), meta_queue_.begin() + static_cast<std::ptrdiff_t>(take));
-      meta_queue_.erase(meta_queue_.begin(),
-                        meta_queue_.begin() + static_cast<std::ptrdiff_t>(take));
-      lock.unlock();
-      Status s = writeRecords(batch);
-      lock.lock();
-      for (PendingCommit* q : batch) {
-        q->status = s;
-        q->done = true;
-      }
-      writing_meta_ = false;
-      commit_cv_.notify_all();
-    } else {
-      commit_cv_.wait(lock);
+      wakeIdleStages();
+      continue;
+    } else if (!stage2_free) {
+      p.cv.wait(lock);
+      continue;
     }
+    writing_meta_ = true;
+    p.leading = true;
+    // One log record per batch: logged data bounds how many go at once.
+    size_t take = 0;
+    uint64_t bytes = 0;
+    for (; take < meta_queue_.size(); ++take) {
+      bytes += meta_queue_[take]->logged.size();
+      if (take > 0 && bytes > log_batch_bytes_max_) break;
+    }
+    batch.assign(meta_queue_.begin(), meta_queue_.begin() + static_cast<std::ptrdiff_t>(take));
+    meta_queue_.erase(meta_queue_.begin(), meta_queue_.begin() + static_cast<std::ptrdiff_t>(take));
+    lock.unlock();
+    Status s = writeRecords(batch);
+    lock.lock();
+    p.leading = false;
+    finish(batch, s);
+    writing_meta_ = false;
+    wakeIdleStages();
   }
   return p.status;
 }

@@ -218,7 +218,6 @@ class ChunkEngine {
   std::list<uint64_t> lru_;  // front: most recent
   std::array<std::mutex, 64> chunk_locks_;
   std::mutex commit_mu_;
-  std::condition_variable commit_cv_;
   std::vector<PendingCommit*> sync_queue_;  // waiting for stage 1
   std::vector<PendingCommit*> meta_queue_;  // data synced, waiting for stage 2
   bool syncing_ = false;
