@@ -216,6 +216,10 @@ Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& option
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  // Index and filter blocks count against the cache, so memory does not grow
+  // with the number of keys.
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(o, options.path, &raw);

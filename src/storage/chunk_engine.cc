@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/falloc.h>
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -410,6 +413,16 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   rocksdb::Options o;
   o.create_if_missing = true;
   o.max_open_files = 256;
+  // Every write to a new chunk looks up a key no table holds: bloom filters
+  // answer that without reading each table's index and data blocks. Index
+  // and filter blocks live in the block cache, so the metadata's memory is
+  // the cache's size however many chunks the target holds.
+  rocksdb::BlockBasedTableOptions table;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.block_cache = rocksdb::NewLRUCache(options.meta_cache_bytes);
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   rocksdb::DB* raw = nullptr;
   RETURN_ON_ERROR(fromRocks(rocksdb::DB::Open(o, options.path + "/meta", &raw),
                             "open " + options.path + "/meta"));

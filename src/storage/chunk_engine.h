@@ -68,6 +68,9 @@ struct ChunkEngineOptions {
   uint32_t groups_max = 4096;
   // Group files kept open. Default: 256.
   uint32_t open_files_max = 256;
+  // RocksDB block cache of the chunk metadata, index and filter blocks
+  // included. Default: 32 MiB.
+  uint64_t meta_cache_bytes = 32ull << 20;
   // fdatasync data and sync metadata before a write returns. Default: true.
   bool sync = true;
   // Writes fail with kNoSpace while the filesystem has less than this free,
