@@ -21,7 +21,10 @@
 // split by chunk and the pieces for different chains run in parallel, at most
 // `io_parallel_max` at a time. Small sequential writes are coalesced in a
 // buffer of at most one chunk per open file, flushed when full, on fsync(),
-// on close() and before a read of the same file; the file's length is sent
+// on close() and before a read of the same file. A buffer flushed because it
+// is full is written behind: the caller goes on writing while up to
+// `write_behind_bytes` of such buffers are on their way, and a failed one is
+// reported by the next write, fsync() or close(). The file's length is sent
 // to the metadata service on fsync() and close(). Sequential readers get
 // read-ahead that grows up to `readahead_max_bytes`. Transient errors (a busy
 // target, a dropped connection) are retried with backoff for up to
@@ -29,8 +32,9 @@
 //
 // Thread-safety: a Client may be used from many threads. A File may be used
 // from many threads for pread/pwrite; its buffers are guarded.
-// Memory: bounded by open files × (one chunk of write buffer + two
-// read-ahead windows). Lifetime: destroy every File before its Client.
+// Memory: bounded by open files × (two chunks of write buffer + the larger
+// of write_behind_bytes and a chunk + two read-ahead windows). Lifetime: destroy every File before
+// its Client.
 #pragma once
 
 #include <fcntl.h>
@@ -125,6 +129,10 @@ class Client {
     uint32_t attr_cache_ms = 1000;
     uint32_t io_parallel_max = 8;
     uint64_t readahead_max_bytes = 8ull << 20;
+    // Full write buffers of one file being written to storage while its
+    // writer goes on (at least one, whatever its size); 0: a full buffer is
+    // written before the write that filled it returns.
+    uint64_t write_behind_bytes = 8ull << 20;
     uint32_t retry_ms = 10000;  // transient errors are retried for this long
     uint32_t call_timeout_ms = 30000;
     // Shared memory lent to storage servers on this host, which read chunk

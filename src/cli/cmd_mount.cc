@@ -37,6 +37,7 @@ int mountAndServe(const std::string& cluster, const std::string& mountpoint,
   co.retry_ms = timeout_ms;
   co.call_timeout_ms = std::max<uint32_t>(timeout_ms, 1000);
   co.readahead_max_bytes = 4ull << 20;
+  co.write_behind_bytes = 4ull << 20;  // 32 buffered files: at most 128 MiB in flight
   auto [c, err] = Client::connect(co);
   if (err) {
     fmt::print(stderr, "cistern mount: {}\n", err.message);

@@ -54,6 +54,7 @@ struct PendingIo {
   Status error;
 
   Status wait();
+  bool finished();  // wait() would not block
   ~PendingIo();
 };
 
@@ -90,6 +91,9 @@ class ClientImpl final : public Client {
   // Starts reading [offset, offset + n) into `out` (read-ahead); wait() on the result.
   std::unique_ptr<PendingIo> startRead(const meta::Inode& inode, uint64_t offset, size_t n,
                                        uint8_t* out);
+  // Writes from `in`, which must stay valid until the PendingIo is done.
+  std::unique_ptr<PendingIo> startWrite(const meta::Inode& inode, uint64_t offset, size_t n,
+                                        const uint8_t* in);
   // A meta Close: ends `session` (0: none) and raises the length to `length`.
   Result<meta::Inode> metaClose(uint64_t ino, uint64_t session, uint64_t length, bool wrote);
   void forgetAttrs(uint64_t ino);

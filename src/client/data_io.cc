@@ -229,6 +229,11 @@ Status PendingIo::wait() {
   return error;
 }
 
+bool PendingIo::finished() {
+  std::lock_guard lock(mu);
+  return running == 0;
+}
+
 PendingIo::~PendingIo() { (void)wait(); }
 
 std::unique_ptr<PendingIo> ClientImpl::start(bool write, const meta::Inode& inode,
@@ -253,6 +258,12 @@ Status ClientImpl::runPieces(bool write, const meta::Inode& inode, std::vector<P
 std::unique_ptr<PendingIo> ClientImpl::startRead(const meta::Inode& inode, uint64_t offset,
                                                  size_t n, uint8_t* out) {
   return start(false, inode, cut(inode, offset, n, out));
+}
+
+std::unique_ptr<PendingIo> ClientImpl::startWrite(const meta::Inode& inode, uint64_t offset,
+                                                  size_t n, const uint8_t* in) {
+  // Pieces only read from `in` when writing.
+  return start(true, inode, cut(inode, offset, n, const_cast<uint8_t*>(in)));
 }
 
 Status ClientImpl::readData(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* out) {

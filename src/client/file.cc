@@ -36,12 +36,71 @@ uint64_t FileImpl::size() const {
 }
 
 Status FileImpl::flushLocked() {
-  if (wbuf_len_ == 0) return Status::OK();
-  Status s = client_->writeData(inode_, wbuf_offset_, wbuf_len_, wbuf_.data());
-  // A failed flush loses the buffered bytes: fsync() and close() report it.
-  if (!s.ok() && sticky_error_.ok()) sticky_error_ = s;
-  wbuf_len_ = 0;
+  Status s;
+  if (wbuf_len_ > 0) {
+    // Older buffers may hold the same bytes: they land first.
+    if (!behind_.empty()) s = drainLocked();
+    Status w = client_->writeData(inode_, wbuf_offset_, wbuf_len_, wbuf_.data());
+    // A failed flush loses the buffered bytes: fsync() and close() report it.
+    if (!w.ok() && sticky_error_.ok()) sticky_error_ = w;
+    wbuf_len_ = 0;
+    if (s.ok()) s = w;
+  }
+  if (!behind_.empty()) {
+    Status d = drainLocked();
+    if (s.ok()) s = d;
+  }
   return s;
+}
+
+void FileImpl::reapOldest() {
+  Behind& b = behind_.front();
+  Status s = b.io->wait();
+  if (!s.ok() && sticky_error_.ok()) sticky_error_ = s;
+  behind_bytes_ -= b.len;
+  spares_.push_back(std::move(b.buf));
+  behind_.pop_front();
+}
+
+Status FileImpl::drainLocked() {
+  Status first;
+  while (!behind_.empty()) {
+    Status before = sticky_error_;
+    reapOldest();
+    if (first.ok() && before.ok() && !sticky_error_.ok()) first = sticky_error_;
+  }
+  return first;
+}
+
+Status FileImpl::flushBehindLocked() {
+  const uint64_t cap = client_->options().write_behind_bytes;
+  if (cap == 0) return flushLocked();
+  const uint64_t end = wbuf_offset_ + wbuf_len_;
+  while (!behind_.empty() && behind_.front().io->finished()) reapOldest();
+  bool overlaps = false;
+  for (const Behind& b : behind_)
+    overlaps = overlaps || (b.offset < end && wbuf_offset_ < b.offset + b.len);
+  if (overlaps) (void)drainLocked();
+  while (!behind_.empty() && behind_bytes_ + wbuf_len_ > cap) reapOldest();
+  // A write behind that failed is reported by the write that learns of it.
+  if (!sticky_error_.ok()) {
+    wbuf_len_ = 0;
+    return sticky_error_;
+  }
+  Behind b;
+  b.buf = std::move(wbuf_);
+  b.offset = wbuf_offset_;
+  b.len = wbuf_len_;
+  b.io = client_->startWrite(inode_, b.offset, b.len, b.buf.data());
+  behind_bytes_ += b.len;
+  behind_.push_back(std::move(b));
+  wbuf_ = Buffer{};
+  if (!spares_.empty()) {
+    wbuf_ = std::move(spares_.back());
+    spares_.pop_back();
+  }
+  wbuf_len_ = 0;
+  return Status::OK();
 }
 
 Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
@@ -66,12 +125,15 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
       n -= take;
       offset += take;
       size_ = std::max(size_, offset);
-      if (offset % chunk == 0) RETURN_ON_ERROR(flushLocked());
+      if (offset % chunk == 0) RETURN_ON_ERROR(flushBehindLocked());
       continue;
     }
-    RETURN_ON_ERROR(flushLocked());
-    if (offset % chunk == 0 && n >= chunk) {
-      // Whole chunks go straight from the caller's buffer, in parallel.
+    if (wbuf_len_ > 0) RETURN_ON_ERROR(flushBehindLocked());
+    if (offset % chunk == 0 && n >= chunk &&
+        (n >= 2 * chunk || client_->options().write_behind_bytes == 0)) {
+      // Whole chunks go straight from the caller's buffer, in parallel
+      // (after the buffers written behind, which may hold the same bytes).
+      RETURN_ON_ERROR(drainLocked());
       size_t whole = static_cast<size_t>(n / chunk * chunk);
       RETURN_ON_ERROR(client_->writeData(inode_, offset, whole, p));
       p += whole;
@@ -90,7 +152,7 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
     n -= take;
     offset += take;
     size_ = std::max(size_, offset);
-    if (offset % chunk == 0) RETURN_ON_ERROR(flushLocked());
+    if (offset % chunk == 0) RETURN_ON_ERROR(flushBehindLocked());
   }
   return Status::OK();
 }
@@ -177,7 +239,7 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
 Error FileImpl::startReadLocked(size_t n, uint64_t offset, size_t* len) {
   *len = 0;
   if (closed_ || !can_read_) return Error{EBADF, path_ + ": Bad file descriptor"};
-  if (wbuf_len_ > 0) {
+  if (wbuf_len_ > 0 || !behind_.empty()) {
     Status s = flushLocked();
     if (!s.ok()) return toError(s, path_);
   }
@@ -259,6 +321,7 @@ Error FileImpl::flushBuffers() {
 
 void FileImpl::setSize(uint64_t size) {
   std::lock_guard lock(mu_);
+  (void)drainLocked();  // no older write may land past the new end
   size_ = size;
   meta_size_ = size;
   rbuf_len_ = 0;

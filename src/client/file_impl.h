@@ -1,13 +1,16 @@
 // FileImpl: an open file of libcistern — its write buffer (at most one
-// chunk, always within one chunk so a flush is one chunk write) and its
+// chunk, always within one chunk so a flush is one chunk write; a full one is
+// written behind, see Client::Options::write_behind_bytes) and its
 // read-ahead (a window that doubles on each sequential read, from 128 KiB up
 // to Options::readahead_max_bytes; a random read resets it). While the caller
 // consumes one window the next is already being read (double buffering). The
 // buffers are allocated once per handle and reused: memory per handle is at
-// most one chunk + 2 × readahead_max_bytes. All calls on one handle are
-// serialized by its mutex.
+// most two chunks + max(write_behind_bytes, one chunk) + 2 ×
+// readahead_max_bytes. All calls
+// on one handle are serialized by its mutex.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,7 +54,16 @@ class FileImpl final : public File {
   void setUnbuffered() { buffered_ = false; }
 
  private:
+  // Every buffered byte in storage: the write buffer, then the buffers
+  // written behind (their first error, if any, is the result).
   Status flushLocked();
+  // The full write buffer starts on its way to storage and the caller goes
+  // on; waits first for older buffers past write_behind_bytes, or for one
+  // that overlaps (writes to the same bytes must land in order).
+  Status flushBehindLocked();
+  // Waits for the oldest buffer written behind; a failure becomes sticky.
+  void reapOldest();
+  Status drainLocked();
   // Checks a read of n bytes at offset and flushes buffered writes first;
   // *len: how many bytes the file has there (0: none).
   Error startReadLocked(size_t n, uint64_t offset, size_t* len);
@@ -95,6 +107,16 @@ class FileImpl final : public File {
   Buffer wbuf_;
   uint64_t wbuf_offset_ = 0;
   size_t wbuf_len_ = 0;
+  // Full buffers on their way to storage, oldest first.
+  struct Behind {
+    Buffer buf;
+    uint64_t offset = 0;
+    size_t len = 0;
+    std::unique_ptr<PendingIo> io;
+  };
+  std::deque<Behind> behind_;
+  uint64_t behind_bytes_ = 0;
+  std::vector<Buffer> spares_;  // written-behind buffers, reused for the next ones
 
   Buffer rbuf_;
   uint64_t rbuf_offset_ = 0;

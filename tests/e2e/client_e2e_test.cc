@@ -288,6 +288,60 @@ TEST_F(E2E, ConcurrentClientsOnFilesAndOnDisjointRangesOfOneFile) {
   EXPECT_EQ(readAll(*client_, "/shared"), want);
 }
 
+// Full 1 MiB buffers are written behind while the writer goes on: a rewrite
+// of bytes still on their way must land after them, a read must see every
+// write before it, and a write behind that fails must be reported, not lost.
+TEST_F(E2E, WritesBehindLandInOrderAndAFailureIsReported) {
+  constexpr size_t kMiB = 1 << 20;
+  std::vector<uint8_t> model(10 * kMiB), buf(kMiB);
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(client_->open("/behind", O_RDWR | O_CREAT | O_TRUNC, 0644, &f));
+  auto put = [&](uint64_t off, size_t n, uint64_t seed) {
+    fill(buf.data(), n, off, seed);
+    std::memcpy(model.data() + off, buf.data(), n);
+    size_t done = 0;
+    Error e = f->pwrite(buf.data(), n, off, &done);
+    ASSERT_FALSE(e) << e.message;
+    ASSERT_EQ(done, n);
+  };
+  for (uint64_t i = 0; i < 8; ++i) put(i * kMiB, kMiB, 1);  // whole chunks, behind
+  put(2 * kMiB, kMiB, 2);                                   // the same bytes again
+  put(5 * kMiB + 4093, 70000, 3);                           // inside a chunk on its way
+  for (uint64_t off = 8 * kMiB; off < 10 * kMiB; off += 65536) put(off, 65536, 4);
+  // A read of bytes just written, some of them maybe still on their way.
+  std::vector<uint8_t> got(3 * kMiB);
+  size_t n = 0;
+  ASSERT_FALSE(f->pread(got.data(), got.size(), 1 * kMiB + 17, &n));
+  ASSERT_EQ(n, got.size());
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), model.begin() + kMiB + 17));
+  put(9 * kMiB, kMiB, 5);
+  ASSERT_FALSE(f->close());
+  EXPECT_EQ(readAll(*client_, "/behind"), model);
+
+  // Storage refuses writes after the first two while meta keeps working: a
+  // write behind that fails is reported by a later write or fsync, and by
+  // close, and the file keeps the length of what was acknowledged before.
+  client_.reset();
+  ASSERT_EQ(cluster_->stop(), 0) << cluster_->log();
+  setenv("CISTERN_FAULTS", "storage.write.after_data=error:kIOError@skip=2", 1);
+  bool started = cluster_->start();
+  unsetenv("CISTERN_FAULTS");
+  ASSERT_TRUE(started);
+  client_ = connect();
+  ASSERT_NE(client_, nullptr);
+  std::unique_ptr<File> g;
+  ASSERT_FALSE(client_->open("/lost", O_WRONLY | O_CREAT | O_TRUNC, 0644, &g));
+  Error failed;
+  size_t done = 0;
+  for (uint64_t i = 0; i < 16 && !failed; ++i)
+    failed = g->pwrite(buf.data(), kMiB, i * kMiB, &done);
+  if (!failed) failed = g->fsync();
+  EXPECT_TRUE(failed) << "no write and no fsync reported the refused writes";
+  EXPECT_EQ(failed.errno_value, EIO) << failed.message;
+  EXPECT_NE(failed.message.find("/lost"), std::string::npos) << failed.message;
+  EXPECT_TRUE(g->close()) << "close of a file whose writes were lost succeeded";
+}
+
 TEST_F(E2E, EveryByteSurvivesARestart) {
   std::map<std::string, std::pair<uint64_t, uint32_t>> files;
   ASSERT_FALSE(client_->mkdir("/keep/a/b", 0755, true));
