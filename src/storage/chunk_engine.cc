@@ -138,9 +138,7 @@ Status ChunkEngine::commit(PendingCommit& p) {
   while (!p.done) {
     std::vector<PendingCommit*> batch;
     const bool stage2_free = !meta_queue_.empty() && !writing_meta_;
-    if (stage2_free && p.synced) {
-      // Below.
-    } else if (!sync_queue_.empty() && !syncing_) {
+    if (!sync_queue_.empty() && !syncing_ && !(stage2_free && p.synced)) {
       syncing_ = true;
       p.leading = true;
       batch.swap(sync_queue_);
@@ -157,7 +155,8 @@ Status ChunkEngine::commit(PendingCommit& p) {
       syncing_ = false;
       wakeIdleStages();
       continue;
-    } else if (!stage2_free) {
+    }
+    if (!stage2_free) {
       p.cv.wait(lock);
       continue;
     }
