@@ -2,13 +2,13 @@
 // (synced commits), in-process and over RPC on loopback, next to the same
 // operations on the local file system in the same run.
 //
-// Figures:
-//   meta_create_inproc, meta_stat_inproc, meta_unlink_inproc     one directory (ops/s)
-//   meta_create_spread_inproc, meta_stat_spread_inproc            one directory per thread (ops/s)
-//   meta_create_inproc_nosync                                     creates with sync_commits=false
-//   (ops/s) meta_create_rpc, meta_stat_rpc                                over RPC, one directory
-//   (ops/s) localfs_create_per_s, localfs_stat_per_s                      open(O_CREAT)+close,
-//   stat(2) meta_create_vs_localfs, meta_stat_vs_localfs                  in-process vs local (x)
+// Figures (ops/s unless noted):
+//   meta_create_inproc, meta_stat_inproc, meta_unlink_inproc: one directory
+//   meta_create_spread_inproc, meta_stat_spread_inproc: a directory per thread
+//   meta_create_inproc_nosync: creates with sync_commits=false
+//   meta_create_rpc, meta_stat_rpc: over RPC, one directory
+//   localfs_create_per_s, localfs_stat_per_s: open(O_CREAT)+close, stat(2)
+//   meta_create_vs_localfs, meta_stat_vs_localfs: in-process vs local (x)
 //   meta_bench_peak_rss_mib
 #include <fcntl.h>
 #include <sys/stat.h>
