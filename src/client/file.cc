@@ -36,19 +36,14 @@ uint64_t FileImpl::size() const {
 }
 
 Status FileImpl::flushLocked() {
-  Status s;
+  // Older buffers may hold the same bytes: they land first.
+  Status s = drainLocked();
   if (wbuf_len_ > 0) {
-    // Older buffers may hold the same bytes: they land first.
-    if (!behind_.empty()) s = drainLocked();
     Status w = client_->writeData(inode_, wbuf_offset_, wbuf_len_, wbuf_.data());
     // A failed flush loses the buffered bytes: fsync() and close() report it.
     if (!w.ok() && sticky_error_.ok()) sticky_error_ = w;
     wbuf_len_ = 0;
     if (s.ok()) s = w;
-  }
-  if (!behind_.empty()) {
-    Status d = drainLocked();
-    if (s.ok()) s = d;
   }
   return s;
 }
@@ -63,13 +58,9 @@ void FileImpl::reapOldest() {
 }
 
 Status FileImpl::drainLocked() {
-  Status first;
-  while (!behind_.empty()) {
-    Status before = sticky_error_;
-    reapOldest();
-    if (first.ok() && before.ok() && !sticky_error_.ok()) first = sticky_error_;
-  }
-  return first;
+  const bool failed_before = !sticky_error_.ok();
+  while (!behind_.empty()) reapOldest();
+  return failed_before ? Status::OK() : sticky_error_;  // a failure learnt now
 }
 
 Status FileImpl::flushBehindLocked() {

@@ -6,8 +6,7 @@
 // consumes one window the next is already being read (double buffering). The
 // buffers are allocated once per handle and reused: memory per handle is at
 // most two chunks + max(write_behind_bytes, one chunk) + 2 ×
-// readahead_max_bytes. All calls
-// on one handle are serialized by its mutex.
+// readahead_max_bytes. All calls on one handle are serialized by its mutex.
 #pragma once
 
 #include <deque>
@@ -63,6 +62,8 @@ class FileImpl final : public File {
   Status flushBehindLocked();
   // Waits for the oldest buffer written behind; a failure becomes sticky.
   void reapOldest();
+  // Waits for every buffer written behind; a failure first learnt here is
+  // the result (one already sticky is not reported again).
   Status drainLocked();
   // Checks a read of n bytes at offset and flushes buffered writes first;
   // *len: how many bytes the file has there (0: none).
