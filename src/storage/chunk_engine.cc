@@ -793,12 +793,19 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
     for (uint64_t ps = first_block * kBlockBytes; ps < new_len; ps += kPieceBytes) {
       const uint64_t pe = std::min(ps + kPieceBytes, new_len);
       // Assemble whole blocks in the aligned buffer: kept old bytes, new
-      // bytes, zeros (also past the end, up to the block boundary).
+      // bytes, zeros (also past the end, up to the block boundary). Only the
+      // old bytes that the new ones leave standing are read.
       uint64_t old_to = std::min(pe, keep);
-      if (ps < old_to) RETURN_ON_ERROR(readRange(*old, ps, old_to - ps, buf));
+      uint64_t from = std::max(ps, offset), to = std::min(pe, end);
+      if (from < to && data) {
+        if (ps < std::min(old_to, from))
+          RETURN_ON_ERROR(readRange(*old, ps, std::min(old_to, from) - ps, buf));
+        if (to < old_to) RETURN_ON_ERROR(readRange(*old, to, old_to - to, buf + (to - ps)));
+      } else if (ps < old_to) {
+        RETURN_ON_ERROR(readRange(*old, ps, old_to - ps, buf));
+      }
       // Past the kept bytes: new bytes where the write covers, zeros elsewhere.
       const uint64_t zero_from = std::max(ps, old_to), buf_end = ps + roundUp(pe - ps);
-      uint64_t from = std::max(ps, offset), to = std::min(pe, end);
       if (from < to && data) {
         std::memcpy(buf + (from - ps), data + (from - offset), to - from);
         if (zero_from < from) std::memset(buf + (zero_from - ps), 0, from - zero_from);
