@@ -136,8 +136,9 @@ class Client {
     uint32_t retry_ms = 10000;  // transient errors are retried for this long
     uint32_t call_timeout_ms = 30000;
     // Shared memory lent to storage servers on this host, which read chunk
-    // bytes straight into it instead of sending them over a socket; 0: off.
-    uint64_t shm_read_bytes = 64ull << 20;
+    // bytes straight into it and take written bytes from it instead of
+    // moving them over a socket; 0: off.
+    uint64_t shm_bytes = 64ull << 20;
   };
 
   static std::pair<std::unique_ptr<Client>, Error> connect(const Options& options);

@@ -16,8 +16,9 @@ ClusterFlags& addClusterFlags(CLI::App* cmd) {
                   "cluster address host:port (default: $CISTERN_CLUSTER or 127.0.0.1:7420)");
   cmd->add_option("--retry-ms", f.retry_ms, "how long transient errors are retried")
       ->capture_default_str();
-  cmd->add_option("--shm-read-mib", f.shm_read_mib,
-                  "shared memory that storage servers on this host read into (0: off)")
+  cmd->add_option(
+         "--shm-mib", f.shm_mib,
+         "shared memory that storage servers on this host read into and write from (0: off)")
       ->capture_default_str();
   return f;
 }
@@ -26,7 +27,7 @@ std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags) {
   Client::Options o;
   o.cluster = flags.cluster;
   o.retry_ms = flags.retry_ms;
-  o.shm_read_bytes = uint64_t{flags.shm_read_mib} << 20;
+  o.shm_bytes = uint64_t{flags.shm_mib} << 20;
   auto [client, err] = Client::connect(o);
   if (report(err)) return nullptr;
   return std::move(client);

@@ -16,10 +16,10 @@ namespace cistern::cli {
 struct ClusterFlags {
   std::string cluster;  // empty: $CISTERN_CLUSTER, else 127.0.0.1:7420
   uint32_t retry_ms = 5000;
-  uint32_t shm_read_mib = 64;  // same-host shared memory for reads; 0: off
+  uint32_t shm_mib = 64;  // same-host shared memory for I/O; 0: off
 };
 
-// Adds --cluster, --retry-ms and --shm-read-mib to `cmd`; the flags live as long as the program.
+// Adds --cluster, --retry-ms and --shm-mib to `cmd`; the flags live as long as the program.
 ClusterFlags& addClusterFlags(CLI::App* cmd);
 
 // Connects, or prints "cistern: cluster ADDR: ..." and records exit code 1.

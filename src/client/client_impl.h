@@ -21,7 +21,7 @@
 #include <unordered_map>
 
 #include "cistern/client.h"
-#include "client/shm_reads.h"
+#include "client/shm_slots.h"
 #include "common/result.h"
 #include "meta.pb.h"
 #include "net/endpoint.h"
@@ -126,10 +126,16 @@ class ClientImpl final : public Client {
 
   Status refreshRouting();
   Result<ChainRoute> route(uint32_t chain);
-  // Reads the piece through shared memory when its server is on this host;
-  // nullopt when it cannot (another host, no free slot): read it plainly.
+  // The handle under which `route`'s server maps our shared memory (attaching
+  // on first use); 0 when it cannot (another host, an attach in progress).
+  asio::awaitable<uint64_t> shmHandle(const ChainRoute& route);
+  // Read or write the piece through shared memory when its server is on
+  // this host; nullopt when they cannot (another host, no free slot, a
+  // piece longer than a slot, memory the server dropped): use the socket.
   asio::awaitable<std::optional<Status>> shmRead(const ChainRoute& route, const meta::Inode& inode,
                                                  Piece& piece);
+  asio::awaitable<std::optional<Status>> shmWrite(const ChainRoute& route, const meta::Inode& inode,
+                                                  Piece& piece);
 
   // Path handling: absolute, '.', '..' and repeated '/' folded lexically.
   Result<std::vector<std::string>> split(const std::string& path) const;
@@ -153,7 +159,7 @@ class ClientImpl final : public Client {
   std::atomic<uint64_t> seq_{0};
   std::unique_ptr<net::RpcClient> rpc_;
   std::unique_ptr<asio::thread_pool> driver_;
-  std::unique_ptr<ShmReads> shm_;  // null: off
+  std::unique_ptr<ShmSlots> shm_;  // null: off
 
   std::shared_mutex routing_mu_;
   net::Endpoint meta_endpoint_;

@@ -41,14 +41,26 @@ const net::Method& kTruncate() {
   return m;
 }
 
-// Chunk bytes read, by how they came: "shm" (same-host shared memory) or "socket".
+// Chunk bytes read or written, by the way they went: "shm" (same-host
+// shared memory) or "socket".
 metrics::Counter& readBytes(const char* path) {
   return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}},
                                              "Chunk bytes read from storage servers");
 }
+metrics::Counter& writeBytes(const char* path) {
+  return metrics::Registry::global().counter("client_write_bytes_total", {{"path", path}},
+                                             "Chunk bytes written to storage servers");
+}
 
 bool retryable(const Status& s) {
   return transient(s) || s.code() == ErrorCode::kStaleChainVersion;
+}
+
+// The call ended before its server answered: the server may still be using
+// the shared memory it named.
+bool endedUnanswered(const Status& s) {
+  return s.code() == ErrorCode::kDeadlineExceeded || s.code() == ErrorCode::kCancelled ||
+         s.code() == ErrorCode::kConnectionClosed || s.code() == ErrorCode::kBadFrame;
 }
 
 asio::awaitable<void> pieceWorker(PendingIo* run) {
@@ -82,8 +94,11 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
     // (Not a co_await inside a conditional expression: GCC 12 destroys its
     // temporaries twice.)
     std::optional<Status> via;
-    if (!write && shm_) via = co_await shmRead(*r, inode, p);
-    if (write) {
+    if (shm_ && write) via = co_await shmWrite(*r, inode, p);
+    if (shm_ && !write) via = co_await shmRead(*r, inode, p);
+    if (via) {
+      s = *via;
+    } else if (write) {
       storage::WriteReq req;
       req.mutable_chunk()->set_inode(inode.ino());
       req.mutable_chunk()->set_index(p.index);
@@ -93,8 +108,7 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
       net::CallOptions co;
       co.request_payload = std::span<const uint8_t>(p.data, p.length);
       s = co_await rpc_->call(r->endpoint, kWrite(), req, &resp, co);
-    } else if (via) {
-      s = *via;
+      if (s.ok()) writeBytes("socket").inc(p.length);
     } else {
       storage::BatchReadReq req;
       auto* range = req.add_ranges();
@@ -131,27 +145,63 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
   }
 }
 
-asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
-                                                           const meta::Inode& inode, Piece& p) {
+asio::awaitable<uint64_t> ClientImpl::shmHandle(const ChainRoute& r) {
   uint64_t handle = shm_->handleFor(r.endpoint);
-  if (handle == ShmReads::kRefused || handle == ShmReads::kAttaching) co_return std::nullopt;
-  if (handle == ShmReads::kNotTried) {
+  if (handle == ShmSlots::kRefused || handle == ShmSlots::kAttaching) co_return 0;
+  if (handle == ShmSlots::kNotTried) {
     storage::ShmAttachReq req;
     shm_->fillAttach(&req);
     storage::ShmAttachResp resp;
     Status s = co_await rpc_->call(r.endpoint, kShmAttach(), req, &resp);
     if (!s.ok()) {
-      // Unreachable or busy now: try again on a later read. Anything else (another
-      // host, an older server): plain reads from now on.
+      // Unreachable or busy now: try again on a later call. Anything else (another
+      // host, an older server): the socket from now on.
       bool later = transient(s);
-      shm_->setHandle(r.endpoint, later ? ShmReads::kNotTried : ShmReads::kRefused);
+      shm_->setHandle(r.endpoint, later ? ShmSlots::kNotTried : ShmSlots::kRefused);
       if (!later)
-        CLOG_INFO("client", "plain reads from {}: {}", r.endpoint.toString(), s.toString());
-      co_return std::nullopt;
+        CLOG_INFO("client", "no shared memory with {}: {}", r.endpoint.toString(), s.toString());
+      co_return 0;
     }
     handle = resp.handle();
     shm_->setHandle(r.endpoint, handle);
   }
+  co_return handle;
+}
+
+asio::awaitable<std::optional<Status>> ClientImpl::shmWrite(const ChainRoute& r,
+                                                            const meta::Inode& inode, Piece& p) {
+  if (p.length > shm_->slotBytes()) co_return std::nullopt;
+  uint64_t handle = co_await shmHandle(r);
+  if (handle == 0) co_return std::nullopt;
+  int slot = shm_->take();
+  if (slot < 0) co_return std::nullopt;
+  std::memcpy(shm_->data(slot), p.data, p.length);
+  storage::WriteReq req;
+  req.mutable_chunk()->set_inode(inode.ino());
+  req.mutable_chunk()->set_index(p.index);
+  req.set_offset(p.offset);
+  req.set_chain_version(r.version);
+  req.set_shm_handle(handle);
+  req.set_shm_offset(shm_->offset(slot));
+  req.set_shm_length(p.length);
+  storage::WriteResp resp;
+  Status s = co_await rpc_->call(r.endpoint, kWrite(), req, &resp);
+  // Ended before the server answered: it may still be reading the slot.
+  shm_->give(slot, !endedUnanswered(s));
+  if (s.ok()) writeBytes("shm").inc(p.length);
+  if (s.code() == ErrorCode::kNotFound) {
+    // The server dropped our memory (restarted, or made room): over the
+    // socket this time, attached anew next time.
+    shm_->dropHandle(r.endpoint, handle);
+    co_return std::nullopt;
+  }
+  co_return s;
+}
+
+asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
+                                                           const meta::Inode& inode, Piece& p) {
+  uint64_t handle = co_await shmHandle(r);
+  if (handle == 0) co_return std::nullopt;
   int slot = shm_->take();
   if (slot < 0) co_return std::nullopt;
   Status s;
@@ -170,8 +220,7 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
     s = co_await rpc_->call(r.endpoint, kBatchRead(), req, &resp);
     if (!s.ok()) {
       // Ended before the server answered: it may still write into the slot.
-      clean = !(s.code() == ErrorCode::kDeadlineExceeded || s.code() == ErrorCode::kCancelled ||
-                s.code() == ErrorCode::kConnectionClosed || s.code() == ErrorCode::kBadFrame);
+      clean = !endedUnanswered(s);
       break;
     }
     auto code = resp.codes_size() > 0 ? static_cast<ErrorCode>(resp.codes(0)) : ErrorCode::kOk;

@@ -1,12 +1,12 @@
-// Shared memory that same-host clients lend a storage server for reads
-// (docs/client.md, "Same-host reads"). A client creates a memfd, writes a
+// Shared memory that same-host clients lend a storage server for reads and
+// writes (docs/client.md, "Same-host reads and writes"). A client creates a memfd, writes a
 // random token at its start and sends its pid, the descriptor number and the
 // token (ShmAttach). The server opens /proc/<pid>/fd/<fd> — O_PATH first, so
 // that nothing but a regular file is ever opened for real — maps it, checks
 // the token and hands back a handle. The memfd must be sealed against
 // shrinking (F_SEAL_SHRINK): a client must not be able to cut the file under
-// the server's mapping. BatchRead then reads chunk bytes
-// straight into the client's memory: no socket copies.
+// the server's mapping. BatchRead then reads chunk bytes straight into the
+// client's memory, and Write takes them from there: no socket copies.
 //
 // Bounded: at most `attached_max` mappings of at most `bytes_max` each.
 // Clients detach when they close; the memory of clients that died without

@@ -88,11 +88,23 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
       method("Write"),
       [this](net::CallContext& ctx, const WriteReq& req,
              WriteResp& resp) -> asio::awaitable<Status> {
-        Admission admitted(*this, ctx.requestPayload().size());
+        std::span<const uint8_t> data = ctx.requestPayload();
+        std::shared_ptr<const ShmMapping> shm;
+        if (req.shm_handle() != 0) {
+          if (!data.empty()) {
+            co_return Status(ErrorCode::kInvalidArgument,
+                             "a write names shared memory and carries a payload");
+          }
+          CO_ASSIGN_OR_RETURN(shm, shmRange(req.shm_handle(), req.shm_offset(), req.shm_length()));
+          data = {shm->data + req.shm_offset(), req.shm_length()};
+        }
+        Admission admitted(*this, data.size());
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
-          ASSIGN_OR_RETURN(ChunkMeta m, engine_.write(idOf(req.chunk()), req.offset(),
-                                                      ctx.requestPayload(), req.chain_version()));
+          // The engine copies the bytes before it checksums them: a client
+          // changing its memory meanwhile cannot make the CRC disagree.
+          ASSIGN_OR_RETURN(ChunkMeta m, engine_.write(idOf(req.chunk()), req.offset(), data,
+                                                      req.chain_version()));
           fill(resp.mutable_info(), m);
           return Status::OK();
         });
@@ -112,17 +124,7 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         std::shared_ptr<const ShmMapping> shm;
         if (req.shm_handle() != 0) {
-          shm = shm_.get(req.shm_handle());
-          if (!shm) {
-            co_return Status(
-                ErrorCode::kNotFound,
-                fmt::format("shared memory handle {} is not attached", req.shm_handle()));
-          }
-          if (req.shm_offset() > shm->bytes || total > shm->bytes - req.shm_offset()) {
-            co_return Status(ErrorCode::kInvalidArgument,
-                             fmt::format("{} bytes at {} exceed the {} bytes of shared memory",
-                                         total, req.shm_offset(), shm->bytes));
-          }
+          CO_ASSIGN_OR_RETURN(shm, shmRange(req.shm_handle(), req.shm_offset(), total));
         }
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
           std::shared_ptr<net::PooledBuffer> out;
@@ -243,5 +245,20 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
 }
 
 StorageService::~StorageService() { pool_.join(); }
+
+Result<std::shared_ptr<const ShmMapping>> StorageService::shmRange(uint64_t handle, uint64_t offset,
+                                                                   uint64_t bytes) {
+  auto shm = shm_.get(handle);
+  if (!shm) {
+    return Status(ErrorCode::kNotFound,
+                  fmt::format("shared memory handle {} is not attached", handle));
+  }
+  if (offset > shm->bytes || bytes > shm->bytes - offset) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("{} bytes at {} exceed the {} bytes of shared memory", bytes, offset,
+                              shm->bytes));
+  }
+  return shm;
+}
 
 }  // namespace cistern::storage

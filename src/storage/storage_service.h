@@ -44,6 +44,9 @@ class StorageService {
   // Reserves `bytes` of the budget for a request of QoS class `qos`.
   Status admit(uint64_t bytes, int qos);
   void done(uint64_t bytes);
+  // The mapping attached under `handle` if it holds `bytes` at `offset`.
+  Result<std::shared_ptr<const ShmMapping>> shmRange(uint64_t handle, uint64_t offset,
+                                                     uint64_t bytes);
 
   ChunkEngine& engine_;
   StorageServiceOptions options_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <filesystem>
@@ -219,7 +220,7 @@ TEST_F(StorageServiceTest, QueuedBytesAreBoundedPerTarget) {
   EXPECT_TRUE(write(5, 9, 0, data, &w).ok());
 }
 
-TEST_F(StorageServiceTest, BatchReadsIntoAttachedSharedMemory) {
+TEST_F(StorageServiceTest, BatchReadsAndWritesUseAttachedSharedMemory) {
   auto a = bytes(300000, 7);
   WriteResp w;
   ASSERT_TRUE(write(9, 0, 0, a, &w).ok());
@@ -268,6 +269,39 @@ TEST_F(StorageServiceTest, BatchReadsIntoAttachedSharedMemory) {
   EXPECT_EQ(0, std::memcmp(mem + 8192, a.data() + 4096, 200000));
   EXPECT_EQ(0, std::memcmp(mem + 8192 + 200000, a.data() + 299000, 1000));
 
+  // A write from the memory: the bytes at 8192 + 10 become chunk 10 from 4095.
+  WriteReq wr;
+  wr.mutable_chunk()->set_inode(10);
+  wr.set_offset(4095);
+  wr.set_shm_handle(attached.handle());
+  wr.set_shm_offset(8192 + 10);
+  wr.set_shm_length(150001);
+  ASSERT_TRUE(client_->callSync(server_->endpoint(), m("Write"), wr, &w).ok());
+  EXPECT_EQ(w.info().length(), 4095u + 150001u);
+  std::vector<uint8_t> got(4095 + 150001, 0xee);
+  size_t n = 0;
+  BatchReadReq rr;
+  r = rr.add_ranges();
+  r->mutable_chunk()->set_inode(10);
+  r->set_length(static_cast<uint32_t>(got.size()));
+  BatchReadResp rresp;
+  ASSERT_TRUE(client_
+                  ->callSync(server_->endpoint(), m("BatchRead"), rr, &rresp,
+                             {.response_payload = got, .response_payload_len = &n})
+                  .ok());
+  ASSERT_EQ(n, got.size());
+  EXPECT_TRUE(std::all_of(got.begin(), got.begin() + 4095, [](uint8_t b) { return b == 0; }));
+  EXPECT_EQ(0, std::memcmp(got.data() + 4095, mem + 8192 + 10, 150001));
+  // Shared memory and a payload at once; past the end of the memory.
+  EXPECT_EQ(
+      client_->callSync(server_->endpoint(), m("Write"), wr, &w, {.request_payload = a}).code(),
+      ErrorCode::kInvalidArgument);
+  wr.set_shm_offset(kBytes - 150000);
+  EXPECT_EQ(client_->callSync(server_->endpoint(), m("Write"), wr, &w).code(),
+            ErrorCode::kInvalidArgument);
+  wr.set_shm_offset(8192 + 10);
+  EXPECT_EQ(service_->queuedBytes(), 0u);
+
   // Past the end of the memory; a handle the server does not know.
   req.set_shm_offset(kBytes - 4096);
   EXPECT_EQ(client_->callSync(server_->endpoint(), m("BatchRead"), req, &resp).code(),
@@ -282,6 +316,17 @@ TEST_F(StorageServiceTest, BatchReadsIntoAttachedSharedMemory) {
   req.set_shm_offset(8192);
   EXPECT_EQ(client_->callSync(server_->endpoint(), m("BatchRead"), req, &resp).code(),
             ErrorCode::kNotFound);
+  EXPECT_EQ(client_->callSync(server_->endpoint(), m("Write"), wr, &w).code(),
+            ErrorCode::kNotFound);
+  // The failed writes changed nothing.
+  n = 0;
+  std::fill(got.begin(), got.end(), 0xee);
+  ASSERT_TRUE(client_
+                  ->callSync(server_->endpoint(), m("BatchRead"), rr, &rresp,
+                             {.response_payload = got, .response_payload_len = &n})
+                  .ok());
+  ASSERT_EQ(n, got.size());
+  EXPECT_EQ(0, std::memcmp(got.data() + 4095, mem + 8192 + 10, 150001));
   // Another host's offer is refused.
   attach.set_boot_id("some-other-host");
   EXPECT_EQ(client_->callSync(server_->endpoint(), m("ShmAttach"), attach, &attached).code(),

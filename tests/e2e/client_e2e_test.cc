@@ -61,14 +61,38 @@ class E2E : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  std::unique_ptr<Client> connect(uint32_t uid = ~0u, uint32_t gid = ~0u) {
+  std::unique_ptr<Client> connect(uint32_t uid = ~0u, uint32_t gid = ~0u,
+                                  uint64_t shm_bytes = Client::Options{}.shm_bytes) {
     Client::Options o;
     o.cluster = cluster_->cluster();
     o.uid = uid;
     o.gid = gid;
+    o.shm_bytes = shm_bytes;
     auto [c, err] = Client::connect(o);
     EXPECT_FALSE(err) << err.message;
     return std::move(c);
+  }
+
+  // Makes every storage server forget every shared memory this test's
+  // clients attached, as a restart or an eviction would.
+  void detachAllSharedMemory() {
+    std::regex storage_line(R"(storage target \d+ at \S+ on (\S+))");
+    net::RpcClient raw;
+    int servers = 0;
+    for (std::sregex_iterator it(cluster_->log().begin(), cluster_->log().end(), storage_line), end;
+         it != end; ++it, ++servers) {
+      auto ep = net::Endpoint::parse((*it)[1].str());
+      ASSERT_TRUE(ep.ok()) << (*it)[1].str();
+      for (uint64_t h = 1; h <= 8; ++h) {  // every handle this test's clients can have
+        storage::ShmDetachReq req;
+        req.set_handle(h);
+        storage::ShmDetachResp resp;
+        ASSERT_TRUE(raw.callSync(*ep, net::Method::of("cistern.storage.StorageService.ShmDetach"),
+                                 req, &resp)
+                        .ok());
+      }
+    }
+    EXPECT_EQ(servers, 2);
   }
 
   // Writes `size` bytes of (seed) contents in `block` writes; returns their CRC.
@@ -569,16 +593,8 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
   auto counter = [](const char* path) {
     return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}}).value();
   };
-  auto connectWith = [&](uint64_t shm_bytes) {
-    Client::Options o;
-    o.cluster = cluster_->cluster();
-    o.shm_read_bytes = shm_bytes;
-    auto [c, err] = Client::connect(o);
-    EXPECT_FALSE(err) << err.message;
-    return std::move(c);
-  };
   // 1 MiB of shared memory: 64 KiB slots, so every chunk takes many reads.
-  auto with_shm = connectWith(1 << 20);
+  auto with_shm = connect(~0u, ~0u, 1 << 20);
   ASSERT_NE(with_shm, nullptr);
   // The first read attaches to each server (pieces that find an attach in
   // progress use the socket meanwhile); after that every byte comes through
@@ -591,23 +607,7 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
   EXPECT_EQ(sock1, sock0);
   // A server that forgot the memory (restarted, or evicted it for newer
   // clients) answers kNotFound: the client attaches again and goes on.
-  std::regex storage_line(R"(storage target \d+ at \S+ on (\S+))");
-  net::RpcClient raw;
-  int servers = 0;
-  for (std::sregex_iterator it(cluster_->log().begin(), cluster_->log().end(), storage_line), end;
-       it != end; ++it, ++servers) {
-    auto ep = net::Endpoint::parse((*it)[1].str());
-    ASSERT_TRUE(ep.ok()) << (*it)[1].str();
-    for (uint64_t h = 1; h <= 8; ++h) {  // every handle this test's clients can have
-      storage::ShmDetachReq req;
-      req.set_handle(h);
-      storage::ShmDetachResp resp;
-      ASSERT_TRUE(
-          raw.callSync(*ep, net::Method::of("cistern.storage.StorageService.ShmDetach"), req, &resp)
-              .ok());
-    }
-  }
-  EXPECT_EQ(servers, 2);
+  detachAllSharedMemory();
   // The first read finds the handles gone, the next attaches anew (pieces
   // that find the attach in progress use the socket), then all is shared.
   EXPECT_EQ(readAll(*with_shm, "/shm"), want);
@@ -620,7 +620,7 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
   EXPECT_GE(shm1 - shm0, 3 * kChunk) << "shared memory again after attaching anew";
   EXPECT_EQ(sock1, sock0);
   // The same bytes over the socket when it is off.
-  auto without = connectWith(0);
+  auto without = connect(~0u, ~0u, 0);
   ASSERT_NE(without, nullptr);
   EXPECT_EQ(readAll(*without, "/shm"), want);
   EXPECT_EQ(counter("shm"), shm1);
@@ -640,6 +640,53 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
         << "at " << off << " length " << n;
   }
   EXPECT_FALSE(r->close());
+}
+
+TEST_F(E2E, SameHostWritesGoThroughSharedMemoryAndMatchSocketWrites) {
+  auto counter = [](const char* path) {
+    return metrics::Registry::global()
+        .counter("client_write_bytes_total", {{"path", path}})
+        .value();
+  };
+  std::vector<uint8_t> want(3 * kChunk + 4321);
+  fill(want.data(), want.size(), 0, 11);
+  // Whole chunks, pieces of chunks at odd edges, and a rewrite in the middle.
+  auto writeAll = [&](Client& c, const std::string& path) {
+    std::unique_ptr<File> f;
+    ASSERT_FALSE(c.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &f));
+    size_t done = 0;
+    ASSERT_FALSE(f->pwrite(want.data(), 17, 0, &done));
+    ASSERT_FALSE(f->pwrite(want.data() + 17, want.size() - 17, 17, &done));
+    ASSERT_FALSE(f->fsync());
+    ASSERT_FALSE(f->pwrite(want.data() + kChunk + 5, 100000, kChunk + 5, &done));
+    ASSERT_FALSE(f->close());
+  };
+  auto with_shm = connect();  // the default memory: 4 MiB slots, a chunk fits
+  ASSERT_NE(with_shm, nullptr);
+  writeAll(*with_shm, "/attach");  // the first write attaches to each server
+  uint64_t shm0 = counter("shm"), sock0 = counter("socket");
+  writeAll(*with_shm, "/shm");
+  EXPECT_GE(counter("shm") - shm0, want.size()) << "every byte went through shared memory";
+  EXPECT_EQ(counter("socket"), sock0);
+  // Without shared memory the same writes go over the socket.
+  auto without = connect(~0u, ~0u, 0);
+  ASSERT_NE(without, nullptr);
+  shm0 = counter("shm");
+  writeAll(*without, "/socket");
+  EXPECT_EQ(counter("shm"), shm0);
+  EXPECT_GE(counter("socket") - sock0, want.size());
+  // Memory the servers forgot: those pieces go over the socket, later ones
+  // through memory attached anew.
+  detachAllSharedMemory();
+  writeAll(*with_shm, "/again");
+  writeAll(*with_shm, "/again");
+  shm0 = counter("shm");
+  sock0 = counter("socket");
+  writeAll(*with_shm, "/again");
+  EXPECT_GE(counter("shm") - shm0, want.size()) << "shared memory again after attaching anew";
+  EXPECT_EQ(counter("socket"), sock0);
+  for (const char* path : {"/attach", "/shm", "/socket", "/again"})
+    EXPECT_EQ(readAll(*without, path), want) << path;
 }
 
 TEST_F(E2E, MetricsParseAndMoveWithTheWorkload) {

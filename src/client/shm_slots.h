@@ -1,12 +1,13 @@
-// Same-host reads through shared memory (docs/client.md, "Same-host reads").
+// Same-host reads and writes through shared memory (docs/client.md,
+// "Same-host reads and writes").
 //
 // The client owns one memfd: a 4 KiB header page holding a random token, then
 // `slots` slots of `slot_bytes`. Each storage server on this host maps it
 // once (ShmAttach, storage/shm_registry.h) and then reads chunk bytes
-// straight into a slot that the client names in its BatchRead; the client
-// copies them out. No socket carries the data, so a read costs the copies of
-// a local file read. Servers on other hosts refuse the attach and keep
-// getting plain reads. Thread-safe.
+// straight into a slot that the client names in its BatchRead (the client
+// copies them out), or takes the bytes of a Write from the slot it names (the
+// client copied them in). No socket carries the data. Servers on other hosts
+// refuse the attach and keep getting the socket. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -24,15 +25,15 @@ class ShmAttachReq;
 
 namespace cistern::client {
 
-class ShmReads {
+class ShmSlots {
  public:
   // About `bytes` of memory in 16 slots of 64 KiB to 4 MiB (a default chunk
   // is 1 MiB; longer pieces are read a slot at a time). Null when the memory
   // cannot be made (the reason is logged).
-  static std::unique_ptr<ShmReads> create(uint64_t bytes);
-  ~ShmReads();
-  ShmReads(const ShmReads&) = delete;
-  ShmReads& operator=(const ShmReads&) = delete;
+  static std::unique_ptr<ShmSlots> create(uint64_t bytes);
+  ~ShmSlots();
+  ShmSlots(const ShmSlots&) = delete;
+  ShmSlots& operator=(const ShmSlots&) = delete;
 
   uint32_t slotBytes() const { return slot_bytes_; }
   // A free slot, or -1 when all are in use.
@@ -47,7 +48,7 @@ class ShmReads {
   // What the client knows of a server's attachment.
   static constexpr uint64_t kNotTried = 0;
   static constexpr uint64_t kAttaching = ~uint64_t{1};  // another call is attaching
-  static constexpr uint64_t kRefused = ~uint64_t{0};    // another host: plain reads
+  static constexpr uint64_t kRefused = ~uint64_t{0};    // another host: the socket
   // The server's handle, or one of the values above; kNotTried becomes
   // kAttaching for the one caller that should attach.
   uint64_t handleFor(const net::Endpoint& server);
@@ -61,7 +62,7 @@ class ShmReads {
 
  private:
   static constexpr uint64_t kHeaderBytes = 4096;
-  ShmReads() = default;
+  ShmSlots() = default;
 
   int fd_ = -1;
   uint8_t* base_ = nullptr;

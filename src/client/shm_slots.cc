@@ -1,4 +1,4 @@
-#include "client/shm_reads.h"
+#include "client/shm_slots.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,32 +15,31 @@
 
 namespace cistern::client {
 
-std::unique_ptr<ShmReads> ShmReads::create(uint64_t bytes) {
+std::unique_ptr<ShmSlots> ShmSlots::create(uint64_t bytes) {
   if (bytes == 0 || hostBootId().empty()) return nullptr;
   const uint64_t slot_bytes = std::clamp<uint64_t>(bytes / 16 / 4096 * 4096, 64 << 10, 4 << 20);
   const uint64_t slots = std::max<uint64_t>(1, bytes / slot_bytes);
-  std::unique_ptr<ShmReads> r(new ShmReads());
+  std::unique_ptr<ShmSlots> r(new ShmSlots());
   r->slot_bytes_ = static_cast<uint32_t>(slot_bytes);
   r->bytes_ = kHeaderBytes + slots * slot_bytes;
-  r->fd_ = ::memfd_create("cistern-reads", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  r->fd_ = ::memfd_create("cistern-io", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   // Sealed against shrinking: servers refuse memory that could be cut
   // under their mapping (a write past the end would kill them with SIGBUS).
   if (r->fd_ < 0 || ::ftruncate(r->fd_, static_cast<off_t>(r->bytes_)) != 0 ||
       ::fcntl(r->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
-    CLOG_INFO("client", "no shared memory for same-host reads: {}", std::strerror(errno));
+    CLOG_INFO("client", "no shared memory for same-host I/O: {}", std::strerror(errno));
     return nullptr;
   }
   void* p = ::mmap(nullptr, r->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd_, 0);
   if (p == MAP_FAILED) {
-    CLOG_INFO("client", "no shared memory for same-host reads: mmap: {}", std::strerror(errno));
+    CLOG_INFO("client", "no shared memory for same-host I/O: mmap: {}", std::strerror(errno));
     return nullptr;
   }
   r->base_ = static_cast<uint8_t*>(p);
   r->token_.resize(32);
   if (::getrandom(r->token_.data(), r->token_.size(), 0) !=
       static_cast<ssize_t>(r->token_.size())) {
-    CLOG_INFO("client", "no shared memory for same-host reads: getrandom: {}",
-              std::strerror(errno));
+    CLOG_INFO("client", "no shared memory for same-host I/O: getrandom: {}", std::strerror(errno));
     return nullptr;
   }
   std::memcpy(r->base_, r->token_.data(), r->token_.size());
@@ -48,12 +47,12 @@ std::unique_ptr<ShmReads> ShmReads::create(uint64_t bytes) {
   return r;
 }
 
-ShmReads::~ShmReads() {
+ShmSlots::~ShmSlots() {
   if (base_) ::munmap(base_, bytes_);
   if (fd_ >= 0) ::close(fd_);
 }
 
-int ShmReads::take() {
+int ShmSlots::take() {
   std::lock_guard lock(mu_);
   if (free_.empty()) return -1;
   int s = free_.back();
@@ -61,7 +60,7 @@ int ShmReads::take() {
   return s;
 }
 
-void ShmReads::give(int slot, bool clean) {
+void ShmSlots::give(int slot, bool clean) {
   if (!clean) {
     CLOG_WARN("client", "shared memory slot {} retired: a server may still write into it", slot);
     return;
@@ -70,7 +69,7 @@ void ShmReads::give(int slot, bool clean) {
   free_.push_back(slot);
 }
 
-void ShmReads::fillAttach(storage::ShmAttachReq* req) const {
+void ShmSlots::fillAttach(storage::ShmAttachReq* req) const {
   req->set_boot_id(hostBootId());
   req->set_pid(static_cast<uint32_t>(::getpid()));
   req->set_fd(static_cast<uint32_t>(fd_));
@@ -78,7 +77,7 @@ void ShmReads::fillAttach(storage::ShmAttachReq* req) const {
   req->set_token(token_);
 }
 
-uint64_t ShmReads::handleFor(const net::Endpoint& server) {
+uint64_t ShmSlots::handleFor(const net::Endpoint& server) {
   std::string key = server.toString();
   std::lock_guard lock(mu_);
   auto [it, fresh] = handles_.try_emplace(key, server, kNotTried);
@@ -90,19 +89,19 @@ uint64_t ShmReads::handleFor(const net::Endpoint& server) {
   return h;
 }
 
-void ShmReads::setHandle(const net::Endpoint& server, uint64_t handle) {
+void ShmSlots::setHandle(const net::Endpoint& server, uint64_t handle) {
   std::string key = server.toString();
   std::lock_guard lock(mu_);
   handles_.insert_or_assign(key, std::pair(server, handle));
 }
 
-void ShmReads::dropHandle(const net::Endpoint& server, uint64_t handle) {
+void ShmSlots::dropHandle(const net::Endpoint& server, uint64_t handle) {
   std::lock_guard lock(mu_);
   auto it = handles_.find(server.toString());
   if (it != handles_.end() && it->second.second == handle) it->second.second = kNotTried;
 }
 
-std::vector<std::pair<net::Endpoint, uint64_t>> ShmReads::attached() const {
+std::vector<std::pair<net::Endpoint, uint64_t>> ShmSlots::attached() const {
   std::lock_guard lock(mu_);
   std::vector<std::pair<net::Endpoint, uint64_t>> out;
   for (const auto& [key, a] : handles_) {
