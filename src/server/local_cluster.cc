@@ -112,14 +112,16 @@ void LocalCluster::Impl::buildRouting() {
   }
 }
 
-// Total and free bytes over the distinct filesystems of the targets.
+// Total and free bytes over the distinct filesystems of the targets; free
+// includes the targets' kept slots (space they hold for new chunks).
 Result<std::pair<uint64_t, uint64_t>> LocalCluster::Impl::capacity() {
   std::set<dev_t> seen;
   uint64_t total = 0, free_bytes = 0;
   for (const auto& t : targets) {
+    auto s = t.engine->space();
+    free_bytes += s.kept_bytes;
     struct stat st;
     if (::stat(t.path.c_str(), &st) == 0 && !seen.insert(st.st_dev).second) continue;
-    auto s = t.engine->space();
     total += s.fs_total_bytes;
     free_bytes += s.fs_free_bytes > s.reserved_bytes ? s.fs_free_bytes - s.reserved_bytes : 0;
   }

@@ -445,6 +445,7 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
           : 0;
   engine->log_data_ = options.log_small_writes && options.sync && engine->meta_log_ &&
                       engine->log_batch_bytes_max_ >= 2 * slotStride(0);
+  engine->findKeptSlots();  // after log_data_: logged classes keep nothing
   return engine;
 }
 
@@ -669,19 +670,81 @@ Status ChunkEngine::checkReserve(uint64_t bytes) const {
   return Status::OK();
 }
 
-void ChunkEngine::releaseSlot(uint32_t c, SlotAddr a, bool punch) {
-  if (punch) {
-    // Before the slot is free again: afterwards a new chunk may be in it.
-    if (auto file = groupFile(c, a.group); file.ok()) {
-      if (::fallocate((*file)->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                      static_cast<off_t>(slotPos(c, a)), static_cast<off_t>(slotStride(c))) != 0) {
-        CLOG_DEBUG("storage", "punch hole in {}: {}", options_.path, std::strerror(errno));
-      }
+void ChunkEngine::punch(uint32_t c, SlotAddr a) {
+  if (auto file = groupFile(c, a.group); file.ok()) {
+    if (::fallocate((*file)->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    static_cast<off_t>(slotPos(c, a)), static_cast<off_t>(slotStride(c))) != 0) {
+      CLOG_DEBUG("storage", "punch hole in {}: {}", options_.path, std::strerror(errno));
     }
   }
-  if (holdSlot(c, a)) return;
+}
+
+uint64_t ChunkEngine::keptBytesLocked() const {
+  uint64_t bytes = 0;
+  for (uint32_t c = 0; c < kClassCount; ++c) bytes += allocators_[c].keptSlots() * slotStride(c);
+  return bytes;
+}
+
+void ChunkEngine::releaseSlot(uint32_t c, SlotAddr a, bool removed) {
+  if (logsData(c)) {
+    // Logged bytes reach the group file at checkpoints, in bulk: nothing to
+    // keep. Punched before the slot is free again (afterwards a new chunk
+    // may be in it).
+    if (removed) punch(c, a);
+    if (holdSlot(c, a)) return;
+    std::lock_guard lock(alloc_mu_);
+    allocators_[c].release(a);
+    return;
+  }
+  {
+    std::lock_guard lock(alloc_mu_);
+    if (keptBytesLocked() + slotStride(c) <= options_.kept_free_bytes) {
+      allocators_[c].release(a, /*kept=*/true);
+      return;
+    }
+  }
+  punch(c, a);
   std::lock_guard lock(alloc_mu_);
   allocators_[c].release(a);
+}
+
+void ChunkEngine::findKeptSlots() {
+  std::unique_lock lock(alloc_mu_);
+  for (uint32_t c = 0; c < kClassCount; ++c) {
+    if (logsData(c)) continue;
+    SlotAllocator& alloc = allocators_[c];
+    for (uint32_t g = 0; g < alloc.groups(); ++g) {
+      std::string path = fmt::format("{}/data/c{}/g{}.dat", options_.path, c, g);
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      // Data segments: written blocks (holes and, on ext4 and xfs,
+      // fallocate's unwritten extents are skipped).
+      off_t at = 0;
+      for (;;) {
+        off_t data = ::lseek(fd, at, SEEK_DATA);
+        if (data < 0) break;  // ENXIO: no more data; EINVAL: not supported
+        off_t hole = ::lseek(fd, data, SEEK_HOLE);
+        if (hole <= data) break;
+        uint64_t first = static_cast<uint64_t>(data) / slotStride(c);
+        uint64_t last = (static_cast<uint64_t>(hole) - 1) / slotStride(c);
+        for (uint64_t s = first; s <= last && s < alloc.slotsPerGroup(); ++s)
+          (void)alloc.markKept(SlotAddr{g, static_cast<uint32_t>(s)});  // false if in use
+        at = hole;
+      }
+      ::close(fd);
+    }
+  }
+  // Past the budget: the highest slots of the largest classes go first.
+  while (keptBytesLocked() > options_.kept_free_bytes) {
+    std::optional<std::pair<uint32_t, SlotAddr>> drop;
+    for (uint32_t c = kClassCount; c-- > 0 && !drop;) {
+      if (auto a = allocators_[c].dropHighestKept()) drop.emplace(c, *a);
+    }
+    if (!drop) break;
+    lock.unlock();
+    punch(drop->first, drop->second);
+    lock.lock();
+  }
 }
 
 Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
@@ -769,7 +832,7 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
     }
   }
   auto releaseNew = [&] {
-    if (!in_place) releaseSlot(c, addr, false);
+    if (!in_place) releaseSlot(c, addr, /*removed=*/false);
   };
   auto file = groupFile(c, addr.group);
   if (!file.ok()) {
@@ -893,7 +956,7 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
     data_bytes_[c] += new_len;
   }
   RETURN_ON_ERROR(CISTERN_FAULT("storage.write.after_meta"));
-  if (old && !in_place) releaseSlot(old->size_class, old->addr, false);
+  if (old && !in_place) releaseSlot(old->size_class, old->addr, /*removed=*/false);
   return m;
 }
 
@@ -934,7 +997,7 @@ Status ChunkEngine::remove(ChunkId id) {
     data_bytes_[m->size_class] -= m->length;
     --chunks_;
   }
-  releaseSlot(m->size_class, m->addr, true);
+  releaseSlot(m->size_class, m->addr, /*removed=*/true);
   return Status::OK();
 }
 
@@ -1016,7 +1079,9 @@ ChunkEngine::Space ChunkEngine::space() const {
     k.slots_used = allocators_[c].usedSlots() - k.slots_held;
     k.slots_max = uint64_t{allocators_[c].slotsPerGroup()} * options_.groups_max;
     k.data_bytes = data_bytes_[c];
+    k.slots_kept = allocators_[c].keptSlots();
     out.data_bytes += k.data_bytes;
+    out.kept_bytes += k.slots_kept * slotStride(c);
   }
   return out;
 }

@@ -105,6 +105,15 @@ struct ChunkEngineOptions {
   // Defaults: true, 1024.
   bool log_small_writes = true;
   uint32_t logged_held_slots_max = 1024;
+  // Freed slots of classes whose data is written directly (all but logged
+  // class 0) keep their disk blocks while the kept slots' bytes stay within
+  // this budget: a later write into one needs no block allocation or extent
+  // conversion, which on ext4 makes each synced batch commit the journal
+  // (docs/chunk_format.md, "Fresh space costs more"). Past the budget a
+  // freed slot is punched (its space returns to the filesystem). Counted
+  // from the blocks the group files hold when the target opens. Default:
+  // 4 GiB.
+  uint64_t kept_free_bytes = 4ull << 30;
 };
 
 class ChunkEngine {
@@ -125,8 +134,9 @@ class ChunkEngine {
   // the end of the chunk, 0 past it). kNotFound for a missing chunk.
   Result<size_t> read(ChunkId id, uint64_t offset, std::span<uint8_t> out);
   Result<std::optional<ChunkMeta>> query(ChunkId id);
-  // Removes the chunk and returns its slot's space to the filesystem (punch
-  // hole); removing a missing chunk succeeds (GC retries).
+  // Removes the chunk; its slot's space returns to the filesystem (punch
+  // hole) unless the slot is kept (`kept_free_bytes`). Removing a missing
+  // chunk succeeds (GC retries).
   Status remove(ChunkId id);
   // Up to `limit` chunks with id >= `from`, in (inode, index) order.
   Result<std::vector<std::pair<ChunkId, ChunkMeta>>> list(ChunkId from, uint32_t limit);
@@ -140,6 +150,7 @@ class ChunkEngine {
     uint64_t slot_bytes = 0;  // class size
     uint64_t slots_used = 0;  // holding a chunk
     uint64_t slots_held = 0;  // freed, reusable after the next checkpoint (log_small_writes)
+    uint64_t slots_kept = 0;  // free, still holding their disk blocks (kept_free_bytes)
     uint64_t slots_max = 0;   // groups_max * slots per group
     uint64_t data_bytes = 0;  // sum of chunk lengths
   };
@@ -149,6 +160,7 @@ class ChunkEngine {
     uint64_t reserved_bytes = 0;
     uint64_t chunks = 0;
     uint64_t data_bytes = 0;
+    uint64_t kept_bytes = 0;  // slot bytes of free slots that hold disk blocks
     bool failed = false;
     std::array<ClassSpace, kClassCount> classes;
   };
@@ -179,7 +191,15 @@ class ChunkEngine {
   Status checkReserve(uint64_t bytes) const;
   Status checkChainVersion(ChunkId id, const std::optional<ChunkMeta>& old,
                            uint64_t chain_version) const;
-  void releaseSlot(uint32_t size_class, SlotAddr a, bool punch);
+  // Frees the slot; it keeps its blocks if the budget allows, else a hole is
+  // punched. `removed`: freed by remove (a logged class punches only then).
+  void releaseSlot(uint32_t size_class, SlotAddr a, bool removed);
+  // Bytes of kept slots. REQUIRES: alloc_mu_ held.
+  uint64_t keptBytesLocked() const;
+  void punch(uint32_t size_class, SlotAddr a);
+  // At open: marks the free slots whose blocks the group files still hold,
+  // then punches kept slots past the budget.
+  void findKeptSlots();
   Status fail(const std::string& what);
   std::mutex& chunkLock(const ChunkId& id);
 

@@ -456,6 +456,9 @@ TEST_P(ChunkEngineTest, FlippedBitsInTheCrcAreaAreDetected) {
 }
 
 TEST_P(ChunkEngineTest, ListSpaceAndRemoveReturnsSpace) {
+  ChunkEngineOptions o = options();
+  o.kept_free_bytes = 0;  // every freed slot is punched
+  reopen(o);
   for (uint32_t i = 0; i < 10; ++i)
     ASSERT_TRUE(engine_->write({15, i}, 0, pattern(70000, i), 1).ok());
   ASSERT_TRUE(engine_->write({16, 0}, 0, pattern(10, 1), 1).ok());
@@ -489,9 +492,60 @@ TEST_P(ChunkEngineTest, ListSpaceAndRemoveReturnsSpace) {
   space = engine_->space();
   EXPECT_EQ(space.chunks, 6u);
   EXPECT_EQ(space.classes[1].data_bytes, 350000u);
-  reopen();
+  EXPECT_EQ(space.kept_bytes, 0u);
+  reopen(o);
   EXPECT_EQ(engine_->space().classes[1].data_bytes, 350000u);
   EXPECT_EQ(engine_->space().chunks, 6u);
+}
+
+// Freed slots keep their blocks within the budget (a later write into them
+// allocates nothing), are punched past it, are found again at open, and the
+// excess is punched when the budget shrinks.
+TEST_P(ChunkEngineTest, FreedSlotsKeepTheirBlocksWithinTheBudget) {
+  constexpr uint32_t kClass = 1;  // 128 KiB: written directly, not logged
+  const uint64_t stride = slotStride(kClass);
+  ChunkEngineOptions o = options();
+  o.kept_free_bytes = 3 * stride;
+  reopen(o);
+  const std::string g0 = dir_ + "/data/c1/g0.dat";
+  auto allocated = [&] {
+    struct stat st;
+    EXPECT_EQ(::stat(g0.c_str(), &st), 0);
+    return uint64_t(st.st_blocks) * 512;
+  };
+  for (uint32_t i = 0; i < 6; ++i)
+    ASSERT_TRUE(engine_->write({30, i}, 0, pattern(100000, i), 1).ok());
+  const uint64_t full = allocated();
+  // Five removals: three slots kept, two punched.
+  for (uint32_t i = 0; i < 5; ++i) ASSERT_TRUE(engine_->remove({30, i}).ok());
+  auto space = engine_->space();
+  EXPECT_EQ(space.classes[kClass].slots_kept, 3u);
+  EXPECT_EQ(space.kept_bytes, 3 * stride);
+  EXPECT_LE(allocated(), full - 2 * 100000) << "slots past the budget were not punched";
+  EXPECT_GE(allocated(), full - 2 * stride) << "kept slots lost their blocks";
+  // New chunks take the lowest free slots, the kept ones: nothing allocated.
+  const uint64_t before = allocated();
+  for (uint32_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(engine_->write({31, i}, 0, pattern(100000, 50 + i), 1).ok());
+  EXPECT_EQ(engine_->space().kept_bytes, 0u);
+  EXPECT_EQ(allocated(), before);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(readAll({31, i}, 100000), pattern(100000, 50 + i));
+  // Two kept again, and found by the next open.
+  ASSERT_TRUE(engine_->remove({31, 0}).ok());
+  ASSERT_TRUE(engine_->remove({31, 1}).ok());
+  EXPECT_EQ(engine_->space().classes[kClass].slots_kept, 2u);
+  reopen(o);
+  EXPECT_EQ(engine_->space().classes[kClass].slots_kept, 2u);
+  EXPECT_EQ(readAll({30, 5}, 100000), pattern(100000, 5));
+  EXPECT_EQ(readAll({31, 2}, 100000), pattern(100000, 52));
+  // A smaller budget: the excess is punched when the target opens.
+  const uint64_t two_kept = allocated();
+  o.kept_free_bytes = stride;
+  reopen(o);
+  EXPECT_EQ(engine_->space().classes[kClass].slots_kept, 1u);
+  EXPECT_LE(allocated(), two_kept - 100000);
+  EXPECT_EQ(readAll({30, 5}, 100000), pattern(100000, 5));
+  EXPECT_EQ(readAll({31, 2}, 100000), pattern(100000, 52));
 }
 
 // Writers racing on one chunk: every read sees one whole version, never a

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "common/random.h"
@@ -176,6 +177,52 @@ TEST(SlotAllocator, RandomAllocAndReleaseMatchAModel) {
       used.insert(want);
     }
     ASSERT_EQ(a.usedSlots(), used.size());
+  }
+}
+
+// Kept marks follow a model through every way of allocating and releasing:
+// a slot is kept from a kept release (or markKept) until it is handed out
+// again or dropped.
+TEST(SlotAllocator, KeptMarksMatchAModel) {
+  SlotAllocator a(100, 3);  // 64-slot words straddle the group boundary
+  std::set<std::pair<uint32_t, uint32_t>> used, kept;
+  std::optional<SlotAddr> last;
+  Xoshiro256 rng(9);
+  for (int i = 0; i < 20000; ++i) {
+    uint64_t op = rng.uniform(10);
+    if (op < 4 && !used.empty()) {
+      auto it = used.begin();
+      std::advance(it, static_cast<long>(rng.uniform(used.size())));
+      bool keep = rng.oneIn(2);
+      a.release({it->first, it->second}, keep);
+      if (keep) kept.insert(*it);
+      used.erase(it);
+    } else if (op == 4) {
+      auto d = a.dropHighestKept();
+      ASSERT_EQ(d.has_value(), !kept.empty());
+      if (d) {
+        ASSERT_EQ(std::make_pair(d->group, d->slot), *kept.rbegin());
+        kept.erase(std::prev(kept.end()));
+      }
+    } else if (op == 5) {
+      SlotAddr s{static_cast<uint32_t>(rng.uniform(3)), static_cast<uint32_t>(rng.uniform(100))};
+      bool want =
+          s.group < a.groups() && !used.count({s.group, s.slot}) && !kept.count({s.group, s.slot});
+      ASSERT_EQ(a.markKept(s), want);
+      if (want) kept.insert({s.group, s.slot});
+    } else {
+      auto s = op == 6 ? a.allocateRun() : op == 7 && last ? a.allocateAfter(*last) : a.allocate();
+      if (!s.ok()) {
+        ASSERT_EQ(s.code(), ErrorCode::kNoSpace);
+        ASSERT_EQ(used.size(), 300u);
+        continue;
+      }
+      ASSERT_TRUE(used.insert({s->group, s->slot}).second);
+      kept.erase({s->group, s->slot});
+      last = *s;
+    }
+    ASSERT_EQ(a.usedSlots(), used.size());
+    ASSERT_EQ(a.keptSlots(), kept.size());
   }
 }
 

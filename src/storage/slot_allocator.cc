@@ -16,6 +16,35 @@ SlotAllocator::SlotAllocator(uint32_t slots_per_group, uint32_t groups_max)
 void SlotAllocator::growTo(uint32_t groups) {
   groups_ = groups;
   bits_.resize((uint64_t{groups_} * slots_per_group_ + 63) / 64, 0);
+  kept_.resize(bits_.size(), 0);
+}
+
+void SlotAllocator::unkeep(uint64_t i) {
+  uint64_t bit = uint64_t{1} << (i % 64);
+  if (kept_[i / 64] & bit) {
+    kept_[i / 64] &= ~bit;
+    --kept_count_;
+  }
+}
+
+bool SlotAllocator::markKept(SlotAddr a) {
+  if (a.group >= groups_ || a.slot >= slots_per_group_ || inUse(a)) return false;
+  uint64_t i = index(a);
+  uint64_t bit = uint64_t{1} << (i % 64);
+  if (kept_[i / 64] & bit) return false;
+  kept_[i / 64] |= bit;
+  ++kept_count_;
+  return true;
+}
+
+std::optional<SlotAddr> SlotAllocator::dropHighestKept() {
+  for (size_t w = kept_.size(); w-- > 0;) {
+    if (kept_[w] == 0) continue;
+    uint64_t i = w * 64 + 63 - static_cast<uint64_t>(std::countl_zero(kept_[w]));
+    unkeep(i);
+    return addrOf(i);
+  }
+  return std::nullopt;
 }
 
 bool SlotAllocator::markUsed(SlotAddr a) {
@@ -44,9 +73,9 @@ Result<SlotAddr> SlotAllocator::allocate() {
     if (i >= total) break;
     bits_[w] |= uint64_t{1} << (i % 64);
     ++used_;
+    unkeep(i);
     hint_ = w;
-    return SlotAddr{static_cast<uint32_t>(i / slots_per_group_),
-                    static_cast<uint32_t>(i % slots_per_group_)};
+    return addrOf(i);
   }
   if (groups_ >= groups_max_) {
     return Status(ErrorCode::kNoSpace,
@@ -68,8 +97,8 @@ Result<SlotAddr> SlotAllocator::allocateRun() {
     bits_[w] = 1;
     ++used_;
     uint64_t i = w * 64;
-    return SlotAddr{static_cast<uint32_t>(i / slots_per_group_),
-                    static_cast<uint32_t>(i % slots_per_group_)};
+    unkeep(i);
+    return addrOf(i);
   }
   return allocate();  // the lowest free slot; grows only when every group is full
 }
@@ -81,17 +110,19 @@ Result<SlotAddr> SlotAllocator::allocateAfter(SlotAddr prev) {
     if (!(bits_[i / 64] & bit)) {
       bits_[i / 64] |= bit;
       ++used_;
+      unkeep(i);
       return SlotAddr{prev.group, prev.slot + 1};
     }
   }
   return allocateRun();
 }
 
-void SlotAllocator::release(SlotAddr a) {
+void SlotAllocator::release(SlotAddr a, bool kept) {
   CISTERN_CHECK(inUse(a), "releasing a free slot");
   uint64_t i = index(a);
   bits_[i / 64] &= ~(uint64_t{1} << (i % 64));
   --used_;
+  if (kept) CISTERN_CHECK(markKept(a), "kept slot already marked");
   if (i / 64 < hint_) hint_ = i / 64;
 }
 

@@ -5,11 +5,15 @@
 // written but never committed before a crash are free again: "leaked slots are
 // reclaimed"). allocate() returns the lowest free slot, so files stay dense and
 // freed space is reused before the class grows; a new group is opened only
-// when every slot is in use, up to `groups_max` (then kNoSpace). Memory: one
-// bit per slot. Not thread-safe: the chunk engine serializes calls.
+// when every slot is in use, up to `groups_max` (then kNoSpace). A free slot
+// may be marked *kept*: it still holds written disk blocks (no hole was
+// punched), which the engine counts against its budget; handing the slot
+// out clears the mark. Memory: two bits per slot. Not thread-safe: the chunk
+// engine serializes calls.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/result.h"
@@ -33,24 +37,38 @@ class SlotAllocator {
   // other files are written at the same time.
   Result<SlotAddr> allocateRun();
   Result<SlotAddr> allocateAfter(SlotAddr prev);
-  // REQUIRES: `a` is in use.
-  void release(SlotAddr a);
+  // REQUIRES: `a` is in use. `kept`: the slot keeps its disk blocks.
+  void release(SlotAddr a, bool kept = false);
   bool inUse(SlotAddr a) const;
+  // Start-up: `a`, free, holds disk blocks. False if in use, out of range
+  // or already marked.
+  bool markKept(SlotAddr a);
+  // Unmarks the highest kept slot and returns it (to punch), if any.
+  std::optional<SlotAddr> dropHighestKept();
 
   uint64_t usedSlots() const { return used_; }
+  uint64_t keptSlots() const { return kept_count_; }
   // Groups that hold or have held a slot (the files that must exist).
   uint32_t groups() const { return groups_; }
   uint32_t slotsPerGroup() const { return slots_per_group_; }
 
  private:
   uint64_t index(SlotAddr a) const { return uint64_t{a.group} * slots_per_group_ + a.slot; }
+  SlotAddr addrOf(uint64_t i) const {
+    return SlotAddr{static_cast<uint32_t>(i / slots_per_group_),
+                    static_cast<uint32_t>(i % slots_per_group_)};
+  }
   void growTo(uint32_t groups);
+  // Slot `i` was just handed out: it is no longer kept.
+  void unkeep(uint64_t i);
 
   uint32_t slots_per_group_;
   uint32_t groups_max_;
   uint32_t groups_ = 0;
   std::vector<uint64_t> bits_;
+  std::vector<uint64_t> kept_;  // free slots that hold disk blocks
   uint64_t used_ = 0;
+  uint64_t kept_count_ = 0;
   size_t hint_ = 0;  // no free bit below word hint_
 };
 

@@ -215,6 +215,7 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         resp.set_data_bytes(s.data_bytes);
         resp.set_failed(s.failed);
         resp.set_queued_bytes(queued_.load());
+        resp.set_kept_bytes(s.kept_bytes);
         for (const auto& c : s.classes) {
           auto* k = resp.add_classes();
           k->set_slot_bytes(c.slot_bytes);
