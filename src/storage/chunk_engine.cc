@@ -658,10 +658,23 @@ Status ChunkEngine::checkChainVersion(ChunkId id, const std::optional<ChunkMeta>
   return Status::OK();
 }
 
-Status ChunkEngine::checkReserve(uint64_t bytes) const {
+Status ChunkEngine::checkReserve(uint64_t bytes) {
   struct statvfs vfs;
   if (::statvfs(options_.path.c_str(), &vfs) != 0) return Status::OK();
   uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+  if (free_bytes < options_.reserved_bytes + bytes) {
+    // Kept slots hold space this write may not get: give it all back first.
+    bool kept;
+    {
+      std::lock_guard lock(alloc_mu_);
+      kept = keptBytesLocked() > 0;
+    }
+    if (kept) {
+      trimKept(0);
+      if (::statvfs(options_.path.c_str(), &vfs) == 0)
+        free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    }
+  }
   if (free_bytes < options_.reserved_bytes + bytes) {
     return Status(ErrorCode::kNoSpace,
                   fmt::format("target {} has {} bytes free, below the {} byte reserve",
@@ -734,8 +747,14 @@ void ChunkEngine::findKeptSlots() {
       ::close(fd);
     }
   }
-  // Past the budget: the highest slots of the largest classes go first.
-  while (keptBytesLocked() > options_.kept_free_bytes) {
+  lock.unlock();
+  trimKept(options_.kept_free_bytes);
+}
+
+void ChunkEngine::trimKept(uint64_t budget) {
+  // The highest slots of the largest classes go first.
+  std::unique_lock lock(alloc_mu_);
+  while (keptBytesLocked() > budget) {
     std::optional<std::pair<uint32_t, SlotAddr>> drop;
     for (uint32_t c = kClassCount; c-- > 0 && !drop;) {
       if (auto a = allocators_[c].dropHighestKept()) drop.emplace(c, *a);

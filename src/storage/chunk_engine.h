@@ -188,7 +188,9 @@ class ChunkEngine {
   // `data` (zeros if null). REQUIRES: the chunk lock is held.
   Result<ChunkMeta> apply(ChunkId id, const std::optional<ChunkMeta>& old, uint64_t offset,
                           const uint8_t* data, uint64_t len, uint64_t chain_version, uint64_t keep);
-  Status checkReserve(uint64_t bytes) const;
+  // kNoSpace unless the filesystem has `bytes` free past the reserve, after
+  // punching every kept slot if that is what it takes.
+  Status checkReserve(uint64_t bytes);
   Status checkChainVersion(ChunkId id, const std::optional<ChunkMeta>& old,
                            uint64_t chain_version) const;
   // Frees the slot; it keeps its blocks if the budget allows, else a hole is
@@ -200,6 +202,8 @@ class ChunkEngine {
   // At open: marks the free slots whose blocks the group files still hold,
   // then punches kept slots past the budget.
   void findKeptSlots();
+  // Punches kept slots until their bytes are within `budget`.
+  void trimKept(uint64_t budget);
   Status fail(const std::string& what);
   std::mutex& chunkLock(const ChunkId& id);
 
