@@ -57,5 +57,23 @@ int main(int argc, char** argv) {
     }
     std::printf("%u %llu\n", index, static_cast<unsigned long long>(version));
     std::fflush(stdout);
+    if (rng.uniform(3) == 0) {
+      // Removed if it exists, else written whole (so it always holds the
+      // content of its length).
+      uint32_t j = static_cast<uint32_t>(rng.uniform(kScratchChunks));
+      auto exists = (*engine)->query({kScratchInode, j});
+      if (!exists.ok()) return 1;
+      cistern::Status s;
+      if (*exists) {
+        s = (*engine)->remove({kScratchInode, j});
+      } else {
+        uint64_t length = 1 + rng.uniform(5 << 19);  // up to 2.5 MiB: classes 0 to 6
+        s = (*engine)->write({kScratchInode, j}, 0, scratchContent(j, length), 1).status();
+      }
+      if (!s.ok()) {
+        std::fprintf(stderr, "scratch: %s\n", s.toString().c_str());
+        return 1;
+      }
+    }
   }
 }

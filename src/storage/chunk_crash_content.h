@@ -7,6 +7,10 @@
 //   step 2: overwrite a range in the middle (copy-on-write)
 //   step 3: append half the base length again (in place when the class fits)
 // crashContent(index, version) is the exact content after that version.
+// Besides, the child writes and removes scratch chunks (kScratchInode) of
+// random lengths up to 2.5 MiB, whose content is scratchContent(index,
+// length): removed slots are kept or punched and written again while it is
+// killed.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,8 @@ namespace cistern::storage {
 
 inline constexpr uint64_t kCrashInode = 42;
 inline constexpr uint32_t kCrashChunks = 16;
+inline constexpr uint64_t kScratchInode = 43;
+inline constexpr uint32_t kScratchChunks = 8;
 
 struct CrashOp {
   enum Kind { kTruncate, kWrite } kind;
@@ -38,6 +44,10 @@ inline std::vector<uint8_t> stream(uint32_t index, uint64_t epoch, uint64_t salt
   return v;
 }
 }  // namespace crash_detail
+
+inline std::vector<uint8_t> scratchContent(uint32_t index, uint64_t length) {
+  return crash_detail::stream(index, length, 99, length);
+}
 
 // The operation that takes chunk `index` to `version` (>= 1).
 inline CrashOp crashOp(uint32_t index, uint64_t version) {

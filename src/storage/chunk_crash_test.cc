@@ -45,6 +45,9 @@ int crashRounds() {
   return env ? std::atoi(env) : 200;
 }
 
+// Scratch chunks found by verifyAfterCrash, over all rounds.
+uint64_t scratch_seen = 0;
+
 // Reopens the target after a kill: every chunk is at a committed version no
 // older than its last acknowledged one, holds exactly that version's bytes,
 // and no slot is leaked.
@@ -80,6 +83,20 @@ void verifyAfterCrash(const std::string& dir, int round, std::map<uint32_t, uint
       got.resize(*n);
       ASSERT_EQ(got, want) << "chunk " << i << " round " << round;
     }
+    // Scratch chunks: whole, with the content of their length.
+    for (uint32_t j = 0; j < kScratchChunks; ++j) {
+      auto m = (*engine)->query({kScratchInode, j});
+      ASSERT_TRUE(m.ok());
+      if (!*m) continue;
+      ++chunks;
+      ++scratch_seen;
+      std::vector<uint8_t> got((*m)->length);
+      auto n = (*engine)->read({kScratchInode, j}, 0, got);
+      ASSERT_TRUE(n.ok()) << "scratch chunk " << j << " round " << round << ": "
+                          << n.status().toString();
+      ASSERT_EQ(*n, got.size());
+      ASSERT_EQ(got, scratchContent(j, got.size())) << "scratch chunk " << j << " round " << round;
+    }
     for (uint32_t c = 0; c < kClassCount; ++c) slots += (*engine)->usedSlots(c);
     ASSERT_EQ(slots, chunks) << "leaked slots not reclaimed in round " << round;
   }
@@ -101,6 +118,7 @@ TEST(ChunkCrash, SigkillAtRandomPointsLeavesOnlyCommittedChunks) {
     if (::testing::Test::HasFatalFailure()) break;
   }
   EXPECT_GT(total_acked, 0u);
+  EXPECT_GT(scratch_seen, 0u);
   std::filesystem::remove_all(dir);
 }
 
