@@ -91,6 +91,7 @@ struct TargetInfo {
   uint64_t fs_free_bytes = 0;
   uint64_t chunks = 0;
   uint64_t data_bytes = 0;
+  uint64_t kept_bytes = 0;  // freed slots holding their blocks for new chunks
   bool reachable = false;
 };
 

@@ -38,14 +38,16 @@ void addClusterCommands(CLI::App& app) {
       if (report(c->targets(&targets))) return;
       uint64_t total = 0, free_bytes = 0, chunks = 0, data = 0;
       int bad = 0;
-      fmt::print("{:>6} {:>5} {:<22} {:<9} {:>10} {:>10} {:>10} {:>12}  {}\n", "target", "chain",
-                 "endpoint", "health", "fs size", "fs free", "chunks", "data", "path");
+      fmt::print("{:>6} {:>5} {:<22} {:<9} {:>10} {:>10} {:>10} {:>10} {:>12}  {}\n", "target",
+                 "chain", "endpoint", "health", "fs size", "fs free", "kept", "chunks", "data",
+                 "path");
       for (const auto& t : targets) {
         const char* health = !t.reachable ? "DOWN" : t.failed ? "FAILED" : "ok";
         if (!t.reachable || t.failed) ++bad;
-        fmt::print("{:>6} {:>5} {:<22} {:<9} {:>10} {:>10} {:>10} {:>12}  {}\n", t.id, t.chain,
-                   t.endpoint, health, humanBytes(static_cast<double>(t.fs_total_bytes)),
-                   humanBytes(static_cast<double>(t.fs_free_bytes)), t.chunks,
+        fmt::print("{:>6} {:>5} {:<22} {:<9} {:>10} {:>10} {:>10} {:>10} {:>12}  {}\n", t.id,
+                   t.chain, t.endpoint, health, humanBytes(static_cast<double>(t.fs_total_bytes)),
+                   humanBytes(static_cast<double>(t.fs_free_bytes)),
+                   humanBytes(static_cast<double>(t.kept_bytes)), t.chunks,
                    humanBytes(static_cast<double>(t.data_bytes)), t.path);
         total += t.fs_total_bytes;
         free_bytes += t.fs_free_bytes;

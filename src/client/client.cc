@@ -684,6 +684,7 @@ Error ClientImpl::targets(std::vector<TargetInfo>* out) {
     t.fs_free_bytes = resp.fs_free_bytes();
     t.chunks = resp.chunks();
     t.data_bytes = resp.data_bytes();
+    t.kept_bytes = resp.kept_bytes();
   }
   return {};
 }

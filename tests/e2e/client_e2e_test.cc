@@ -541,6 +541,7 @@ TEST_F(E2E, CliCommands) {
   r = cli({"status"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("2 targets, 2 chains"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" kept "), std::string::npos) << r.out;  // freed slots' blocks
   EXPECT_NE(r.out.find("healthy"), std::string::npos) << r.out;
   r = cli({"fsck"});
   EXPECT_EQ(r.exit_code, 0) << r.out;
