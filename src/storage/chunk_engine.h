@@ -25,7 +25,7 @@
 // a striped lock, writes to different chunks run in parallel and are group-
 // committed: one fdatasync per touched group file and one synced metadata
 // batch for all writes waiting at that moment, the two pipelined.
-// Memory: one bit per slot, plus a reused scratch buffer of 1 MiB per thread
+// Memory: two bits per slot (used, kept), plus a reused scratch buffer of 1 MiB per thread
 // that has written or scrubbed; no allocation proportional to a request.
 // File descriptors: at most `open_files_max` group files are kept open.
 #pragma once
