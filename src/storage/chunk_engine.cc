@@ -337,8 +337,7 @@ Status ChunkEngine::replayLoggedWrite(std::string_view bytes) {
                      IoRequest::writeOf(file->fd, w.crcs.data(), w.crcs.size(),
                                         crcPos(w.size_class, w.addr) + w.crc_offset)};
   RETURN_ON_ERROR(page_io_->run({ws, w.crcs.empty() ? size_t{1} : size_t{2}})
-                      .withContext(fmt::format("replay a write into {}/data/c{}/g{}.dat",
-                                               options_.path, w.size_class, w.addr.group)));
+                      .withContext("replay a write into " + groupPath(w.size_class, w.addr.group)));
   addDirty(std::move(file));
   return Status::OK();
 }
@@ -487,10 +486,9 @@ Result<std::shared_ptr<ChunkEngine::File>> ChunkEngine::groupFile(uint32_t c, ui
     lru_.splice(lru_.begin(), lru_, it->second.second);
     return it->second.first;
   }
-  std::string dir = fmt::format("{}/data/c{}", options_.path, c);
+  std::string path = groupPath(c, group);
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  std::string path = fmt::format("{}/g{}.dat", dir, group);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return errnoStatus(errno, "open " + path);
   // Data blocks go through O_DIRECT where the filesystem has it (tmpfs does
@@ -683,6 +681,10 @@ Status ChunkEngine::checkReserve(uint64_t bytes) {
   return Status::OK();
 }
 
+std::string ChunkEngine::groupPath(uint32_t c, uint32_t group) const {
+  return fmt::format("{}/data/c{}/g{}.dat", options_.path, c, group);
+}
+
 void ChunkEngine::punch(uint32_t c, SlotAddr a) {
   if (auto file = groupFile(c, a.group); file.ok()) {
     if (::fallocate((*file)->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
@@ -727,8 +729,7 @@ void ChunkEngine::findKeptSlots() {
     if (logsData(c)) continue;
     SlotAllocator& alloc = allocators_[c];
     for (uint32_t g = 0; g < alloc.groups(); ++g) {
-      std::string path = fmt::format("{}/data/c{}/g{}.dat", options_.path, c, g);
-      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      int fd = ::open(groupPath(c, g).c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) continue;
       // Data segments: written blocks (holes and, on ext4 and xfs,
       // fallocate's unwritten extents are skipped).
@@ -879,16 +880,13 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
       // old bytes that the new ones leave standing are read.
       uint64_t old_to = std::min(pe, keep);
       uint64_t from = std::max(ps, offset), to = std::min(pe, end);
-      if (from < to && data) {
-        if (ps < std::min(old_to, from))
-          RETURN_ON_ERROR(readRange(*old, ps, std::min(old_to, from) - ps, buf));
-        if (to < old_to) RETURN_ON_ERROR(readRange(*old, to, old_to - to, buf + (to - ps)));
-      } else if (ps < old_to) {
-        RETURN_ON_ERROR(readRange(*old, ps, old_to - ps, buf));
-      }
+      const bool fresh = from < to && data;  // new bytes land in this piece
+      const uint64_t head_to = fresh ? std::min(old_to, from) : old_to;
+      if (ps < head_to) RETURN_ON_ERROR(readRange(*old, ps, head_to - ps, buf));
+      if (fresh && to < old_to) RETURN_ON_ERROR(readRange(*old, to, old_to - to, buf + (to - ps)));
       // Past the kept bytes: new bytes where the write covers, zeros elsewhere.
       const uint64_t zero_from = std::max(ps, old_to), buf_end = ps + roundUp(pe - ps);
-      if (from < to && data) {
+      if (fresh) {
         std::memcpy(buf + (from - ps), data + (from - offset), to - from);
         if (zero_from < from) std::memset(buf + (zero_from - ps), 0, from - zero_from);
         uint64_t zero_to = std::max(to, zero_from);

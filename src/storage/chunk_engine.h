@@ -180,6 +180,8 @@ class ChunkEngine {
     ~File();
   };
   Result<std::shared_ptr<File>> groupFile(uint32_t size_class, uint32_t group);
+  // `<path>/data/c<class>/g<group>.dat`.
+  std::string groupPath(uint32_t size_class, uint32_t group) const;
   // Reads [offset, offset + n) of the chunk `m` into `out`, verifying every
   // block it touches. REQUIRES: offset + n <= m.length.
   Status readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out);
