@@ -446,6 +446,14 @@ Status CommitLog::activate(std::unique_lock<std::mutex>& lock) {
 }
 
 Status CommitLog::append(uint64_t first, uint64_t last, std::string_view payload, bool sync) {
+  return appendRecord(first, last, payload, sync ? Sync::kYes : Sync::kNo);
+}
+
+Status CommitLog::appendToDevice(uint64_t first, uint64_t last, std::string_view payload) {
+  return appendRecord(first, last, payload, Sync::kUnlessDirect);
+}
+
+Status CommitLog::appendRecord(uint64_t first, uint64_t last, std::string_view payload, Sync mode) {
   std::string record = encodeLogRecord(epoch_, first, last, payload);
   if (record.size() > options_.segment_bytes - kLogSegmentHeaderBytes) {
     Status s(ErrorCode::kTxnTooLarge,
@@ -459,6 +467,7 @@ Status CommitLog::append(uint64_t first, uint64_t last, std::string_view payload
   std::string path;
   bool wake = false;
   bool direct = false;
+  bool sync = false;
   {
     std::unique_lock lock(mu_);
     ++turn_waiters_;
@@ -480,6 +489,7 @@ Status CommitLog::append(uint64_t first, uint64_t last, std::string_view payload
     Segment& seg = segments_[static_cast<size_t>(active_)];
     direct = direct_;
     writing_ = direct;
+    sync = mode == Sync::kYes || (mode == Sync::kUnlessDirect && !direct);
     fd = direct ? seg.direct_fd : seg.fd;
     off = offset_;
     path = segmentPath(options_.dir, seg.id);

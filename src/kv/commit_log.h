@@ -111,6 +111,11 @@ class CommitLog {
   // concurrently with the others. Any failure is sticky (an fsync error is
   // never retried): later appends fail with it.
   Status append(uint64_t first, uint64_t last, std::string_view payload, bool sync);
+  // As append, but unsynced when the record goes out with O_DIRECT (synced
+  // when the log writes through the page cache): it is on the device when
+  // this returns, and the caller's next device cache flush on this file
+  // system (an fdatasync of any file on it) makes it durable.
+  Status appendToDevice(uint64_t first, uint64_t last, std::string_view payload);
 
   // Makes every current and later append fail with `s` (the engine gave up).
   void fail(const Status& s);
@@ -130,6 +135,9 @@ class CommitLog {
     uint64_t last_version = 0;  // of the records written in the current use
     enum State { kFree, kActive, kSealed } state = kFree;
   };
+
+  enum class Sync { kNo, kYes, kUnlessDirect };
+  Status appendRecord(uint64_t first, uint64_t last, std::string_view payload, Sync sync);
 
   explicit CommitLog(const CommitLogOptions& options)
       : options_(options), direct_(options.direct_io) {}

@@ -18,8 +18,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -71,7 +73,15 @@ const std::string kMetaVersionKey = std::string(12, '\xff') + "/applied_version"
 // ahead of its chunk record; never stored in RocksDB.
 const std::string kLoggedWriteKey = std::string(12, '\xff') + "/logged_write";
 
+// The log-only op that ends every record: the version up to which every
+// batch was durable (data and record) when the record was written. Replay
+// trusts the records up to the highest one seen and checks the data of the
+// later ones, whose data syncs may not have finished.
+const std::string kDurableVersionKey = std::string(12, '\xff') + "/durable_version";
+
 bool isChunkKey(const rocksdb::Slice& key) { return key.size() == 12; }
+
+constexpr uint64_t kPieceBytes = 1 << 20;  // scratch size; a multiple of kBlockBytes
 
 std::string encodeVersion(uint64_t v) {
   std::string out;
@@ -100,15 +110,23 @@ struct ChunkEngine::PendingCommit {
   std::condition_variable cv;  // its writer waits here (under commit_mu_)
 };
 
-// Group commit in two pipelined stages, each led by one thread at a time:
-// stage 1 fdatasyncs the group files a batch wrote, stage 2 puts the batch's
-// records in one synced RocksDB write. While one batch's records are being
-// written, the next batch's data is being synced. Batches enter stage 2 in
-// the order they left stage 1. A writer leads whichever stage has work and
-// no leader (stage 2 first once its own write is synced, since that is what
-// it waits for) and otherwise sleeps on its own condition variable: a
-// finished stage wakes its batch's writers and, for each stage left with
-// work and no leader, one writer queued there — never every waiting writer.
+// Group commit in two pipelined stages, each led by one thread at a time.
+// With the metadata log (the default), stage 1 appends the batch's records
+// to the log and stage 2 makes them durable and applies them to RocksDB's
+// memtable. A batch that wrote group files has its record go out with
+// O_DIRECT unsynced: stage 2's fdatasync of those files is a device cache
+// flush that makes the data and the record durable at once (one flush per
+// batch instead of two; see docs/chunk_format.md, "Write protocol"). A
+// batch without group files (removes, logged writes) has its record synced
+// in stage 1. Without the log, stage 1 fdatasyncs the group files and stage
+// 2 writes the records to RocksDB with a synced WAL write. Batches enter
+// stage 2 in the order they left stage 1, and a write is acknowledged only
+// when its batch has left stage 2, so every earlier record is durable then.
+// A writer leads whichever stage has work and no leader (stage 2 first once
+// its own batch is past stage 1, since that is what it waits for) and
+// otherwise sleeps on its own condition variable: a finished stage wakes its
+// batch's writers and, for each stage left with work and no leader, one
+// writer queued there — never every waiting writer.
 Status ChunkEngine::commit(PendingCommit& p) {
   std::unique_lock lock(commit_mu_);
   sync_queue_.push_back(&p);
@@ -125,7 +143,7 @@ Status ChunkEngine::commit(PendingCommit& p) {
   };
   auto wakeIdleStages = [&] {
     if (!syncing_) wakeOne(sync_queue_);
-    // A caller whose write is synced leads stage 2 itself next.
+    // A caller whose batch left stage 1 leads stage 2 itself next.
     if (!writing_meta_ && (p.done || !p.synced)) wakeOne(meta_queue_);
   };
   auto finish = [&](const std::vector<PendingCommit*>& batch, const Status& s) {
@@ -141,9 +159,18 @@ Status ChunkEngine::commit(PendingCommit& p) {
     if (!sync_queue_.empty() && !syncing_ && !(stage2_free && p.synced)) {
       syncing_ = true;
       p.leading = true;
-      batch.swap(sync_queue_);
+      // One log record per batch: logged data bounds how many go at once.
+      size_t take = 0;
+      uint64_t bytes = 0;
+      for (; take < sync_queue_.size(); ++take) {
+        bytes += sync_queue_[take]->logged.size();
+        if (take > 0 && bytes > log_batch_bytes_max_) break;
+      }
+      batch.assign(sync_queue_.begin(), sync_queue_.begin() + static_cast<std::ptrdiff_t>(take));
+      sync_queue_.erase(sync_queue_.begin(),
+                        sync_queue_.begin() + static_cast<std::ptrdiff_t>(take));
       lock.unlock();
-      Status s = syncData(batch);
+      Status s = meta_log_ ? logRecords(batch) : syncData(batch);
       lock.lock();
       p.leading = false;
       if (s.ok()) {
@@ -162,17 +189,9 @@ Status ChunkEngine::commit(PendingCommit& p) {
     }
     writing_meta_ = true;
     p.leading = true;
-    // One log record per batch: logged data bounds how many go at once.
-    size_t take = 0;
-    uint64_t bytes = 0;
-    for (; take < meta_queue_.size(); ++take) {
-      bytes += meta_queue_[take]->logged.size();
-      if (take > 0 && bytes > log_batch_bytes_max_) break;
-    }
-    batch.assign(meta_queue_.begin(), meta_queue_.begin() + static_cast<std::ptrdiff_t>(take));
-    meta_queue_.erase(meta_queue_.begin(), meta_queue_.begin() + static_cast<std::ptrdiff_t>(take));
+    batch.swap(meta_queue_);
     lock.unlock();
-    Status s = writeRecords(batch);
+    Status s = meta_log_ ? syncAndApply(batch) : writeRecords(batch);
     lock.lock();
     p.leading = false;
     finish(batch, s);
@@ -201,47 +220,118 @@ Status ChunkEngine::syncData(const std::vector<PendingCommit*>& batch) {
   return Status::OK();
 }
 
-Status ChunkEngine::writeRecords(const std::vector<PendingCommit*>& batch) {
-  static auto& batch_size = metrics::Registry::global().histogram(
+namespace {
+
+metrics::Histogram& batchSizes() {
+  static auto& h = metrics::Registry::global().histogram(
       "storage_commit_batch_size", {}, "Chunk writes sharing one data sync and metadata batch");
-  batch_size.observe(batch.size());
+  return h;
+}
+
+}  // namespace
+
+// Without the metadata log: the records in one synced RocksDB write.
+Status ChunkEngine::writeRecords(const std::vector<PendingCommit*>& batch) {
+  batchSizes().observe(batch.size());
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
-  kv::WriteBatch ops, log_ops;  // log_ops: with each logged write's bytes ahead of its record
+  kv::WriteBatch ops;
   ops.reserve(batch.size());
-  for (PendingCommit* p : batch) {
+  for (PendingCommit* p : batch)
     ops.push_back({p->erase ? kv::WriteOp::kClear : kv::WriteOp::kSet, p->key, p->value});
-    if (!p->logged.empty()) {
-      if (log_ops.empty()) log_ops.assign(ops.begin(), ops.end() - 1);
-      log_ops.push_back({kv::WriteOp::kSet, kLoggedWriteKey, std::move(p->logged)});
-      log_ops.push_back(ops.back());
-    } else if (!log_ops.empty()) {
-      log_ops.push_back(ops.back());
-    }
-  }
   rocksdb::WriteBatch wb;
   if (Status bs = kv::appendToRocksBatch(ops, &wb); !bs.ok()) return fail(bs.toString());
   rocksdb::WriteOptions wo;
-  uint64_t version = meta_version_ + 1;
-  for (PendingCommit* p : batch) p->version = version;
-  if (meta_log_) {
-    // Durable in the log first; RocksDB only holds it in its memtable until
-    // a checkpoint flushes it.
-    Status ls = meta_log_->append(
-        version, version, kv::encodeLogBatch(log_ops.empty() ? ops : log_ops), options_.sync);
-    if (!ls.ok()) return fail("metadata log: " + ls.toString());
-    meta_version_ = version;
-    (void)wb.Put(kMetaVersionKey, encodeVersion(version));
-    wo.disableWAL = true;
-  } else {
-    wo.sync = options_.sync;
-  }
+  wo.sync = options_.sync;
   rocksdb::Status ps = db_->Write(wo, &wb);
-  if (ps.IsNoSpace() && !meta_log_)
-    return Status(ErrorCode::kNoSpace, "chunk metadata: " + ps.ToString());
+  if (ps.IsNoSpace()) return Status(ErrorCode::kNoSpace, "chunk metadata: " + ps.ToString());
   if (!ps.ok()) return fail("metadata write: " + ps.ToString());
+  return Status::OK();
+}
+
+// Stage 1 with the metadata log: the batch's records (each logged write's
+// bytes ahead of its record) and the version up to which every batch is
+// durable, in one log record.
+Status ChunkEngine::logRecords(const std::vector<PendingCommit*>& batch) {
+  batchSizes().observe(batch.size());
+  if (failed_)
+    return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
+  kv::WriteBatch ops;
+  ops.reserve(batch.size() + 1);
+  bool files = false;
+  for (PendingCommit* p : batch) {
+    if (!p->logged.empty()) ops.push_back({kv::WriteOp::kSet, kLoggedWriteKey, p->logged});
+    ops.push_back({p->erase ? kv::WriteOp::kClear : kv::WriteOp::kSet, p->key, p->value});
+    files |= p->file != nullptr;
+  }
+  ops.push_back({kv::WriteOp::kSet, kDurableVersionKey,
+                 encodeVersion(durable_version_.load(std::memory_order_acquire))});
+  const uint64_t version = ++meta_version_;
+  for (PendingCommit* p : batch) p->version = version;
+  std::string payload = kv::encodeLogBatch(ops);
+  // Stage 2's fdatasync of the batch's group files flushes the record too.
+  Status ls = !options_.sync               ? meta_log_->append(version, version, payload, false)
+              : files && flush_covers_log_ ? meta_log_->appendToDevice(version, version, payload)
+                                           : meta_log_->append(version, version, payload, true);
+  if (!ls.ok()) return fail("metadata log: " + ls.toString());
+  return Status::OK();
+}
+
+// Stage 2 with the metadata log: fdatasyncs the group files of the batches
+// (their records went to the log before), then puts the records in
+// RocksDB's memtable.
+Status ChunkEngine::syncAndApply(const std::vector<PendingCommit*>& batch) {
+  // As a failed sync: the target fails, the records stay in the log unsynced.
+  if (Status f = CISTERN_FAULT("storage.commit.before_data_sync"); !f.ok())
+    return fail(f.toString());
+  RETURN_ON_ERROR(syncData(batch));
+  kv::WriteBatch ops;
+  ops.reserve(batch.size());
+  for (PendingCommit* p : batch)
+    ops.push_back({p->erase ? kv::WriteOp::kClear : kv::WriteOp::kSet, p->key, p->value});
+  rocksdb::WriteBatch wb;
+  if (Status bs = kv::appendToRocksBatch(ops, &wb); !bs.ok()) return fail(bs.toString());
+  const uint64_t version = batch.back()->version;
+  (void)wb.Put(kMetaVersionKey, encodeVersion(version));
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;  // in the log; a checkpoint flushes the memtable
+  rocksdb::Status ps = db_->Write(wo, &wb);
+  if (!ps.ok()) return fail("metadata write: " + ps.ToString());
+  durable_version_.store(version, std::memory_order_release);
   meta_applied_.store(version, std::memory_order_release);
   return Status::OK();
+}
+
+// Whether the data a chunk record (key, value) names verifies on disk; a
+// record read back from the log after a crash. A chunk whose data does not
+// verify is reported and false returned; the group file of one that does is
+// synced with the others before the replay is flushed.
+Result<bool> ChunkEngine::dataOnDisk(std::string_view key, std::string_view value) {
+  ASSIGN_OR_RETURN(ChunkId id, decodeChunkKey(key));
+  ASSIGN_OR_RETURN(ChunkMeta m, decodeChunkMeta(value));
+  if (m.size_class >= kClassCount || m.addr.group >= options_.groups_max ||
+      m.addr.slot >= slotsPerGroup(options_, m.size_class)) {
+    return Status(ErrorCode::kCorruption,
+                  fmt::format("{} in slot {}/{}/{} past the target's groups", idText(id),
+                              m.size_class, m.addr.group, m.addr.slot));
+  }
+  std::unique_ptr<uint8_t, decltype(&std::free)> buf(
+      static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, kPieceBytes)), &std::free);
+  if (!buf) return Status(ErrorCode::kResourceExhausted, "buffer to check a replayed chunk");
+  for (uint64_t at = 0; at < m.length; at += kPieceBytes) {
+    Status s = readRange(m, at, std::min<uint64_t>(kPieceBytes, m.length - at), buf.get());
+    if (s.code() == ErrorCode::kCorruption) {
+      CLOG_WARN("storage",
+                "target {}: {} version {} dropped: its data never reached the disk (the write "
+                "was not acknowledged; the chunk keeps its previous version)",
+                options_.path, idText(id), m.chunk_version);
+      return false;
+    }
+    RETURN_ON_ERROR(s);
+  }
+  ASSIGN_OR_RETURN(auto file, groupFile(m.size_class, m.addr.group));
+  addDirty(std::move(file));
+  return true;
 }
 
 // Replays the metadata log past the version RocksDB holds, then starts it.
@@ -262,38 +352,79 @@ Status ChunkEngine::openMetaLog() {
   lo.segment_bytes = options_.meta_log_segment_bytes;
   lo.segments_max = 8;
   lo.direct_io = options_.sync;
-  auto replay = [this](const kv::LogRecord& rec, kv::WriteBatch& ops) -> Status {
-    // Logged bytes go back into their slots (synced below, before the
-    // flush); the records go to RocksDB.
+  // Puts one record into RocksDB (logged bytes back into their slots,
+  // synced below before the flush). `check`: its data syncs may not have
+  // finished; a chunk record whose data does not verify is dropped (that
+  // write was never acknowledged, and the chunk keeps its previous record).
+  auto applyRecord = [this](uint64_t first, uint64_t last, kv::WriteBatch& ops,
+                            bool check) -> Status {
+    const auto where = [&] {
+      return fmt::format("{}/meta-log: versions {}..{}", options_.path, first, last);
+    };
     kv::WriteBatch records;
     records.reserve(ops.size());
+    bool logged = false;  // the previous op carried this record's bytes
     for (kv::WriteOp& op : ops) {
-      if (op.key != kLoggedWriteKey) {
-        records.push_back(std::move(op));
+      if (op.key == kDurableVersionKey) continue;
+      if (op.key == kLoggedWriteKey) {
+        if (Status ws = replayLoggedWrite(op.value); !ws.ok()) return ws.withContext(where());
+        logged = true;
         continue;
       }
-      if (Status ws = replayLoggedWrite(op.value); !ws.ok()) {
-        return ws.withContext(
-            fmt::format("{}/meta-log: versions {}..{}", options_.path, rec.first, rec.last));
+      if (check && !logged && op.kind == kv::WriteOp::kSet && isChunkKey(op.key)) {
+        auto intact = dataOnDisk(op.key, op.value);
+        if (!intact.ok()) return intact.status().withContext(where());
+        if (!*intact) continue;
       }
+      logged = false;
+      records.push_back(std::move(op));
     }
     rocksdb::WriteBatch wb;
-    if (Status bs = kv::appendToRocksBatch(records, &wb); !bs.ok()) {
-      return Status(ErrorCode::kCorruption,
-                    fmt::format("{}/meta-log: versions {}..{}: {}", options_.path, rec.first,
-                                rec.last, bs.message()));
-    }
-    (void)wb.Put(kMetaVersionKey, encodeVersion(rec.last));
+    if (Status bs = kv::appendToRocksBatch(records, &wb); !bs.ok())
+      return Status(ErrorCode::kCorruption, fmt::format("{}: {}", where(), bs.message()));
+    (void)wb.Put(kMetaVersionKey, encodeVersion(last));
     rocksdb::WriteOptions wo;
     wo.disableWAL = true;  // persisted by the flush below
     return fromRocks(db_->Write(wo, &wb), "replay metadata of " + options_.path);
   };
+  // Records past the durable version that later records name are held back
+  // until one vouches for them; those left at the end are checked.
+  struct Unsure {
+    uint64_t first, last;
+    kv::WriteBatch ops;
+  };
+  std::deque<Unsure> unsure;
+  auto replay = [&](const kv::LogRecord& rec, kv::WriteBatch& ops) -> Status {
+    std::optional<uint64_t> durable;
+    for (const kv::WriteOp& op : ops) {
+      if (op.key == kDurableVersionKey && op.value.size() == 8)
+        durable = getLE<uint64_t>(op.value, 0);
+    }
+    for (; !unsure.empty() && (!durable || unsure.front().last <= *durable); unsure.pop_front()) {
+      Unsure& u = unsure.front();
+      RETURN_ON_ERROR(applyRecord(u.first, u.last, u.ops, /*check=*/!durable));
+    }
+    // A record without one is older than the durable versions: its data was
+    // synced before it was written.
+    if (!durable) return applyRecord(rec.first, rec.last, ops, /*check=*/false);
+    unsure.push_back(Unsure{rec.first, rec.last, std::move(ops)});
+    return Status::OK();
+  };
   uint64_t last = persisted;
   ASSIGN_OR_RETURN(meta_log_, kv::CommitLog::open(lo, persisted, replay, &last));
+  for (Unsure& u : unsure) RETURN_ON_ERROR(applyRecord(u.first, u.last, u.ops, /*check=*/true));
   if (last > persisted) {
     RETURN_ON_ERROR(syncDirtyFiles());
     RETURN_ON_ERROR(fromRocks(db_->Flush(rocksdb::FlushOptions()), "flush " + options_.path));
   }
+  // Records written unsynced count on the group files' fdatasync to flush
+  // the device's cache: only where both live on one file system.
+  struct stat log_st {
+  }, target_st{};
+  flush_covers_log_ = ::stat(lo.dir.c_str(), &log_st) == 0 &&
+                      ::stat(options_.path.c_str(), &target_st) == 0 &&
+                      log_st.st_dev == target_st.st_dev;
+  durable_version_.store(last);
   meta_version_ = last;
   meta_applied_.store(last);
   return meta_log_->start(last + 1, [this] { return checkpointMeta(); });
@@ -391,6 +522,10 @@ ChunkEngine::ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB
 ChunkEngine::~ChunkEngine() {
   if (meta_log_) {
     meta_log_.reset();  // stops its checkpoint thread
+    if (!options_.flush_at_close) {
+      (void)db_->Close();  // as a crash leaves it: the log replays
+      return;
+    }
     // Logged bytes must be on disk before the flush ends their replay.
     if (Status s = syncDirtyFiles(); !s.ok()) {
       CLOG_WARN("storage", "target {}: not flushed at close, the log replays: {}", options_.path,
@@ -409,6 +544,8 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
     return Status(ErrorCode::kIOError,
                   fmt::format("create {}/data: {}", options.path, ec.message()));
   rocksdb::Options o;
+  // RocksDB flushes unlogged memtables at close unless told otherwise.
+  o.avoid_flush_during_shutdown = !options.flush_at_close;
   o.create_if_missing = true;
   o.max_open_files = 256;
   // Every write to a new chunk looks up a key no table holds: bloom filters
@@ -517,7 +654,6 @@ Result<std::shared_ptr<ChunkEngine::File>> ChunkEngine::groupFile(uint32_t c, ui
 
 namespace {
 
-constexpr uint64_t kPieceBytes = 1 << 20;  // scratch size; a multiple of kBlockBytes
 static_assert(std::endian::native == std::endian::little, "CRC areas are stored little-endian");
 
 // Per-thread scratch, reused: touching fresh memory is slow, and a request

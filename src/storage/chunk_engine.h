@@ -114,6 +114,9 @@ struct ChunkEngineOptions {
   // from the blocks the group files hold when the target opens. Default:
   // 4 GiB.
   uint64_t kept_free_bytes = 4ull << 30;
+  // Closing flushes RocksDB's memtable so that the next open replays
+  // nothing. Tests turn it off to reopen as after a crash. Default: true.
+  bool flush_at_close = true;
 };
 
 class ChunkEngine {
@@ -215,6 +218,9 @@ class ChunkEngine {
   Status commit(PendingCommit& p);
   Status syncData(const std::vector<PendingCommit*>& batch);
   Status writeRecords(const std::vector<PendingCommit*>& batch);
+  Status logRecords(const std::vector<PendingCommit*>& batch);
+  Status syncAndApply(const std::vector<PendingCommit*>& batch);
+  Result<bool> dataOnDisk(std::string_view key, std::string_view value);
 
   Status openMetaLog();
   // Syncs the group files logged writes went to, flushes RocksDB, then lets
@@ -235,8 +241,13 @@ class ChunkEngine {
   std::unique_ptr<IoBackend> page_io_;  // psync: logged writes into the page cache
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<kv::CommitLog> meta_log_;  // null: RocksDB's WAL
-  uint64_t meta_version_ = 0;                // last batch written; by the stage-2 leader
+  uint64_t meta_version_ = 0;                // last batch logged; by the stage-1 leader
   std::atomic<uint64_t> meta_applied_{0};    // last batch in RocksDB's memtable
+  // Every batch up to it has its data and record durable (with the log).
+  std::atomic<uint64_t> durable_version_{0};
+  // Unsynced records are made durable by the group files' fdatasync (the
+  // log and the group files share a file system).
+  bool flush_covers_log_ = false;
   mutable std::mutex alloc_mu_;
   std::vector<SlotAllocator> allocators_;           // one per size class
   std::array<uint64_t, kClassCount> data_bytes_{};  // under alloc_mu_
