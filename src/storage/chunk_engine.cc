@@ -260,7 +260,8 @@ Status ChunkEngine::logRecords(const std::vector<PendingCommit*>& batch) {
   ops.reserve(batch.size() + 1);
   bool files = false;
   for (PendingCommit* p : batch) {
-    if (!p->logged.empty()) ops.push_back({kv::WriteOp::kSet, kLoggedWriteKey, p->logged});
+    if (!p->logged.empty())
+      ops.push_back({kv::WriteOp::kSet, kLoggedWriteKey, std::move(p->logged)});
     ops.push_back({p->erase ? kv::WriteOp::kClear : kv::WriteOp::kSet, p->key, p->value});
     files |= p->file != nullptr;
   }
@@ -397,8 +398,13 @@ Status ChunkEngine::openMetaLog() {
   auto replay = [&](const kv::LogRecord& rec, kv::WriteBatch& ops) -> Status {
     std::optional<uint64_t> durable;
     for (const kv::WriteOp& op : ops) {
-      if (op.key == kDurableVersionKey && op.value.size() == 8)
-        durable = getLE<uint64_t>(op.value, 0);
+      if (op.key != kDurableVersionKey) continue;
+      if (op.value.size() != 8) {
+        return Status(ErrorCode::kCorruption,
+                      fmt::format("{}/meta-log: versions {}..{}: durable version of {} bytes",
+                                  options_.path, rec.first, rec.last, op.value.size()));
+      }
+      durable = getLE<uint64_t>(op.value, 0);
     }
     for (; !unsure.empty() && (!durable || unsure.front().last <= *durable); unsure.pop_front()) {
       Unsure& u = unsure.front();
@@ -419,8 +425,8 @@ Status ChunkEngine::openMetaLog() {
   }
   // Records written unsynced count on the group files' fdatasync to flush
   // the device's cache: only where both live on one file system.
-  struct stat log_st {
-  }, target_st{};
+  struct stat log_st {};
+  struct stat target_st {};
   flush_covers_log_ = ::stat(lo.dir.c_str(), &log_st) == 0 &&
                       ::stat(options_.path.c_str(), &target_st) == 0 &&
                       log_st.st_dev == target_st.st_dev;
