@@ -301,6 +301,33 @@ TEST_P(ChunkEngineLogTest, ReplayDropsAnUnacknowledgedWriteWhoseDataNeverReached
   EXPECT_EQ(readAll(id, lost.size()), lost);
 }
 
+// The same for an append that goes in place: the old record's length hides
+// the lost bytes, and the blocks before it were never touched.
+TEST_P(ChunkEngineLogTest, ReplayDropsAnUnacknowledgedAppendWhoseDataNeverReachedTheDisk) {
+  const ChunkId id{9, 0};
+  auto head = pattern(100 << 10, 3),
+       tail = pattern(20 << 10, 4);  // 100 KiB + 20 KiB: class 128 KiB
+  auto first = engine_->write(id, 0, head, 1);
+  ASSERT_TRUE(first.ok());
+  fault::enable("storage.commit.before_data_sync", fault::Spec{.code = ErrorCode::kIOError});
+  EXPECT_FALSE(engine_->write(id, head.size(), tail, 1).ok());
+  fault::disableAll();
+  engine_.reset();
+  // The appended bytes start on a block boundary (100 KiB = 25 blocks).
+  EXPECT_EQ(zeroEveryCopy(dir_, std::vector<uint8_t>(tail.begin(), tail.begin() + 4096)), 1u);
+  reopen();
+  auto m = engine_->query(id);
+  ASSERT_TRUE(m.ok() && m->has_value());
+  EXPECT_EQ((*m)->chunk_version, 1u);
+  EXPECT_EQ((*m)->addr, first->addr) << "an append stays in its slot";
+  EXPECT_EQ(readAll(id, head.size()), head);
+  // Appending again works and reads back whole.
+  ASSERT_TRUE(engine_->write(id, head.size(), tail, 1).ok());
+  auto both = head;
+  both.insert(both.end(), tail.begin(), tail.end());
+  EXPECT_EQ(readAll(id, both.size()), both);
+}
+
 TEST_P(ChunkEngineLogTest, ReplayKeepsAnUnacknowledgedWriteWhoseDataIsOnDisk) {
   const ChunkId id{7, 0};
   auto before = pattern(1 << 20, 1), after = pattern(1 << 20, 2);
