@@ -266,7 +266,7 @@ Status ChunkEngine::logRecords(const std::vector<PendingCommit*>& batch) {
     files |= p->file != nullptr;
   }
   ops.push_back({kv::WriteOp::kSet, kDurableVersionKey,
-                 encodeVersion(durable_version_.load(std::memory_order_acquire))});
+                 encodeVersion(meta_applied_.load(std::memory_order_acquire))});
   const uint64_t version = ++meta_version_;
   for (PendingCommit* p : batch) p->version = version;
   std::string payload = kv::encodeLogBatch(ops);
@@ -298,7 +298,6 @@ Status ChunkEngine::syncAndApply(const std::vector<PendingCommit*>& batch) {
   wo.disableWAL = true;  // in the log; a checkpoint flushes the memtable
   rocksdb::Status ps = db_->Write(wo, &wb);
   if (!ps.ok()) return fail("metadata write: " + ps.ToString());
-  durable_version_.store(version, std::memory_order_release);
   meta_applied_.store(version, std::memory_order_release);
   return Status::OK();
 }
@@ -430,7 +429,6 @@ Status ChunkEngine::openMetaLog() {
   flush_covers_log_ = ::stat(lo.dir.c_str(), &log_st) == 0 &&
                       ::stat(options_.path.c_str(), &target_st) == 0 &&
                       log_st.st_dev == target_st.st_dev;
-  durable_version_.store(last);
   meta_version_ = last;
   meta_applied_.store(last);
   return meta_log_->start(last + 1, [this] { return checkpointMeta(); });

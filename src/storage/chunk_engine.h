@@ -213,7 +213,7 @@ class ChunkEngine {
   std::mutex& chunkLock(const ChunkId& id);
 
   // Group commit (two pipelined stages, see commit()): concurrent writes
-  // share one fdatasync per group file and one synced RocksDB batch.
+  // share one metadata-log record and one fdatasync per group file.
   struct PendingCommit;
   Status commit(PendingCommit& p);
   Status syncData(const std::vector<PendingCommit*>& batch);
@@ -242,9 +242,9 @@ class ChunkEngine {
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<kv::CommitLog> meta_log_;  // null: RocksDB's WAL
   uint64_t meta_version_ = 0;                // last batch logged; by the stage-1 leader
-  std::atomic<uint64_t> meta_applied_{0};    // last batch in RocksDB's memtable
-  // Every batch up to it has its data and record durable (with the log).
-  std::atomic<uint64_t> durable_version_{0};
+  // Last batch in RocksDB's memtable; with the log, every batch up to it
+  // has its data and record durable.
+  std::atomic<uint64_t> meta_applied_{0};
   // Unsynced records are made durable by the group files' fdatasync (the
   // log and the group files share a file system).
   bool flush_covers_log_ = false;
