@@ -97,15 +97,15 @@ ChunkEngine::File::~File() {
 }
 
 struct ChunkEngine::PendingCommit {
-  std::shared_ptr<File> file;  // to fdatasync first; null for record-only and logged writes
+  std::shared_ptr<File> file;  // to fdatasync; null for record-only and logged writes
   std::string key;
   std::string value;
   bool erase = false;    // delete the record instead of putting `value`
   std::string logged;    // encodeLoggedWrite: the data goes in the log record
-  uint64_t version = 0;  // of the batch, once committed
+  uint64_t version = 0;  // of the batch, once logged
   Status status;
-  bool synced = false;   // left stage 1
-  bool leading = false;  // its writer is leading a stage
+  bool past_stage1 = false;  // its batch left stage 1
+  bool leading = false;      // its writer is leading a stage
   bool done = false;
   std::condition_variable cv;  // its writer waits here (under commit_mu_)
 };
@@ -129,7 +129,7 @@ struct ChunkEngine::PendingCommit {
 // writer queued there — never every waiting writer.
 Status ChunkEngine::commit(PendingCommit& p) {
   std::unique_lock lock(commit_mu_);
-  sync_queue_.push_back(&p);
+  stage1_queue_.push_back(&p);
   // Wakes one writer queued at each stage that has work and no leader: not
   // the caller (it looks for work itself before it sleeps) and not one that
   // is leading the other stage (it is not asleep).
@@ -142,9 +142,9 @@ Status ChunkEngine::commit(PendingCommit& p) {
     }
   };
   auto wakeIdleStages = [&] {
-    if (!syncing_) wakeOne(sync_queue_);
+    if (!stage1_led_) wakeOne(stage1_queue_);
     // A caller whose batch left stage 1 leads stage 2 itself next.
-    if (!writing_meta_ && (p.done || !p.synced)) wakeOne(meta_queue_);
+    if (!stage2_led_ && (p.done || !p.past_stage1)) wakeOne(stage2_queue_);
   };
   auto finish = [&](const std::vector<PendingCommit*>& batch, const Status& s) {
     for (PendingCommit* q : batch) {
@@ -155,31 +155,32 @@ Status ChunkEngine::commit(PendingCommit& p) {
   };
   while (!p.done) {
     std::vector<PendingCommit*> batch;
-    const bool stage2_free = !meta_queue_.empty() && !writing_meta_;
-    if (!sync_queue_.empty() && !syncing_ && !(stage2_free && p.synced)) {
-      syncing_ = true;
+    const bool stage2_free = !stage2_queue_.empty() && !stage2_led_;
+    if (!stage1_queue_.empty() && !stage1_led_ && !(stage2_free && p.past_stage1)) {
+      stage1_led_ = true;
       p.leading = true;
       // One log record per batch: logged data bounds how many go at once.
       size_t take = 0;
       uint64_t bytes = 0;
-      for (; take < sync_queue_.size(); ++take) {
-        bytes += sync_queue_[take]->logged.size();
+      for (; take < stage1_queue_.size(); ++take) {
+        bytes += stage1_queue_[take]->logged.size();
         if (take > 0 && bytes > log_batch_bytes_max_) break;
       }
-      batch.assign(sync_queue_.begin(), sync_queue_.begin() + static_cast<std::ptrdiff_t>(take));
-      sync_queue_.erase(sync_queue_.begin(),
-                        sync_queue_.begin() + static_cast<std::ptrdiff_t>(take));
+      batch.assign(stage1_queue_.begin(),
+                   stage1_queue_.begin() + static_cast<std::ptrdiff_t>(take));
+      stage1_queue_.erase(stage1_queue_.begin(),
+                          stage1_queue_.begin() + static_cast<std::ptrdiff_t>(take));
       lock.unlock();
       Status s = meta_log_ ? logRecords(batch) : syncData(batch);
       lock.lock();
       p.leading = false;
       if (s.ok()) {
-        for (PendingCommit* q : batch) q->synced = true;
-        meta_queue_.insert(meta_queue_.end(), batch.begin(), batch.end());
+        for (PendingCommit* q : batch) q->past_stage1 = true;
+        stage2_queue_.insert(stage2_queue_.end(), batch.begin(), batch.end());
       } else {
         finish(batch, s);
       }
-      syncing_ = false;
+      stage1_led_ = false;
       wakeIdleStages();
       continue;
     }
@@ -187,15 +188,15 @@ Status ChunkEngine::commit(PendingCommit& p) {
       p.cv.wait(lock);
       continue;
     }
-    writing_meta_ = true;
+    stage2_led_ = true;
     p.leading = true;
-    batch.swap(meta_queue_);
+    batch.swap(stage2_queue_);
     lock.unlock();
     Status s = meta_log_ ? syncAndApply(batch) : writeRecords(batch);
     lock.lock();
     p.leading = false;
     finish(batch, s);
-    writing_meta_ = false;
+    stage2_led_ = false;
     wakeIdleStages();
   }
   return p.status;

@@ -258,10 +258,10 @@ class ChunkEngine {
   std::list<uint64_t> lru_;  // front: most recent
   std::array<std::mutex, 64> chunk_locks_;
   std::mutex commit_mu_;
-  std::vector<PendingCommit*> sync_queue_;  // waiting for stage 1
-  std::vector<PendingCommit*> meta_queue_;  // data synced, waiting for stage 2
-  bool syncing_ = false;
-  bool writing_meta_ = false;
+  std::vector<PendingCommit*> stage1_queue_;  // waiting for stage 1
+  std::vector<PendingCommit*> stage2_queue_;  // past stage 1, waiting for stage 2
+  bool stage1_led_ = false;
+  bool stage2_led_ = false;
   std::atomic<bool> failed_{false};
 
   bool log_data_ = false;
