@@ -426,10 +426,10 @@ Status ChunkEngine::openMetaLog() {
   // Records written unsynced count on the group files' fdatasync to flush
   // the device's cache: only where both live on one file system.
   struct stat log_st {};
-  struct stat target_st {};
+  struct stat data_st {};
   flush_covers_log_ = ::stat(lo.dir.c_str(), &log_st) == 0 &&
-                      ::stat(options_.path.c_str(), &target_st) == 0 &&
-                      log_st.st_dev == target_st.st_dev;
+                      ::stat((options_.path + "/data").c_str(), &data_st) == 0 &&
+                      log_st.st_dev == data_st.st_dev;
   meta_version_ = last;
   meta_applied_.store(last);
   return meta_log_->start(last + 1, [this] { return checkpointMeta(); });
