@@ -12,6 +12,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "common/crc32c.h"
@@ -268,7 +269,22 @@ size_t zeroEveryCopy(const std::string& dir, const std::vector<uint8_t>& bytes) 
 }
 
 // The metadata in the commit log (RocksDB's WAL has no replay to check).
-class ChunkEngineLogTest : public ChunkEngineTest {};
+class ChunkEngineLogTest : public ChunkEngineTest {
+ protected:
+  // A write whose batch's sync fails: the target fails, and the write's
+  // record stays in the log, unsynced.
+  Status writeWithFailedSync(ChunkId id, uint64_t offset, const std::vector<uint8_t>& data) {
+    fault::enable("storage.commit.before_data_sync", fault::Spec{.code = ErrorCode::kIOError});
+    Status s = engine_->write(id, offset, data, 1).status();
+    fault::disableAll();
+    return s;
+  }
+  // The chunk's record; nullopt if it has none or the query fails.
+  std::optional<ChunkMeta> recordOf(ChunkId id) {
+    auto m = engine_->query(id);
+    return m.ok() ? *m : std::nullopt;
+  }
+};
 INSTANTIATE_TEST_SUITE_P(IoEngines, ChunkEngineLogTest, ::testing::Values("io_uring", "psync"),
                          [](const auto& info) { return info.param; });
 
@@ -283,20 +299,18 @@ TEST_P(ChunkEngineLogTest, ReplayDropsAnUnacknowledgedWriteWhoseDataNeverReached
   auto before = pattern(1 << 20, 1), lost = pattern(1 << 20, 2);
   ASSERT_TRUE(engine_->write(id, 0, before, 1).ok());
   const uint64_t used = engine_->space().data_bytes;
-  fault::enable("storage.commit.before_data_sync", fault::Spec{.code = ErrorCode::kIOError});
-  EXPECT_EQ(engine_->write(id, 0, lost, 1).code(), ErrorCode::kIOError);
-  fault::disableAll();
+  EXPECT_EQ(writeWithFailedSync(id, 0, lost).code(), ErrorCode::kIOError);
   EXPECT_EQ(engine_->write(ChunkId{8, 0}, 0, before, 1).code(), ErrorCode::kIOError)
       << "the target failed with its sync";
   engine_.reset();
   EXPECT_EQ(zeroEveryCopy(dir_, std::vector<uint8_t>(lost.begin(), lost.begin() + 4096)), 1u);
   reopen();
-  auto m = engine_->query(id);
-  ASSERT_TRUE(m.ok() && m->has_value());
-  EXPECT_EQ((*m)->chunk_version, 1u);
+  auto m = recordOf(id);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->chunk_version, 1u);
   EXPECT_EQ(readAll(id, before.size()), before);
   EXPECT_EQ(engine_->space().data_bytes, used);
-  EXPECT_EQ(engine_->usedSlots(m->value().size_class), 1u) << "the lost write's slot is free";
+  EXPECT_EQ(engine_->usedSlots(m->size_class), 1u) << "the lost write's slot is free";
   ASSERT_TRUE(engine_->write(id, 0, lost, 1).ok());
   EXPECT_EQ(readAll(id, lost.size()), lost);
 }
@@ -309,17 +323,15 @@ TEST_P(ChunkEngineLogTest, ReplayDropsAnUnacknowledgedAppendWhoseDataNeverReache
        tail = pattern(20 << 10, 4);  // 100 KiB + 20 KiB: class 128 KiB
   auto first = engine_->write(id, 0, head, 1);
   ASSERT_TRUE(first.ok());
-  fault::enable("storage.commit.before_data_sync", fault::Spec{.code = ErrorCode::kIOError});
-  EXPECT_FALSE(engine_->write(id, head.size(), tail, 1).ok());
-  fault::disableAll();
+  EXPECT_FALSE(writeWithFailedSync(id, head.size(), tail).ok());
   engine_.reset();
   // The appended bytes start on a block boundary (100 KiB = 25 blocks).
   EXPECT_EQ(zeroEveryCopy(dir_, std::vector<uint8_t>(tail.begin(), tail.begin() + 4096)), 1u);
   reopen();
-  auto m = engine_->query(id);
-  ASSERT_TRUE(m.ok() && m->has_value());
-  EXPECT_EQ((*m)->chunk_version, 1u);
-  EXPECT_EQ((*m)->addr, first->addr) << "an append stays in its slot";
+  auto m = recordOf(id);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->chunk_version, 1u);
+  EXPECT_EQ(m->addr, first->addr) << "an append stays in its slot";
   EXPECT_EQ(readAll(id, head.size()), head);
   // Appending again works and reads back whole.
   ASSERT_TRUE(engine_->write(id, head.size(), tail, 1).ok());
@@ -332,13 +344,11 @@ TEST_P(ChunkEngineLogTest, ReplayKeepsAnUnacknowledgedWriteWhoseDataIsOnDisk) {
   const ChunkId id{7, 0};
   auto before = pattern(1 << 20, 1), after = pattern(1 << 20, 2);
   ASSERT_TRUE(engine_->write(id, 0, before, 1).ok());
-  fault::enable("storage.commit.before_data_sync", fault::Spec{.code = ErrorCode::kIOError});
-  EXPECT_FALSE(engine_->write(id, 0, after, 1).ok());
-  fault::disableAll();
+  EXPECT_FALSE(writeWithFailedSync(id, 0, after).ok());
   reopen();
-  auto m = engine_->query(id);
-  ASSERT_TRUE(m.ok() && m->has_value());
-  EXPECT_EQ((*m)->chunk_version, 2u);
+  auto m = recordOf(id);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->chunk_version, 2u);
   EXPECT_EQ(readAll(id, after.size()), after);
   // Replayed, then flushed: a second reopen reads the same.
   reopen();
@@ -361,9 +371,9 @@ TEST_P(ChunkEngineLogTest, ReplayTrustsRecordsThatALaterRecordVouchesFor) {
   engine_.reset();  // no flush: the next open replays all three records
   EXPECT_EQ(zeroEveryCopy(dir_, std::vector<uint8_t>(v2.begin(), v2.begin() + 4096)), 1u);
   reopen();
-  auto m = engine_->query(x);
-  ASSERT_TRUE(m.ok() && m->has_value());
-  EXPECT_EQ((*m)->chunk_version, 2u);
+  auto m = recordOf(x);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->chunk_version, 2u);
   std::vector<uint8_t> out(v2.size());
   EXPECT_EQ(engine_->read(x, 0, out).code(), ErrorCode::kCorruption);
   EXPECT_EQ(readAll(y, other.size()), other);
