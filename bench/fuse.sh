@@ -2,7 +2,10 @@
 # bench/run fuse: `cistern up --mount` (one target, sync on) on a directory of
 # the local disk, then the same fio jobs and small-file test on the mount and
 # on a local directory of the same disk, in alternating order. Prints the
-# ratios mount/local and the small-file rates on the mount.
+# ratios mount/local and the small-file rates on the mount. The mount's
+# direct writes are durable when they complete; fuse_seqwrite_direct_vs_local_dsync
+# compares them with local direct writes that are too (O_DSYNC), next to the
+# plain local direct writes, which may still sit in the disk's write cache.
 #   BENCH_DIR   the disk (default: a fresh directory under /var/tmp)
 #   FUSE_BENCH_MIB   size of the sequential files (default 1024)
 #   FUSE_BENCH_FILES number of small files (default 10000)
@@ -31,6 +34,9 @@ fio_job() {
   local job=$1 dir=$2 args
   case $job in
     seqwrite_direct) args="--rw=write --bs=1M --direct=1 --ioengine=libaio --iodepth=8" ;;
+    # The same writes, each durable when it completes (O_DSYNC), as the
+    # mount's are: a chunk write is acknowledged after its data is synced.
+    seqwrite_direct_dsync) args="--rw=write --bs=1M --direct=1 --ioengine=libaio --iodepth=8 --sync=dsync" ;;
     seqread_direct) args="--rw=read --bs=1M --direct=1 --ioengine=libaio --iodepth=8" ;;
     seqwrite_buffered) args="--rw=write --bs=1M --direct=0 --ioengine=psync --end_fsync=1" ;;
     randread) args="--rw=randread --bs=4k --direct=1 --ioengine=libaio --iodepth=32 --runtime=10 --time_based" ;;
@@ -64,6 +70,11 @@ for job in seqwrite_direct seqread_direct seqwrite_buffered randread; do
   [[ $job == randread ]] && unit=IOPS
   echo "$job: mount ${mount_v[$job]} $unit, local ${local_v[$job]} $unit"
   [[ $job == seqwrite_buffered ]] && rm -f "$root/mnt/fio.data" "$root/local/fio.data"
+  if [[ $job == seqwrite_direct ]]; then
+    rm -f "$root/local/fio.data"
+    local_dsync=$(fio_job seqwrite_direct_dsync "$root/local")
+    echo "seqwrite_direct_dsync: local $local_dsync MB/s"
+  fi
 done
 rm -f "$root/mnt/fio.data" "$root/local/fio.data"
 
@@ -103,6 +114,7 @@ rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$up_pid/status")
 echo "peak_rss cistern up --mount $((rss_kib / 1024)) MiB"
 ratio() { /usr/bin/python3 -c "print(round($1 / $2, 2) if $2 else 0)"; }
 echo "figure fuse_seqwrite_direct_vs_local $(ratio "${mount_v[seqwrite_direct]}" "${local_v[seqwrite_direct]}") x"
+echo "figure fuse_seqwrite_direct_vs_local_dsync $(ratio "${mount_v[seqwrite_direct]}" "$local_dsync") x"
 echo "figure fuse_seqread_direct_vs_local $(ratio "${mount_v[seqread_direct]}" "${local_v[seqread_direct]}") x"
 echo "figure fuse_seqwrite_buffered_vs_local $(ratio "${mount_v[seqwrite_buffered]}" "${local_v[seqwrite_buffered]}") x"
 echo "figure fuse_randread_vs_local $(ratio "${mount_v[randread]}" "${local_v[randread]}") x"
