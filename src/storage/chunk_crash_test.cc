@@ -25,7 +25,9 @@ std::map<uint32_t, uint64_t> runAndKill(const std::string& dir, uint64_t seed, i
   std::map<uint32_t, uint64_t> acked;
   std::vector<std::string> args{dir, std::to_string(seed)};
   if (power_loss) args.push_back("power-loss");
-  auto out = testing::runAndKill(CHUNK_CRASH_CHILD, args, run_ms);
+  // Power-loss rounds are about acknowledged writes: their time runs from
+  // the first one, however slowly the child starts.
+  auto out = testing::runAndKill(CHUNK_CRASH_CHILD, args, run_ms, power_loss);
   for (const auto& line : testing::completeLines(out)) {
     unsigned idx = 0;
     unsigned long long ver = 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,8 +16,11 @@ namespace cistern::testing {
 
 // Starts `path args...`, sleeps `run_ms`, kills it with SIGKILL and returns its
 // stdout. Fails the test if the child exited on its own (it should run until killed).
+// `after_first_output`: the `run_ms` start when the child first writes to
+// stdout (waiting up to 30 s for it), so that a slow start — a sanitizer
+// build, a busy machine — does not leave a round without any output.
 inline std::string runAndKill(const std::string& path, const std::vector<std::string>& args,
-                              int run_ms) {
+                              int run_ms, bool after_first_output = false) {
   int pipefd[2];
   EXPECT_EQ(pipe(pipefd), 0);
   pid_t pid = fork();
@@ -31,6 +35,10 @@ inline std::string runAndKill(const std::string& path, const std::vector<std::st
     _exit(127);
   }
   close(pipefd[1]);
+  if (after_first_output) {
+    pollfd p{pipefd[0], POLLIN, 0};
+    EXPECT_EQ(poll(&p, 1, 30'000), 1) << path << " wrote nothing in 30 s";
+  }
   usleep(static_cast<useconds_t>(run_ms) * 1000);
   kill(pid, SIGKILL);
   int status = 0;
