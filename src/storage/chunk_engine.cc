@@ -909,7 +909,7 @@ void ChunkEngine::trimKept(uint64_t budget) {
 }
 
 Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
-                                     uint64_t chain_version) {
+                                     uint64_t chain_version, bool stable) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
   if (offset + data.size() > kMaxChunkBytes) {
@@ -921,7 +921,7 @@ Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<cons
   ASSIGN_OR_RETURN(auto old, query(id));
   RETURN_ON_ERROR(checkChainVersion(id, old, chain_version));
   return apply(id, old, offset, data.data(), data.size(), chain_version,
-               old ? old->length : uint64_t{0});
+               old ? old->length : uint64_t{0}, stable);
 }
 
 Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t chain_version) {
@@ -961,7 +961,7 @@ Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t ch
 // zeros. REQUIRES: the chunk lock is held; keep <= old length.
 Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>& old,
                                      uint64_t offset, const uint8_t* data, uint64_t len,
-                                     uint64_t chain_version, uint64_t keep) {
+                                     uint64_t chain_version, uint64_t keep, bool stable) {
   static auto& write_bytes = metrics::Registry::global().counter(
       "storage_write_bytes_total", {}, "Chunk bytes written by writes and truncates");
   write_bytes.inc(len);
@@ -1027,7 +1027,14 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
       if (fresh && to < old_to) RETURN_ON_ERROR(readRange(*old, to, old_to - to, buf + (to - ps)));
       // Past the kept bytes: new bytes where the write covers, zeros elsewhere.
       const uint64_t zero_from = std::max(ps, old_to), buf_end = ps + roundUp(pe - ps);
-      if (fresh) {
+      // What goes to the disk: the aligned buffer, or the caller's bytes
+      // themselves when they alone fill the piece's whole blocks.
+      const uint8_t* src = buf;
+      if (stable && fresh && !logged && from == ps && to == pe && head_to <= ps &&
+          (pe - ps) % kBlockBytes == 0 &&
+          reinterpret_cast<uintptr_t>(data + (ps - offset)) % kBlockBytes == 0) {
+        src = data + (ps - offset);
+      } else if (fresh) {
         std::memcpy(buf + (from - ps), data + (from - offset), to - from);
         if (zero_from < from) std::memset(buf + (zero_from - ps), 0, from - zero_from);
         uint64_t zero_to = std::max(to, zero_from);
@@ -1039,7 +1046,7 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
       // committed bytes; nothing before it is touched.
       for (uint64_t bs = ps; bs < pe; bs += kBlockBytes) {
         uint64_t be = std::min(bs + kBlockBytes, pe);
-        uint32_t crc = crc32c(buf + (bs - ps), be - bs);
+        uint32_t crc = crc32c(src + (bs - ps), be - bs);
         if (bs / kBlockBytes < full)
           sc.crcs[bs / kBlockBytes - first_block] = crc;
         else
@@ -1047,7 +1054,7 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
       }
       const uint64_t wstart = std::max(ps, write_from / kBlockBytes * kBlockBytes);
       IoRequest ws[2] = {
-          IoRequest::writeOf(dfd, buf + (wstart - ps), roundUp(pe - wstart), base + wstart)};
+          IoRequest::writeOf(dfd, src + (wstart - ps), roundUp(pe - wstart), base + wstart)};
       size_t count = 1;
       if (pe == new_len && first_block == 0 && new_len == classBytes(c) && wstart == 0 &&
           full * 4 <= kBlockBytes) {

@@ -128,8 +128,13 @@ class ChunkEngine {
   // before `offset` that were never written read as zeros). Returns the new
   // metadata. kInvalidArgument if the chunk would exceed 64 MiB;
   // kStaleChainVersion if `chain_version` is older than the chunk's.
+  // `stable`: the bytes do not change until write() returns (a request's
+  // own buffer, not memory a client shares): whole blocks of it at 4 KiB
+  // aligned addresses then go to the disk as they are, checksummed and
+  // written without a copy. Otherwise they are copied first, so that a
+  // change meanwhile cannot make the checksum disagree with the bytes.
   Result<ChunkMeta> write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
-                          uint64_t chain_version);
+                          uint64_t chain_version, bool stable = false);
   // Sets the chunk's length: shorter drops the tail, longer appends zeros.
   // Creates a missing chunk of that length. Returns the new metadata.
   Result<ChunkMeta> truncate(ChunkId id, uint64_t length, uint64_t chain_version);
@@ -192,7 +197,8 @@ class ChunkEngine {
   // first `keep` bytes of `old` with [offset, offset + len) replaced by
   // `data` (zeros if null). REQUIRES: the chunk lock is held.
   Result<ChunkMeta> apply(ChunkId id, const std::optional<ChunkMeta>& old, uint64_t offset,
-                          const uint8_t* data, uint64_t len, uint64_t chain_version, uint64_t keep);
+                          const uint8_t* data, uint64_t len, uint64_t chain_version, uint64_t keep,
+                          bool stable = false);
   // kNoSpace unless the filesystem has `bytes` free past the reserve, after
   // punching every kept slot if that is what it takes.
   Status checkReserve(uint64_t bytes);

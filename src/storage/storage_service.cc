@@ -101,10 +101,11 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         Admission admitted(*this, data.size());
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
-          // The engine copies the bytes before it checksums them: a client
-          // changing its memory meanwhile cannot make the CRC disagree.
+          // Bytes in a client's shared memory are copied before they are
+          // checksummed: the client changing them meanwhile cannot make the
+          // CRC disagree. A payload is this request's own (aligned) buffer.
           ASSIGN_OR_RETURN(ChunkMeta m, engine_.write(idOf(req.chunk()), req.offset(), data,
-                                                      req.chain_version()));
+                                                      req.chain_version(), /*stable=*/!shm));
           fill(resp.mutable_info(), m);
           return Status::OK();
         });
