@@ -1030,8 +1030,7 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
       // What goes to the disk: the aligned buffer, or the caller's bytes
       // themselves when they alone fill the piece's whole blocks.
       const uint8_t* src = buf;
-      if (stable && fresh && !logged && from == ps && to == pe && head_to <= ps &&
-          (pe - ps) % kBlockBytes == 0 &&
+      if (stable && fresh && !logged && from == ps && to == pe && (pe - ps) % kBlockBytes == 0 &&
           reinterpret_cast<uintptr_t>(data + (ps - offset)) % kBlockBytes == 0) {
         src = data + (ps - offset);
       } else if (fresh) {
