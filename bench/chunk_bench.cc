@@ -101,7 +101,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   log::setLevel(log::Level::kWarn);
   double rand_secs = argc > 1 ? std::atof(argv[1]) : 3.0;
-  int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+  int rounds = argc > 2 ? std::atoi(argv[2]) : 4;  // even: each order runs as often
   std::string base =
       std::filesystem::absolute("build/bench-chunk-" + std::to_string(getpid())).string();
   std::filesystem::remove_all(base);
@@ -149,35 +149,52 @@ int main(int argc, char** argv) {
       c.inode += static_cast<uint64_t>(round) * 4;
       return c;
     };
-    double took = parallel(4, [&](int t) {
-      for (uint32_t i = static_cast<uint32_t>(t) * kPerThread; i < (t + 1) * kPerThread; ++i) {
-        if (!e.write(id(i), 0, block, 1, /*stable=*/true).ok()) std::exit(1);
-      }
-    });
-    eng_write = kChunks * kMiB / took;
-    std::filesystem::remove_all(base + "/fio");
-    std::filesystem::create_directories(base + "/fio");
-    fio_write =
-        fio(common + " --name=w --rw=write --bs=1m --size=64m --numjobs=4 --fdatasync=1").first;
+    // Odd rounds run fio first: whichever side wrote last, or reads first,
+    // may find the disk (or the host under it) in a different state.
+    const bool fio_first = round % 2 == 1;
+    auto engineWrite = [&] {
+      double secs = parallel(4, [&](int t) {
+        for (uint32_t i = static_cast<uint32_t>(t) * kPerThread; i < (t + 1) * kPerThread; ++i) {
+          if (!e.write(id(i), 0, block, 1, /*stable=*/true).ok()) std::exit(1);
+        }
+      });
+      eng_write = kChunks * kMiB / secs;
+    };
+    auto fioWrite = [&] {
+      std::filesystem::remove_all(base + "/fio");
+      std::filesystem::create_directories(base + "/fio");
+      fio_write =
+          fio(common + " --name=w --rw=write --bs=1m --size=64m --numjobs=4 --fdatasync=1").first;
+    };
+    if (fio_first) fioWrite();
+    engineWrite();
+    if (!fio_first) fioWrite();
     w_ratio.push_back(eng_write / fio_write);
 
-    dropCaches();
-    took = parallel(4, [&](int t) {
-      // Page-aligned, as large reads from a client's buffers usually are.
-      std::unique_ptr<uint8_t, decltype(&std::free)> buf(
-          static_cast<uint8_t*>(std::aligned_alloc(4096, kMiB)), &std::free);
-      std::span<uint8_t> out(buf.get(), kMiB);
-      for (uint32_t i = static_cast<uint32_t>(t) * kPerThread; i < (t + 1) * kPerThread; ++i) {
-        if (!e.read(id(i), 0, out).ok()) std::exit(1);
-      }
-    });
-    eng_read = kChunks * kMiB / took;
-    dropCaches();
-    fio_read = fio(common + " --name=w --rw=read --bs=1m --size=64m --numjobs=4").first;
+    auto engineRead = [&] {
+      dropCaches();
+      double secs = parallel(4, [&](int t) {
+        // Page-aligned, as large reads from a client's buffers usually are.
+        std::unique_ptr<uint8_t, decltype(&std::free)> buf(
+            static_cast<uint8_t*>(std::aligned_alloc(4096, kMiB)), &std::free);
+        std::span<uint8_t> out(buf.get(), kMiB);
+        for (uint32_t i = static_cast<uint32_t>(t) * kPerThread; i < (t + 1) * kPerThread; ++i) {
+          if (!e.read(id(i), 0, out).ok()) std::exit(1);
+        }
+      });
+      eng_read = kChunks * kMiB / secs;
+    };
+    auto fioRead = [&] {
+      dropCaches();
+      fio_read = fio(common + " --name=w --rw=read --bs=1m --size=64m --numjobs=4").first;
+    };
+    if (fio_first) fioRead();
+    engineRead();
+    if (!fio_first) fioRead();
     r_ratio.push_back(eng_read / fio_read);
 
     dropCaches();
-    took = parallel(4, [&](int t) {
+    double took = parallel(4, [&](int t) {
       std::vector<uint8_t> out(kMiB);
       for (uint32_t i = static_cast<uint32_t>(t) * kPerThread; i < (t + 1) * kPerThread; ++i) {
         BatchReadReq req;
