@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <future>
+#include <span>
 
 #include "common/fault.h"
 #include "common/host.h"
@@ -67,6 +68,21 @@ class StorageServiceTest : public ::testing::Test {
     return client_->callSync(server_->endpoint(), m("Write"), req, resp, {.request_payload = data});
   }
 
+  static void addRange(BatchReadReq* req, uint64_t inode, uint32_t index, uint64_t offset,
+                       uint32_t length) {
+    auto* r = req->add_ranges();
+    r->mutable_chunk()->set_inode(inode);
+    r->mutable_chunk()->set_index(index);
+    r->set_offset(offset);
+    r->set_length(length);
+  }
+  // The ranges' bytes land in `payload`; `*got` is how many.
+  Status batchRead(const BatchReadReq& req, BatchReadResp* resp, std::span<uint8_t> payload,
+                   size_t* got) {
+    return client_->callSync(server_->endpoint(), m("BatchRead"), req, resp,
+                             {.response_payload = payload, .response_payload_len = got});
+  }
+
   std::string dir_;
   std::unique_ptr<ChunkEngine> engine_;
   std::unique_ptr<net::RpcServer> server_;
@@ -83,24 +99,14 @@ TEST_F(StorageServiceTest, WriteThenBatchReadManyRanges) {
   ASSERT_TRUE(write(1, 1, 4096, b, &w).ok());
 
   BatchReadReq req;
-  auto add = [&](uint32_t index, uint64_t off, uint32_t len) {
-    auto* r = req.add_ranges();
-    r->mutable_chunk()->set_inode(1);
-    r->mutable_chunk()->set_index(index);
-    r->set_offset(off);
-    r->set_length(len);
-  };
-  add(0, 10, 1000);    // inside chunk 0
-  add(1, 4096, 5000);  // all of chunk 1's data
-  add(7, 0, 100);      // missing chunk
-  add(0, 99990, 100);  // short at the end
+  addRange(&req, 1, 0, 10, 1000);    // inside chunk 0
+  addRange(&req, 1, 1, 4096, 5000);  // all of chunk 1's data
+  addRange(&req, 1, 7, 0, 100);      // missing chunk
+  addRange(&req, 1, 0, 99990, 100);  // short at the end
   std::vector<uint8_t> payload(1 << 20);
   size_t got = 0;
   BatchReadResp resp;
-  ASSERT_TRUE(client_
-                  ->callSync(server_->endpoint(), m("BatchRead"), req, &resp,
-                             {.response_payload = payload, .response_payload_len = &got})
-                  .ok());
+  ASSERT_TRUE(batchRead(req, &resp, payload, &got).ok());
   ASSERT_EQ(resp.codes_size(), 4);
   EXPECT_EQ(resp.codes(0), 0u);
   EXPECT_EQ(resp.codes(2), static_cast<uint32_t>(ErrorCode::kNotFound));
@@ -125,18 +131,11 @@ TEST_F(StorageServiceTest, WholeBlockPayloadsReadBackExactly) {
   // Reads at most batch_read_bytes_max (1 MiB) per call.
   auto read = [&](uint32_t index, uint64_t offset, uint32_t length) {
     BatchReadReq req;
-    auto* r = req.add_ranges();
-    r->mutable_chunk()->set_inode(9);
-    r->mutable_chunk()->set_index(index);
-    r->set_offset(offset);
-    r->set_length(length);
+    addRange(&req, 9, index, offset, length);
     std::vector<uint8_t> payload(length);
     size_t got = 0;
     BatchReadResp resp;
-    EXPECT_TRUE(client_
-                    ->callSync(server_->endpoint(), m("BatchRead"), req, &resp,
-                               {.response_payload = payload, .response_payload_len = &got})
-                    .ok());
+    EXPECT_TRUE(batchRead(req, &resp, payload, &got).ok());
     EXPECT_EQ(resp.codes_size() == 1 ? resp.codes(0) : 1u, 0u);
     payload.resize(got);
     return payload;
