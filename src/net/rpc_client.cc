@@ -5,7 +5,6 @@
 #include <asio/connect.hpp>
 #include <asio/detached.hpp>
 #include <asio/ip/tcp.hpp>
-#include <asio/read.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
@@ -20,7 +19,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "net/io_pool.h"
-#include "net/read_checksummed.h"
+#include "net/recv_buffer.h"
 #include "net/sync_connection.h"
 
 namespace cistern::net {
@@ -397,6 +396,7 @@ awaitable<void> ClientConnection::reader(uint64_t generation) {
   std::array<uint8_t, kHeaderSize> hbuf;
   std::string message;
   std::vector<uint8_t> scratch;
+  RecvBuffer in;  // this connection's bytes only: a new one per reader
   asio::error_code ec;
   auto broken = [&](std::string_view what) {
     if (generation == generation_) {
@@ -405,7 +405,7 @@ awaitable<void> ClientConnection::reader(uint64_t generation) {
     }
   };
   while (generation == generation_) {
-    co_await asio::async_read(socket_, asio::buffer(hbuf), asio::redirect_error(use_awaitable, ec));
+    co_await in.read(socket_, hbuf, nullptr, ec);
     if (generation != generation_) co_return;
     if (ec) co_return broken("read from");
     auto h = decodeHeader(hbuf, options_.limits);
@@ -418,11 +418,11 @@ awaitable<void> ClientConnection::reader(uint64_t generation) {
     std::shared_ptr<PendingCall> p;
     if (auto it = pending_.find(h->request_id); it != pending_.end()) p = it->second;
     message.resize(h->message_len);
-    co_await asio::async_read(socket_, asio::buffer(message),
-                              asio::redirect_error(use_awaitable, ec));
+    uint32_t crc = 0;
+    co_await in.read(socket_, {reinterpret_cast<uint8_t*>(message.data()), message.size()}, &crc,
+                     ec);
     if (generation != generation_) co_return;
     if (ec) co_return broken("read from");
-    uint32_t crc = crc32c(message.data(), message.size());
     Status result;
     if (h->status != 0) result = Status(static_cast<ErrorCode>(h->status), message);
     bool into_caller =
@@ -435,8 +435,8 @@ awaitable<void> ClientConnection::reader(uint64_t generation) {
     if (h->payload_len > 0) {
       if (into_caller) {
         p->receiving = true;
-        ec = co_await readChecksummed(socket_, p->payload_dest.first(h->payload_len),
-                                      h->payloadChecksummed() ? &crc : nullptr);
+        co_await in.read(socket_, p->payload_dest.first(h->payload_len),
+                         h->payloadChecksummed() ? &crc : nullptr, ec);
         p->receiving = false;
         if (generation != generation_) co_return;
         if (ec) co_return broken("read from");
@@ -445,11 +445,10 @@ awaitable<void> ClientConnection::reader(uint64_t generation) {
         scratch.resize(std::min<size_t>(h->payload_len, 256 * 1024));
         for (size_t left = h->payload_len; left > 0;) {
           size_t n = std::min(left, scratch.size());
-          co_await asio::async_read(socket_, asio::buffer(scratch.data(), n),
-                                    asio::redirect_error(use_awaitable, ec));
+          co_await in.read(socket_, {scratch.data(), n}, h->payloadChecksummed() ? &crc : nullptr,
+                           ec);
           if (generation != generation_) co_return;
           if (ec) co_return broken("read from");
-          if (h->payloadChecksummed()) crc = crc32cExtend(crc, scratch.data(), n);
           left -= n;
         }
       }

@@ -4,7 +4,6 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/ip/tcp.hpp>
-#include <asio/read.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
@@ -20,7 +19,7 @@
 #include "common/metrics.h"
 #include "net/buffer_pool.h"
 #include "net/io_pool.h"
-#include "net/read_checksummed.h"
+#include "net/recv_buffer.h"
 
 namespace cistern::net {
 
@@ -116,6 +115,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   asio::steady_timer write_signal_;
   asio::steady_timer slot_signal_;
   std::deque<OutFrame> out_;
+  RecvBuffer in_;  // reader()
   uint32_t inflight_ = 0;
   bool draining_ = false;
   bool closed_ = false;
@@ -196,8 +196,7 @@ awaitable<void> ServerConnection::reader() {
       co_await slot_signal_.async_wait(asio::redirect_error(use_awaitable, ec));
     }
     if (closed_ || draining_) break;
-    size_t n = co_await asio::async_read(socket_, asio::buffer(hbuf),
-                                         asio::redirect_error(use_awaitable, ec));
+    size_t n = co_await in_.read(socket_, hbuf, nullptr, ec);
     if (ec) {
       if (closed_ || draining_) break;
       if (n == 0 && ec == asio::error::eof) {
@@ -221,12 +220,12 @@ awaitable<void> ServerConnection::reader() {
     message.resize(h->message_len);
     PooledBuffer payload;
     if (h->payload_len > 0) payload = server_->buffers.get(h->payload_len);
-    co_await asio::async_read(socket_, asio::buffer(message),
-                              asio::redirect_error(use_awaitable, ec));
-    uint32_t crc = crc32c(message.data(), message.size());
+    uint32_t crc = 0;
+    co_await in_.read(socket_, {reinterpret_cast<uint8_t*>(message.data()), message.size()}, &crc,
+                      ec);
     if (!ec && h->payload_len > 0) {
-      ec = co_await readChecksummed(socket_, std::span<uint8_t>(payload.data(), h->payload_len),
-                                    h->payloadChecksummed() ? &crc : nullptr);
+      co_await in_.read(socket_, std::span<uint8_t>(payload.data(), h->payload_len),
+                        h->payloadChecksummed() ? &crc : nullptr, ec);
     }
     if (ec) {
       if (!closed_) {

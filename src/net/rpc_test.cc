@@ -329,6 +329,71 @@ TEST_P(RpcTest, PeerDisconnectingMidFrameIsLoggedAndSurvived) {
   EXPECT_TRUE(echoCall("alive", &resp).ok());
 }
 
+// The server reads ahead into a buffer: frames that arrive together, frames
+// cut anywhere, and messages and payloads larger than the buffer must all be
+// answered, each with its own bytes.
+TEST_P(RpcTest, PipelinedAndSplitFramesAreEachAnswered) {
+  asio::io_context io;
+  auto s = rawConnect(io);
+  constexpr int kFrames = 24;
+  std::string wire;
+  std::vector<std::string> texts;
+  std::vector<std::string> payloads;
+  for (int i = 0; i < kFrames; ++i) {
+    // Small frames, and every few a message or payload past 16 KiB.
+    std::string text(i % 5 == 4 ? 20000 + i : 3 + i, static_cast<char>('a' + i));
+    std::string payload(i % 3 == 2 ? 17000 + i * 7 : i * 11, '\0');
+    for (size_t k = 0; k < payload.size(); ++k) payload[k] = static_cast<char>(k * 31 + i);
+    EchoRequest req;
+    req.set_text(text);
+    std::string msg = req.SerializeAsString();
+    FrameHeader h;
+    h.request_id = 100 + static_cast<uint64_t>(i);
+    h.method = kEcho().id;
+    h.message_len = static_cast<uint32_t>(msg.size());
+    h.payload_len = static_cast<uint32_t>(payload.size());
+    h.flags = kFlagPayloadCrc;
+    h.body_crc = crc32cExtend(crc32c(msg), payload.data(), payload.size());
+    std::string head(kHeaderSize, '\0');
+    encodeHeader(h, reinterpret_cast<uint8_t*>(head.data()));
+    wire += head + msg + payload;
+    texts.push_back(text);
+    payloads.push_back(payload);
+  }
+  // The first half in one write, the rest in pieces of 1 to 97 bytes.
+  size_t half = wire.size() / 2;
+  asio::write(s, asio::buffer(wire.data(), half));
+  for (size_t at = half, step = 1; at < wire.size(); at += step, step = step % 97 + 13) {
+    asio::write(s, asio::buffer(wire.data() + at, std::min(step, wire.size() - at)));
+  }
+  timeval tv{10, 0};
+  setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::vector<bool> seen(kFrames, false);
+  for (int n = 0; n < kFrames; ++n) {
+    uint8_t hbuf[kHeaderSize];
+    asio::read(s, asio::buffer(hbuf));
+    auto h = decodeHeader(hbuf, FrameLimits{});
+    ASSERT_TRUE(h.ok()) << h.status().toString();
+    ASSERT_TRUE(h->isResponse());
+    ASSERT_EQ(h->status, 0);
+    std::string body(h->message_len + h->payload_len, '\0');
+    asio::read(s, asio::buffer(body));
+    EchoResponse resp;
+    ASSERT_TRUE(resp.ParseFromArray(body.data(), static_cast<int>(h->message_len)));
+    int i = static_cast<int>(h->request_id) - 100;
+    ASSERT_TRUE(i >= 0 && i < kFrames) << h->request_id;
+    EXPECT_FALSE(seen[i]) << "answered twice: " << i;
+    seen[i] = true;
+    EXPECT_EQ(resp.text(), texts[i]) << i;
+    EXPECT_EQ(resp.request_payload_bytes(), payloads[i].size()) << i;
+    EXPECT_EQ(resp.request_payload_crc(), crc32c(payloads[i])) << i;
+  }
+  // And the connection is still in step for a normal call.
+  EchoResponse resp;
+  ASSERT_TRUE(echoCall("after", &resp).ok());
+  EXPECT_EQ(resp.text(), "after");
+}
+
 TEST_P(RpcTest, SlowReaderIsThrottledNotBuffered) {
   server_.reset();
   ServerOptions o;
