@@ -66,6 +66,10 @@ void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bo
   bool direct = (flags & O_DIRECT) != 0;
   fi->fh = reinterpret_cast<uint64_t>(new Handle{node, session, write, direct});
   if (direct) fi->direct_io = 1;
+  // flush() has nothing to do for a handle that cannot write: the kernel
+  // need not send it at close (one request less per read-only open; with
+  // the writeback cache the kernel still flushes its dirty pages).
+  if (!write) fi->noflush = 1;
   // Close-to-open: cached pages survive only if nobody changed the file
   // since; otherwise the kernel also forgets the length it has cached, which
   // would cut reads of a file that another client made longer.

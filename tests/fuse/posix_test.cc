@@ -1294,6 +1294,33 @@ double sample(const std::string& text, const std::string& series) {
   return std::stod(text.substr(at + series.size() + 2));
 }
 
+// A read-only close has nothing to flush: the kernel is told not to send
+// FLUSH for it; a close after writing still sends one (its errors reach
+// close(2)).
+TEST(Metrics, ReadOnlyClosesSendNoFlush) {
+  auto d = testDir();
+  int port = MountEnv::get().cluster().metricsPort();
+  const std::string flushes = R"(fuse_requests_total{op="flush"})";
+  ASSERT_TRUE(writeFile(d + "/f", "hello"));
+  std::string before = httpGet(port, "/metrics");
+  for (int i = 0; i < 3; ++i) {
+    int fd = ::open((d + "/f").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    char buf[16];
+    EXPECT_EQ(::read(fd, buf, sizeof buf), 5);
+    EXPECT_EQ(::close(fd), 0);
+  }
+  std::string after = httpGet(port, "/metrics");
+  EXPECT_EQ(sample(after, flushes), sample(before, flushes)) << after;
+  int fd = ::open((d + "/f").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "!", 1), 1);
+  EXPECT_EQ(::close(fd), 0);
+  std::string last = httpGet(port, "/metrics");
+  EXPECT_EQ(sample(last, flushes) - sample(after, flushes), 1) << last;
+  EXPECT_EQ(readFile(d + "/f"), "hello!");
+}
+
 TEST(Metrics, RequestsAndErrorsByOperation) {
   auto d = testDir();
   int port = MountEnv::get().cluster().metricsPort();
