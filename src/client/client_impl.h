@@ -110,6 +110,9 @@ class ClientImpl final : public Client {
   // Runs one piece (with retries); public for the coroutine worker.
   asio::awaitable<Status> runPiece(bool write, const meta::Inode& inode, Piece& piece);
 
+  // Pieces up to this size, alone in a call, run on the calling thread.
+  static constexpr uint32_t kBlockingPieceMax = 64 << 10;
+
  private:
   struct ChainRoute {
     net::Endpoint endpoint;
@@ -124,8 +127,17 @@ class ClientImpl final : public Client {
     std::chrono::steady_clock::time_point expires;
   };
 
+  class SocketPiece;
+
   Status refreshRouting();
   Result<ChainRoute> route(uint32_t chain);
+  static std::string pieceName(bool write, const meta::Inode& inode, const Piece& piece);
+  // After a failed attempt at a piece: the error to return, or nullopt to try
+  // again after `backoff` (the routing refreshed if it was stale).
+  std::optional<Status> giveUp(const Status& s, std::chrono::steady_clock::time_point deadline,
+                               std::chrono::steady_clock::duration backoff);
+  // runPiece() from a blocking caller, over the socket.
+  Status runPieceBlocking(bool write, const meta::Inode& inode, Piece& piece);
   // The handle under which `route`'s server maps our shared memory (attaching
   // on first use); 0 when it cannot (another host, an attach in progress).
   asio::awaitable<uint64_t> shmHandle(const ChainRoute& route);

@@ -1,6 +1,7 @@
 // libcistern chunk I/O: a read or write is cut into one piece per chunk;
 // the pieces run as coroutines on the driver thread, at most
 // io_parallel_max at once, each retried on transient errors with backoff.
+// A call of one small piece runs on the caller's thread instead.
 #include <fmt/format.h>
 
 #include <asio/co_spawn.hpp>
@@ -11,6 +12,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <thread>
 
 #include "client/client_impl.h"
 #include "common/log.h"
@@ -80,17 +82,90 @@ asio::awaitable<void> pieceWorker(PendingIo* run) {
 
 }  // namespace
 
+// One piece's request and answer over the socket, for either path: the
+// driver's coroutines and blocking callers.
+class ClientImpl::SocketPiece {
+ public:
+  SocketPiece(bool write, const meta::Inode& inode, Piece& p, const ChainRoute& r)
+      : write_(write), p_(p) {
+    if (write) {
+      write_req_.mutable_chunk()->set_inode(inode.ino());
+      write_req_.mutable_chunk()->set_index(p.index);
+      write_req_.set_offset(p.offset);
+      write_req_.set_chain_version(r.version);
+      options_.request_payload = std::span<const uint8_t>(p.data, p.length);
+    } else {
+      auto* range = read_req_.add_ranges();
+      range->mutable_chunk()->set_inode(inode.ino());
+      range->mutable_chunk()->set_index(p.index);
+      range->set_offset(p.offset);
+      range->set_length(p.length);
+      options_.response_payload = std::span<uint8_t>(p.data, p.length);
+      options_.response_payload_len = &got_;
+    }
+  }
+  const net::Method& method() const { return write_ ? kWrite() : kBatchRead(); }
+  const google::protobuf::Message& request() const {
+    return write_ ? static_cast<const google::protobuf::Message&>(write_req_) : read_req_;
+  }
+  google::protobuf::Message* response() {
+    return write_ ? static_cast<google::protobuf::Message*>(&write_resp_) : &read_resp_;
+  }
+  const net::CallOptions& options() const { return options_; }
+
+  // The call's status, with a read's per-range code applied: a hole or a
+  // short chunk reads as zeros.
+  Status finish(Status s) {
+    if (!s.ok()) return s;
+    if (write_) {
+      writeBytes("socket").inc(p_.length);
+      return s;
+    }
+    auto code =
+        read_resp_.codes_size() > 0 ? static_cast<ErrorCode>(read_resp_.codes(0)) : ErrorCode::kOk;
+    if (code == ErrorCode::kNotFound) {
+      got_ = 0;  // a hole: the chunk was never written
+    } else if (code != ErrorCode::kOk) {
+      return Status(code, "");
+    }
+    if (got_ < p_.length) std::memset(p_.data + got_, 0, p_.length - got_);
+    readBytes("socket").inc(got_);
+    return s;
+  }
+
+ private:
+  bool write_;
+  Piece& p_;
+  storage::WriteReq write_req_;
+  storage::WriteResp write_resp_;
+  storage::BatchReadReq read_req_;
+  storage::BatchReadResp read_resp_;
+  size_t got_ = 0;
+  net::CallOptions options_;
+};
+
+std::string ClientImpl::pieceName(bool write, const meta::Inode& inode, const Piece& p) {
+  return fmt::format("{} chunk {}:{} on chain {}", write ? "write" : "read", inode.ino(), p.index,
+                     p.chain);
+}
+
+std::optional<Status> ClientImpl::giveUp(const Status& s, Clock::time_point deadline,
+                                         Clock::duration backoff) {
+  if (!retryable(s) || Clock::now() + backoff > deadline) return s;
+  if (s.code() == ErrorCode::kStaleChainVersion) {
+    Status refreshed = refreshRouting();  // blocking (on the driver thread too): rare
+    if (!refreshed.ok()) return refreshed;
+  }
+  return std::nullopt;
+}
+
 asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inode, Piece& p) {
   auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_ms);
-  auto backoff = std::chrono::milliseconds(5);
-  auto what = [&] {
-    return fmt::format("{} chunk {}:{} on chain {}", write ? "write" : "read", inode.ino(), p.index,
-                       p.chain);
-  };
+  std::chrono::milliseconds backoff(5);
   for (;;) {
     Status s;
     auto r = route(p.chain);
-    if (!r.ok()) co_return r.status().withContext(what());
+    if (!r.ok()) co_return r.status().withContext(pieceName(write, inode, p));
     // (Not a co_await inside a conditional expression: GCC 12 destroys its
     // temporaries twice.)
     std::optional<Status> via;
@@ -98,49 +173,34 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
     if (shm_ && !write) via = co_await shmRead(*r, inode, p);
     if (via) {
       s = *via;
-    } else if (write) {
-      storage::WriteReq req;
-      req.mutable_chunk()->set_inode(inode.ino());
-      req.mutable_chunk()->set_index(p.index);
-      req.set_offset(p.offset);
-      req.set_chain_version(r->version);
-      storage::WriteResp resp;
-      net::CallOptions co;
-      co.request_payload = std::span<const uint8_t>(p.data, p.length);
-      s = co_await rpc_->call(r->endpoint, kWrite(), req, &resp, co);
-      if (s.ok()) writeBytes("socket").inc(p.length);
     } else {
-      storage::BatchReadReq req;
-      auto* range = req.add_ranges();
-      range->mutable_chunk()->set_inode(inode.ino());
-      range->mutable_chunk()->set_index(p.index);
-      range->set_offset(p.offset);
-      range->set_length(p.length);
-      storage::BatchReadResp resp;
-      size_t got = 0;
-      net::CallOptions co;
-      co.response_payload = std::span<uint8_t>(p.data, p.length);
-      co.response_payload_len = &got;
-      s = co_await rpc_->call(r->endpoint, kBatchRead(), req, &resp, co);
-      if (s.ok()) {
-        auto code = resp.codes_size() > 0 ? static_cast<ErrorCode>(resp.codes(0)) : ErrorCode::kOk;
-        if (code == ErrorCode::kNotFound) {
-          got = 0;  // a hole: the chunk was never written
-        } else if (code != ErrorCode::kOk) {
-          s = Status(code, "");
-        }
-        if (s.ok() && got < p.length) std::memset(p.data + got, 0, p.length - got);
-        if (s.ok()) readBytes("socket").inc(got);
-      }
+      SocketPiece call(write, inode, p, *r);
+      s = co_await rpc_->call(r->endpoint, call.method(), call.request(), call.response(),
+                              call.options());
+      s = call.finish(std::move(s));
     }
     if (s.ok()) co_return s;
-    if (!retryable(s) || Clock::now() + backoff > deadline) co_return s.withContext(what());
-    if (s.code() == ErrorCode::kStaleChainVersion) {
-      Status refreshed = refreshRouting();  // blocking, on the driver thread: rare
-      if (!refreshed.ok()) co_return refreshed.withContext(what());
-    }
+    if (auto end = giveUp(s, deadline, backoff))
+      co_return end->withContext(pieceName(write, inode, p));
     asio::steady_timer timer(co_await asio::this_coro::executor, backoff);
     co_await timer.async_wait(asio::use_awaitable);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece& p) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_ms);
+  std::chrono::milliseconds backoff(5);
+  for (;;) {
+    auto r = route(p.chain);
+    if (!r.ok()) return r.status().withContext(pieceName(write, inode, p));
+    SocketPiece call(write, inode, p, *r);
+    Status s = call.finish(rpc_->callSync(r->endpoint, call.method(), call.request(),
+                                          call.response(), call.options()));
+    if (s.ok()) return s;
+    if (auto end = giveUp(s, deadline, backoff))
+      return end->withContext(pieceName(write, inode, p));
+    std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
 }
@@ -301,6 +361,11 @@ std::unique_ptr<PendingIo> ClientImpl::start(bool write, const meta::Inode& inod
 
 Status ClientImpl::runPieces(bool write, const meta::Inode& inode, std::vector<Piece>& pieces) {
   if (pieces.empty()) return Status::OK();
+  // One small piece: a blocking call from this thread, over the socket,
+  // spares two hand-offs (to the driver thread and back) that cost more
+  // than the bytes' copy through the socket.
+  if (pieces.size() == 1 && pieces[0].length <= kBlockingPieceMax)
+    return runPieceBlocking(write, inode, pieces[0]);
   return start(write, inode, std::move(pieces))->wait();
 }
 
