@@ -110,9 +110,6 @@ class ClientImpl final : public Client {
   // Runs one piece (with retries); public for the coroutine worker.
   asio::awaitable<Status> runPiece(bool write, const meta::Inode& inode, Piece& piece);
 
-  // Pieces up to this size, alone in a call, run on the calling thread.
-  static constexpr uint32_t kBlockingPieceMax = 64 << 10;
-
  private:
   struct ChainRoute {
     net::Endpoint endpoint;
@@ -128,6 +125,8 @@ class ClientImpl final : public Client {
   };
 
   class SocketPiece;
+  // Pieces up to this size, alone in a blocking call, run on the calling thread.
+  static constexpr uint32_t kBlockingPieceMax = 64 << 10;
 
   Status refreshRouting();
   Result<ChainRoute> route(uint32_t chain);
