@@ -24,10 +24,6 @@
 namespace cistern::net {
 namespace {
 
-// Received bytes are buffered up to this much; larger reads go straight
-// into the caller's buffer.
-constexpr size_t kInBufferBytes = 16 * 1024;
-
 // Lets CancelToken::cancel() on another thread wake a call blocked in poll():
 // it shuts the socket down. The call clears `fd` (under `mu`) before the
 // descriptor can be closed or reused.
@@ -76,7 +72,7 @@ SyncConnection::~SyncConnection() { close(); }
 void SyncConnection::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  in_begin_ = in_end_ = 0;
+  in_.clear();
 }
 
 Status SyncConnection::transportError(std::string_view what, int err) const {
@@ -89,7 +85,7 @@ void SyncConnection::dropIfClosedByPeer() {
   // An idle connection has nothing to read: readable means EOF, a reset, or
   // bytes nobody asked for. Any of them makes it useless.
   pollfd p{fd_, POLLIN, 0};
-  if (::poll(&p, 1, 0) != 0 || in_begin_ != in_end_) close();
+  if (::poll(&p, 1, 0) != 0 || !in_.empty()) close();
 }
 
 Status SyncConnection::connect(SteadyTime deadline) {
@@ -139,8 +135,7 @@ Status SyncConnection::connect(SteadyTime deadline) {
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     fd_ = fd;
-    in_.resize(kInBufferBytes);
-    in_begin_ = in_end_ = 0;
+    in_.clear();
     return Status::OK();
   }
   return Status(ErrorCode::kConnectionFailed,
@@ -191,21 +186,10 @@ Status SyncConnection::writeAll(std::span<iovec> iov, SteadyTime deadline,
 
 Status SyncConnection::read(std::span<uint8_t> out, SteadyTime deadline, const CallOptions& options,
                             uint32_t* crc) {
+  out = out.subspan(in_.take(out, crc));
   while (!out.empty()) {
-    if (in_begin_ < in_end_) {
-      size_t n = std::min(out.size(), in_end_ - in_begin_);
-      std::memcpy(out.data(), in_.data() + in_begin_, n);
-      if (crc) *crc = crc32cExtend(*crc, out.data(), n);
-      in_begin_ += n;
-      out = out.subspan(n);
-      continue;
-    }
-    // Large reads go straight to the destination; small ones fill the buffer
-    // so that a header, its message and a small payload take one recv.
-    bool direct = out.size() >= in_.size();
-    uint8_t* dst = direct ? out.data() : in_.data();
-    size_t cap = direct ? out.size() : in_.size();
-    ssize_t n = ::recv(fd_, dst, cap, 0);
+    std::span<uint8_t> into = in_.target(out);
+    ssize_t n = ::recv(fd_, into.data(), into.size(), 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN) return transportError("read from", errno);
@@ -220,13 +204,7 @@ Status SyncConnection::read(std::span<uint8_t> out, SteadyTime deadline, const C
           ErrorCode::kConnectionClosed,
           fmt::format("read from {}: connection closed by the peer", endpoint_.toString()));
     }
-    if (direct) {
-      if (crc) *crc = crc32cExtend(*crc, out.data(), static_cast<size_t>(n));
-      out = out.subspan(static_cast<size_t>(n));
-    } else {
-      in_begin_ = 0;
-      in_end_ = static_cast<size_t>(n);
-    }
+    out = out.subspan(in_.landed(out, into, static_cast<size_t>(n), crc));
   }
   return Status::OK();
 }
@@ -269,7 +247,7 @@ Status SyncConnection::call(const Method& method, const google::protobuf::Messag
 
     // The answer is never there yet: wait for it rather than try a recv that
     // fails with EAGAIN first (a system call saved per call).
-    if (in_begin_ == in_end_) RETURN_ON_ERROR(wait(POLLIN, deadline, options));
+    if (in_.empty()) RETURN_ON_ERROR(wait(POLLIN, deadline, options));
     uint8_t rbuf[kHeaderSize];
     RETURN_ON_ERROR(read(rbuf, deadline, options, nullptr));
     auto rh = decodeHeader(rbuf, options_.limits);

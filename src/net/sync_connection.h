@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
 #include "net/endpoint.h"
 #include "net/frame.h"
+#include "net/recv_buffer.h"
 
 namespace google::protobuf {
 class Message;
@@ -70,9 +70,8 @@ class SyncConnection {
   uint64_t next_request_id_ = 1;
   std::string call_name_;  // of the call in progress, for errors
   uint32_t call_timeout_ms_ = 0;
-  std::string message_;      // request, then response message; reused
-  std::vector<uint8_t> in_;  // bytes received and not yet consumed
-  size_t in_begin_ = 0, in_end_ = 0;
+  std::string message_;  // request, then response message; reused
+  RecvBuffer in_;        // bytes received and not yet consumed
 };
 
 }  // namespace cistern::net
