@@ -32,6 +32,7 @@
 #include "common/metrics.h"
 #include "kv/commit_log.h"
 #include "kv/rocks_batch.h"
+#include "storage/crc_cache.h"
 #include "storage/io_backend.h"
 
 namespace cistern::storage {
@@ -575,6 +576,8 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   if (!io.ok()) return io.status().withContext("target " + options.path);
   engine->io_ = std::move(io).value();
   ASSIGN_OR_RETURN(engine->page_io_, makeIoBackend("psync"));
+  if (options.crc_cache_bytes > 0)
+    engine->crc_cache_ = std::make_unique<CrcCache>(options.crc_cache_bytes);
   if (options.meta_commit_log) RETURN_ON_ERROR(engine->openMetaLog());
   RETURN_ON_ERROR(engine->rebuild());
   // A record holds the logged data of one batch: a quarter segment, so
@@ -674,8 +677,9 @@ AlignedBuffer alignedBuffer() {
 }
 // Buffers are block-aligned for O_DIRECT and allocated on first use.
 struct Scratch {
-  AlignedBuffer io;     // readRange
-  AlignedBuffer piece;  // assembling a write
+  AlignedBuffer io;        // readRange
+  AlignedBuffer piece;     // assembling a write
+  AlignedBuffer crc_page;  // readRange: a CRC page read to be cached
   std::vector<uint32_t> crcs;
   std::vector<uint32_t> read_crcs;
   uint8_t* ioBuf() {
@@ -703,7 +707,8 @@ Status mismatch(const ChunkMeta& m, uint64_t block) {
 
 }  // namespace
 
-Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out) {
+Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out,
+                              bool cached_crcs) {
   if (n == 0) return Status::OK();
   ASSIGN_OR_RETURN(auto file, groupFile(m.size_class, m.addr.group));
   const uint64_t base = slotPos(m.size_class, m.addr);
@@ -721,11 +726,41 @@ Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uin
                      (b0 + crc_count) * 4 <= kBlockBytes &&
                      data_to - b0 * kBlockBytes <= kPieceBytes;
   if (sc.read_crcs.size() < crc_count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
-  // Otherwise the CRCs are read together with the first piece's data.
+  // Otherwise the CRCs come from the CRC cache when they lie in one page of
+  // the CRC area, or are read together with the first piece's data (the
+  // whole page, which is then cached once the data verified against it).
   std::optional<IoRequest> crc_read;
+  std::optional<CrcCache::Key> crc_key;  // the page read is to be cached
+  uint64_t crc_generation = 0;
+  bool from_cache = false;
   if (crc_count > 0 && !fused) {
-    crc_read = IoRequest::readOf(file->fd, sc.read_crcs.data(), crc_count * 4,
-                                 crcPos(m.size_class, m.addr) + b0 * 4);
+    constexpr uint64_t kPerPage = CrcCache::kEntriesPerPage;
+    if (cached_crcs && crc_cache_ && b0 / kPerPage == (b0 + crc_count - 1) / kPerPage) {
+      static auto& hits = metrics::Registry::global().counter(
+          "storage_crc_cache_hits_total", {}, "Reads whose CRCs came from the CRC cache");
+      static auto& misses = metrics::Registry::global().counter(
+          "storage_crc_cache_misses_total", {}, "Reads that read their CRC page from the disk");
+      CrcCache::Key key{m.size_class, m.addr, static_cast<uint32_t>(b0 / kPerPage)};
+      if (crc_cache_->get(key, m.chunk_version, static_cast<uint32_t>(b0 % kPerPage),
+                          static_cast<uint32_t>(crc_count), sc.read_crcs.data())) {
+        hits.inc();
+        from_cache = true;
+      } else {
+        misses.inc();
+        crc_key = key;
+        crc_generation = crc_cache_->generation(key);
+        if (!sc.crc_page) {
+          sc.crc_page = AlignedBuffer(
+              static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, CrcCache::kPageBytes)));
+        }
+        crc_read =
+            IoRequest::readOf(file->fd, sc.crc_page.get(), CrcCache::kPageBytes,
+                              crcPos(m.size_class, m.addr) + key.page * CrcCache::kPageBytes);
+      }
+    } else {
+      crc_read = IoRequest::readOf(file->fd, sc.read_crcs.data(), crc_count * 4,
+                                   crcPos(m.size_class, m.addr) + b0 * 4);
+    }
   }
   // Whole blocks, a piece at a time, into the aligned buffer: verified there,
   // then the wanted bytes are copied out.
@@ -760,18 +795,27 @@ Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uin
         crc_read.reset();
       }
       RETURN_ON_ERROR(io_->run({rs, count}));
+      if (crc_key && count == 2) {
+        std::memcpy(sc.read_crcs.data(), sc.crc_page.get() + (b0 % CrcCache::kEntriesPerPage) * 4,
+                    crc_count * 4);
+      }
     }
     for (uint64_t bs = ps; bs < pe; bs += kBlockBytes) {
       uint64_t block = bs / kBlockBytes;
       uint32_t want = block < full ? sc.read_crcs[block - b0] : m.tail_crc;
-      if (crc32c(dst + (bs - ps), std::min(kBlockBytes, pe - bs)) != want)
+      if (crc32c(dst + (bs - ps), std::min(kBlockBytes, pe - bs)) != want) {
+        // A cached page may be what is wrong: the next attempt reads the disk's.
+        if (from_cache) crc_cache_->invalidate(m.size_class, m.addr);
         return mismatch(m, block);
+      }
     }
     if (dst == buf) {
       uint64_t from = std::max(ps, offset), to = std::min(pe, end);
       std::memcpy(out + (from - offset), buf + (from - ps), to - from);
     }
   }
+  // Every block verified against the page: keep it for the next reads.
+  if (crc_key) crc_cache_->put(*crc_key, m.chunk_version, crc_generation, sc.crc_page.get());
   return Status::OK();
 }
 
@@ -1089,6 +1133,9 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
     releaseNew();
     return s.withContext(idText(id));
   }
+  // The slot's new CRCs are on the disk and its new record not yet
+  // published: no reader can take a cached page of what was there before.
+  if (crc_cache_) crc_cache_->invalidate(c, addr);
   ChunkMeta m;
   m.size_class = c;
   m.addr = addr;
@@ -1127,13 +1174,14 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
 Result<size_t> ChunkEngine::read(ChunkId id, uint64_t offset, std::span<uint8_t> out) {
   // A copy-on-write commit may release the slot between our metadata read
   // and our data read, and a new chunk may fill it: a mismatch is only
-  // corruption if the record is still the one we read.
+  // corruption if the record is still the one we read, and if the disk's own
+  // CRCs disagree too (the first attempt may take them from the CRC cache).
   for (int attempt = 0;; ++attempt) {
     ASSIGN_OR_RETURN(auto m, query(id));
     if (!m) return Status(ErrorCode::kNotFound, idText(id));
     if (offset >= m->length) return size_t{0};
     size_t n = std::min<size_t>(out.size(), m->length - offset);
-    Status s = readRange(*m, offset, n, out.data());
+    Status s = readRange(*m, offset, n, out.data(), /*cached_crcs=*/attempt == 0);
     if (s.ok()) {
       static auto& read_bytes = metrics::Registry::global().counter(
           "storage_read_bytes_total", {}, "Chunk bytes read and verified");
@@ -1142,7 +1190,7 @@ Result<size_t> ChunkEngine::read(ChunkId id, uint64_t offset, std::span<uint8_t>
     }
     if (s.code() == ErrorCode::kCorruption && attempt < 3) {
       ASSIGN_OR_RETURN(auto again, query(id));
-      if (again != m) continue;
+      if (again != m || attempt == 0) continue;
     }
     return s.withContext(idText(id));
   }
@@ -1200,7 +1248,7 @@ Result<std::vector<ChunkId>> ChunkEngine::scrub(uint64_t bytes_per_second,
     Status s = m.status();
     for (uint64_t at = 0; s.ok() && at < m->length; at += kPieceBytes) {
       size_t n = std::min<uint64_t>(kPieceBytes, m->length - at);
-      s = readRange(*m, at, n, buf);
+      s = readRange(*m, at, n, buf, /*cached_crcs=*/false);  // the disk's own CRCs
       bytes += n;
     }
     if (s.code() == ErrorCode::kCorruption) {

@@ -51,8 +51,9 @@ class DB;
 }
 
 namespace cistern::storage {
+class CrcCache;
 class IoBackend;
-}
+}  // namespace cistern::storage
 namespace cistern::kv {
 class CommitLog;
 }
@@ -71,6 +72,10 @@ struct ChunkEngineOptions {
   // RocksDB block cache of the chunk metadata, index and filter blocks
   // included. Default: 32 MiB.
   uint64_t meta_cache_bytes = 32ull << 20;
+  // Pages of the slots' CRC areas kept in memory (storage/crc_cache.h): a
+  // read of a few blocks then costs one I/O instead of two. 0 turns it off.
+  // Default: 64 MiB.
+  uint64_t crc_cache_bytes = 64ull << 20;
   // fdatasync data and sync metadata before a write returns. Default: true.
   bool sync = true;
   // Writes fail with kNoSpace while the filesystem has less than this free,
@@ -191,8 +196,10 @@ class ChunkEngine {
   // `<path>/data/c<class>/g<group>.dat`.
   std::string groupPath(uint32_t size_class, uint32_t group) const;
   // Reads [offset, offset + n) of the chunk `m` into `out`, verifying every
-  // block it touches. REQUIRES: offset + n <= m.length.
-  Status readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out);
+  // block it touches. `cached_crcs`: CRCs may come from the CRC cache (scrub
+  // reads the disk's). REQUIRES: offset + n <= m.length.
+  Status readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out,
+                   bool cached_crcs = true);
   // The write path shared by write() and truncate(): the new content is the
   // first `keep` bytes of `old` with [offset, offset + len) replaced by
   // `data` (zeros if null). REQUIRES: the chunk lock is held.
@@ -244,7 +251,8 @@ class ChunkEngine {
 
   ChunkEngineOptions options_;
   std::unique_ptr<IoBackend> io_;
-  std::unique_ptr<IoBackend> page_io_;  // psync: logged writes into the page cache
+  std::unique_ptr<CrcCache> crc_cache_;  // null: off
+  std::unique_ptr<IoBackend> page_io_;   // psync: logged writes into the page cache
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<kv::CommitLog> meta_log_;  // null: RocksDB's WAL
   uint64_t meta_version_ = 0;                // last batch logged; by the stage-1 leader

@@ -755,6 +755,132 @@ TEST_P(ChunkEngineTest, ConcurrentWritersAndReadersOnOneChunk) {
   EXPECT_EQ(engine_->usedSlots(0), 1u);
 }
 
+// Small reads take their CRCs from the CRC cache once a read brought the
+// page in, and never a page of an earlier content of the slot: after an
+// overwrite, an append in place and a remove whose slot a new chunk of the
+// same version reuses. Scrub still reads the disk's CRCs.
+TEST_P(ChunkEngineTest, SmallReadsUseCachedCrcsOfTheirOwnVersionOnly) {
+  auto& hits = metrics::Registry::global().counter("storage_crc_cache_hits_total");
+  auto& misses = metrics::Registry::global().counter("storage_crc_cache_misses_total");
+  const ChunkId id{19, 0};
+  auto data = pattern(200000, 31);  // class 2 (256 KiB): not logged, no fused reads
+  ASSERT_TRUE(engine_->write(id, 0, data, 1).ok());
+  auto first = engine_->query(id);
+  ASSERT_TRUE(first.ok() && first->has_value());
+  std::vector<uint8_t> out(4096);
+  auto readAt = [&](uint64_t at) {
+    auto r = engine_->read(id, at, out);
+    EXPECT_TRUE(r.ok()) << r.status().toString();
+    return r.ok() ? *r : 0;
+  };
+  uint64_t h0 = hits.value(), m0 = misses.value();
+  ASSERT_EQ(readAt(8192), 4096u);
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), data.begin() + 8192));
+  EXPECT_EQ(misses.value(), m0 + 1);
+  for (uint64_t at : {0, 4096 * 10, 4096 * 40}) {
+    ASSERT_EQ(readAt(at), 4096u);
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), data.begin() + at));
+  }
+  EXPECT_EQ(hits.value(), h0 + 3);  // one page holds all 48 CRCs
+  EXPECT_EQ(misses.value(), m0 + 1);
+
+  // An overwrite (copy-on-write into another slot) and an append in place.
+  auto mid = pattern(4096, 32);
+  ASSERT_TRUE(engine_->write(id, 4096 * 10, mid, 1).ok());
+  std::copy(mid.begin(), mid.end(), data.begin() + 4096 * 10);
+  auto tail = pattern(40000, 33);
+  ASSERT_TRUE(engine_->write(id, data.size(), tail, 1).ok());
+  data.insert(data.end(), tail.begin(), tail.end());
+  for (uint64_t at : {0, 4096 * 10, 4096 * 50, 4096 * 57}) {
+    ASSERT_EQ(readAt(at), 4096u) << at;
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), data.begin() + at)) << at;
+  }
+
+  // Removed, then written anew: into the first content's slot (the lowest
+  // free one), with its version (1), whose CRC page is cached.
+  ASSERT_TRUE(engine_->remove(id).ok());
+  auto fresh = pattern(data.size(), 34);
+  ASSERT_TRUE(engine_->write(id, 0, fresh, 1).ok());
+  auto again = engine_->query(id);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->addr, (*first)->addr);
+  EXPECT_EQ((*again)->chunk_version, (*first)->chunk_version);
+  ASSERT_EQ(readAt(0), 4096u);
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), fresh.begin()));
+  ASSERT_TRUE(engine_->write(id, 0, fresh, 1).ok());  // a second slot, version 2
+  ASSERT_TRUE(engine_->remove(id).ok());
+  ASSERT_TRUE(engine_->write(id, 0, fresh, 1).ok());
+  for (int round = 0; round < 2; ++round) {
+    for (uint64_t at : {0, 4096 * 10, 4096 * 50, 4096 * 57}) {
+      ASSERT_EQ(readAt(at), 4096u) << at;
+      EXPECT_TRUE(std::equal(out.begin(), out.end(), fresh.begin() + at)) << at;
+    }
+  }
+
+  // A flipped CRC on the disk while its page is cached: reads still verify
+  // the bytes against the right CRC, scrub finds the bad page.
+  auto now = engine_->query(id);
+  ASSERT_TRUE(now.ok() && now->has_value());
+  const ChunkMeta& m = **now;
+  ASSERT_EQ(m.size_class, 2u);
+  std::string group = dir_ + "/data/c2/g" + std::to_string(m.addr.group) + ".dat";
+  int fd = ::open(group.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  off_t pos = static_cast<off_t>(m.addr.slot * slotStride(2) + classBytes(2) + 4 * 10);
+  uint8_t b;
+  ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
+  b ^= 0x20;
+  ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
+  ::close(fd);
+  ASSERT_EQ(readAt(4096 * 10), 4096u);
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), fresh.begin() + 4096 * 10));
+  auto bad = engine_->scrub();
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, std::vector<ChunkId>{id});
+}
+
+// Readers of small ranges while the chunk is rewritten, removed and written
+// anew (same slot, same version): every read gets one whole content or
+// kNotFound, never a checksum error from a cached page of another content.
+TEST_P(ChunkEngineTest, CachedCrcsHoldWhileSlotsChangeHands) {
+  const ChunkId id{20, 0};
+  constexpr size_t kLen = 150000;
+  ASSERT_TRUE(engine_->write(id, 0, pattern(kLen, 0), 1).ok());
+  std::vector<std::vector<uint8_t>> contents;
+  for (uint64_t s = 0; s <= 3; ++s) contents.push_back(pattern(kLen, s));
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0}, reads{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&, t] {
+      Xoshiro256 rng(static_cast<uint64_t>(t) + 1);
+      std::vector<uint8_t> out(8192);
+      while (!stop) {
+        uint64_t at = rng.uniform(kLen / 4096 - 2) * 4096;
+        auto n = engine_->read(id, at, out);
+        if (!n.ok() && n.code() == ErrorCode::kNotFound) continue;
+        ++reads;
+        if (!n.ok() || *n != out.size()) {
+          ++bad;
+          continue;
+        }
+        bool whole = false;
+        for (auto& c : contents) whole |= std::equal(out.begin(), out.end(), c.begin() + at);
+        if (!whole) ++bad;
+      }
+    });
+  }
+  for (int i = 0; i < 60; ++i) {
+    ASSERT_TRUE(engine_->remove(id).ok());
+    ASSERT_TRUE(engine_->write(id, 0, contents[1 + i % 3], 1).ok());
+    ASSERT_TRUE(engine_->write(id, 0, contents[1 + (i + 1) % 3], 1).ok());
+  }
+  stop = true;
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(reads.load(), 0);
+}
+
 TEST_P(ChunkEngineTest, BadRequestsGetClearErrors) {
   std::vector<uint8_t> one(1);
   EXPECT_EQ(engine_->write({5, 0}, kMaxChunkBytes, one, 1).code(), ErrorCode::kInvalidArgument);
