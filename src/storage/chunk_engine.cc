@@ -1036,6 +1036,9 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
       ASSIGN_OR_RETURN(addr, allocators_[c].allocateRun());
     }
   }
+  // Before any byte goes into the slot: a reader that fetched an older
+  // record naming it must learn that the slot may have changed hands.
+  if (!in_place) slot_allocations_.fetch_add(1);
   auto releaseNew = [&] {
     if (!in_place) releaseSlot(c, addr, /*removed=*/false);
   };
@@ -1173,15 +1176,28 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
 
 Result<size_t> ChunkEngine::read(ChunkId id, uint64_t offset, std::span<uint8_t> out) {
   // A copy-on-write commit may release the slot between our metadata read
-  // and our data read, and a new chunk may fill it: a mismatch is only
-  // corruption if the record is still the one we read, and if the disk's own
-  // CRCs disagree too (the first attempt may take them from the CRC cache).
+  // and our data read, and a new chunk may fill it. Its bytes may verify
+  // against its CRCs, so a read during which any slot was handed out again
+  // checks that the record still names the slot (else it reads anew). A
+  // mismatch is only corruption if the record is still the one we read, and
+  // if the disk's own CRCs disagree too (the first attempt may take them from
+  // the CRC cache).
   for (int attempt = 0;; ++attempt) {
+    const uint64_t allocations = slot_allocations_.load();
     ASSIGN_OR_RETURN(auto m, query(id));
     if (!m) return Status(ErrorCode::kNotFound, idText(id));
     if (offset >= m->length) return size_t{0};
+    RETURN_ON_ERROR(CISTERN_FAULT("storage.read.after_meta"));
     size_t n = std::min<size_t>(out.size(), m->length - offset);
     Status s = readRange(*m, offset, n, out.data(), /*cached_crcs=*/attempt == 0);
+    if (s.ok() && slot_allocations_.load() != allocations) {
+      ASSIGN_OR_RETURN(auto now, query(id));
+      if (!now || now->size_class != m->size_class || now->addr != m->addr) {
+        if (attempt < 100) continue;  // moved: read it where it is now
+        return Status(ErrorCode::kTargetBusy,
+                      fmt::format("{} moved during 100 reads in a row", idText(id)));
+      }
+    }
     if (s.ok()) {
       static auto& read_bytes = metrics::Registry::global().counter(
           "storage_read_bytes_total", {}, "Chunk bytes read and verified");

@@ -277,6 +277,8 @@ class ChunkEngine {
   bool stage1_led_ = false;
   bool stage2_led_ = false;
   std::atomic<bool> failed_{false};
+  // Slots handed out to copy-on-write and new chunks (read() checks it).
+  std::atomic<uint64_t> slot_allocations_{0};
 
   bool log_data_ = false;
   uint64_t log_batch_bytes_max_ = 0;  // of logged data in one log record

@@ -881,6 +881,36 @@ TEST_P(ChunkEngineTest, CachedCrcsHoldWhileSlotsChangeHands) {
   EXPECT_GT(reads.load(), 0);
 }
 
+// A reader holds a chunk's record while the chunk moves (copy-on-write) and
+// another chunk takes the slot it left, with bytes that verify against their
+// own CRCs: the read must not return the other chunk's bytes.
+TEST_P(ChunkEngineTest, AReadNeverReturnsBytesOfTheChunkThatTookItsSlot) {
+  const ChunkId a{21, 0}, b{22, 0};
+  // Whole blocks: no tail CRC in the record that could give the swap away.
+  constexpr size_t kLen = 25 * 4096;
+  auto old_a = pattern(kLen, 41), new_a = pattern(kLen, 42), bytes_b = pattern(kLen, 43);
+  ASSERT_TRUE(engine_->write(a, 0, old_a, 1).ok());
+  auto before = engine_->query(a);
+  ASSERT_TRUE(before.ok() && before->has_value());
+  fault::enable(
+      "storage.read.after_meta",
+      {.action = fault::Action::kDelay, .delay = std::chrono::milliseconds(300), .times = 1});
+  std::vector<uint8_t> out(kLen);
+  Result<size_t> got = size_t{0};
+  std::thread reader([&] { got = engine_->read(a, 0, out); });
+  while (fault::fired("storage.read.after_meta") == 0) std::this_thread::yield();
+  ASSERT_TRUE(engine_->write(a, 0, new_a, 1).ok());  // a moves to another slot
+  ASSERT_TRUE(engine_->write(b, 0, bytes_b, 1).ok());
+  auto slot_b = engine_->query(b);
+  ASSERT_TRUE(slot_b.ok() && slot_b->has_value());
+  EXPECT_EQ((*slot_b)->addr, (*before)->addr);  // b took the slot a left
+  reader.join();
+  ASSERT_TRUE(got.ok()) << got.status().toString();
+  ASSERT_EQ(*got, kLen);
+  EXPECT_TRUE(out == new_a || out == old_a);
+  EXPECT_NE(out, bytes_b);
+}
+
 TEST_P(ChunkEngineTest, BadRequestsGetClearErrors) {
   std::vector<uint8_t> one(1);
   EXPECT_EQ(engine_->write({5, 0}, kMaxChunkBytes, one, 1).code(), ErrorCode::kInvalidArgument);
