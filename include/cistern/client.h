@@ -140,6 +140,10 @@ class Client {
     // bytes straight into it and take written bytes from it instead of
     // moving them over a socket; 0: off.
     uint64_t shm_bytes = 64ull << 20;
+    // Read-ahead windows (readahead_max_bytes each) in that memory besides:
+    // servers on this host read straight into them, so sequential reads skip
+    // a copy. Handles that find none free read ahead into the heap.
+    uint32_t shm_readahead_windows = 8;
   };
 
   static std::pair<std::unique_ptr<Client>, Error> connect(const Options& options);

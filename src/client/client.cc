@@ -224,7 +224,8 @@ Status ClientImpl::init(const Options& options) {
   co.connect_timeout_ms = std::min<uint32_t>(3000, std::max<uint32_t>(options_.retry_ms, 100));
   rpc_ = std::make_unique<net::RpcClient>(co);
   driver_ = std::make_unique<asio::thread_pool>(1);
-  shm_ = ShmSlots::create(options_.shm_bytes);
+  shm_ = ShmSlots::create(options_.shm_bytes, options_.shm_readahead_windows,
+                          options_.readahead_max_bytes);
   return refreshRouting();
 }
 

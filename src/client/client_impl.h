@@ -98,6 +98,7 @@ class ClientImpl final : public Client {
   Result<meta::Inode> metaClose(uint64_t ino, uint64_t session, uint64_t length, bool wrote);
   void forgetAttrs(uint64_t ino);
   const Options& options() const { return options_; }
+  ShmSlots* shm() const { return shm_.get(); }  // null: off
 
   // --- used by the FUSE mount (src/fuse), which speaks inodes, not paths ---
   // A metadata RPC with retries of transient errors (mutations carry (client, seq)).

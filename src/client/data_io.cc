@@ -262,12 +262,19 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
                                                            const meta::Inode& inode, Piece& p) {
   uint64_t handle = co_await shmHandle(r);
   if (handle == 0) co_return std::nullopt;
-  int slot = shm_->take();
-  if (slot < 0) co_return std::nullopt;
+  // Straight into the caller's buffer when it lies in a read-ahead window of
+  // our memory; else a slot at a time, copied out.
+  const std::optional<uint64_t> direct = shm_->windowOffset(p.data, p.length);
+  int slot = -1;
+  if (!direct) {
+    slot = shm_->take();
+    if (slot < 0) co_return std::nullopt;
+  }
+  const uint32_t step = direct ? p.length : shm_->slotBytes();
   Status s;
   bool clean = true;
   for (uint32_t done = 0; done < p.length;) {
-    uint32_t n = std::min(p.length - done, shm_->slotBytes());
+    uint32_t n = std::min(p.length - done, step);
     storage::BatchReadReq req;
     auto* range = req.add_ranges();
     range->mutable_chunk()->set_inode(inode.ino());
@@ -275,7 +282,7 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
     range->set_offset(p.offset + done);
     range->set_length(n);
     req.set_shm_handle(handle);
-    req.set_shm_offset(shm_->offset(slot));
+    req.set_shm_offset(direct ? *direct + done : shm_->offset(slot));
     storage::BatchReadResp resp;
     s = co_await rpc_->call(r.endpoint, kBatchRead(), req, &resp);
     if (!s.ok()) {
@@ -291,8 +298,14 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
       s = Status(code, "");
       break;
     }
-    std::memcpy(p.data + done, shm_->data(slot), got);
+    if (!direct) std::memcpy(p.data + done, shm_->data(slot), got);
     readBytes("shm").inc(got);
+    if (direct) {
+      static auto& windowed = metrics::Registry::global().counter(
+          "client_shm_window_read_bytes_total", {},
+          "Chunk bytes servers read straight into read-ahead windows (no copy)");
+      windowed.inc(got);
+    }
     if (got < n) {
       // The chunk ends here: the rest of the piece reads as zeros.
       std::memset(p.data + done + got, 0, p.length - done - got);
@@ -300,7 +313,12 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
     }
     done += n;
   }
-  shm_->give(slot, clean);
+  if (direct) {
+    // The server may still write into the window: its holder must not trust it.
+    if (!clean) shm_->poisonWindow(p.data);
+  } else {
+    shm_->give(slot, clean);
+  }
   if (s.code() == ErrorCode::kNotFound) {
     // The server dropped our memory (restarted, or made room): attach again.
     shm_->dropHandle(r.endpoint, handle);

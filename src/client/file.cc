@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <utility>
 
 #include "client/file_impl.h"
 
@@ -162,6 +163,43 @@ Error FileImpl::pwrite(const void* buf, size_t n, uint64_t offset, size_t* done)
   return {};
 }
 
+FileImpl::Window& FileImpl::Window::operator=(Window&& o) noexcept {
+  if (this != &o) {
+    release();
+    shm_ = std::exchange(o.shm_, nullptr);
+    shm_window_ = std::exchange(o.shm_window_, -1);
+    heap_ = std::move(o.heap_);
+    o.heap_.capacity = 0;
+  }
+  return *this;
+}
+
+void FileImpl::Window::release() {
+  if (shm_window_ >= 0) shm_->returnWindow(shm_window_);
+  shm_window_ = -1;
+}
+
+void FileImpl::Window::ensure(ShmSlots* shm, size_t n) {
+  if (shm_window_ >= 0 && n <= shm_->windowBytes()) return;
+  release();
+  if (shm && n <= shm->windowBytes() && heap_.size() == 0) {
+    shm_window_ = shm->lendWindow();
+    if (shm_window_ >= 0) {
+      shm_ = shm;
+      return;
+    }
+  }
+  heap_.ensure(n);
+}
+
+bool FileImpl::Window::intact() {
+  if (shm_window_ < 0 || !shm_->windowPoisoned(shm_window_)) return true;
+  size_t n = shm_->windowBytes();
+  release();  // retired for good
+  heap_.ensure(n);
+  return false;
+}
+
 void FileImpl::dropPrefetch() {
   if (prefetch_) {
     (void)prefetch_->wait();
@@ -173,7 +211,7 @@ void FileImpl::dropPrefetch() {
 void FileImpl::startPrefetch(uint64_t offset) {
   if (prefetch_ || window_ == 0 || offset >= size_) return;
   size_t len = static_cast<size_t>(std::min<uint64_t>(window_, size_ - offset));
-  pbuf_.ensure(client_->options().readahead_max_bytes);
+  pbuf_.ensure(client_->shm(), client_->options().readahead_max_bytes);
   pbuf_offset_ = offset;
   pbuf_len_ = len;
   prefetch_ = client_->startRead(inode_, offset, len, pbuf_.data());
@@ -200,7 +238,7 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
     if (prefetch_ && offset >= pbuf_offset_ && offset < pbuf_offset_ + pbuf_len_) {
       Status s = prefetch_->wait();
       prefetch_.reset();
-      if (s.ok()) {
+      if (s.ok() && pbuf_.intact()) {
         std::swap(rbuf_, pbuf_);
         rbuf_offset_ = pbuf_offset_;
         rbuf_len_ = pbuf_len_;
@@ -217,9 +255,10 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
       return Status::OK();
     }
     size_t fetch = static_cast<size_t>(std::min<uint64_t>(window_, size_ - offset));
-    rbuf_.ensure(window_max);
+    rbuf_.ensure(client_->shm(), window_max);
     rbuf_len_ = 0;
     RETURN_ON_ERROR(client_->readData(inode_, offset, fetch, rbuf_.data()));
+    if (!rbuf_.intact()) continue;  // now on the heap: read again
     rbuf_offset_ = offset;
     rbuf_len_ = fetch;
   }

@@ -11,17 +11,23 @@
 
 #include "common/host.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "storage.pb.h"
 
 namespace cistern::client {
 
-std::unique_ptr<ShmSlots> ShmSlots::create(uint64_t bytes) {
+std::unique_ptr<ShmSlots> ShmSlots::create(uint64_t bytes, uint32_t windows,
+                                           uint64_t window_bytes) {
   if (bytes == 0 || hostBootId().empty()) return nullptr;
   const uint64_t slot_bytes = std::clamp<uint64_t>(bytes / 16 / 4096 * 4096, 64 << 10, 4 << 20);
   const uint64_t slots = std::max<uint64_t>(1, bytes / slot_bytes);
+  window_bytes = (window_bytes + 4095) / 4096 * 4096;
+  if (window_bytes == 0) windows = 0;
   std::unique_ptr<ShmSlots> r(new ShmSlots());
   r->slot_bytes_ = static_cast<uint32_t>(slot_bytes);
-  r->bytes_ = kHeaderBytes + slots * slot_bytes;
+  r->window_bytes_ = window_bytes;
+  r->windows_.assign(windows, WindowState::kFree);
+  r->bytes_ = kHeaderBytes + slots * slot_bytes + windows * window_bytes;
   r->fd_ = ::memfd_create("cistern-io", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   // Sealed against shrinking: servers refuse memory that could be cut
   // under their mapping (a write past the end would kill them with SIGBUS).
@@ -36,6 +42,7 @@ std::unique_ptr<ShmSlots> ShmSlots::create(uint64_t bytes) {
     return nullptr;
   }
   r->base_ = static_cast<uint8_t*>(p);
+  r->windows_base_ = r->base_ + kHeaderBytes + slots * slot_bytes;
   r->token_.resize(32);
   if (::getrandom(r->token_.data(), r->token_.size(), 0) !=
       static_cast<ssize_t>(r->token_.size())) {
@@ -67,6 +74,53 @@ void ShmSlots::give(int slot, bool clean) {
   }
   std::lock_guard lock(mu_);
   free_.push_back(slot);
+}
+
+int ShmSlots::lendWindow() {
+  std::lock_guard lock(mu_);
+  for (size_t w = 0; w < windows_.size(); ++w) {
+    if (windows_[w] == WindowState::kFree) {
+      windows_[w] = WindowState::kLent;
+      return static_cast<int>(w);
+    }
+  }
+  return -1;
+}
+
+std::optional<uint64_t> ShmSlots::windowOffset(const uint8_t* p, uint64_t n) const {
+  if (window_bytes_ == 0 || p < windows_base_) return std::nullopt;
+  const uint64_t at = static_cast<uint64_t>(p - windows_base_);
+  const uint64_t w = at / window_bytes_;
+  if (w >= windows_.size() || at + n > (w + 1) * window_bytes_) return std::nullopt;
+  return static_cast<uint64_t>(windows_base_ - base_) + at;
+}
+
+void ShmSlots::poisonWindow(const uint8_t* p) {
+  auto at = windowOffset(p, 0);
+  if (!at) return;
+  const uint64_t w = static_cast<uint64_t>(p - windows_base_) / window_bytes_;
+  std::lock_guard lock(mu_);
+  if (windows_[w] == WindowState::kLent) windows_[w] = WindowState::kPoisoned;
+}
+
+bool ShmSlots::windowPoisoned(int w) const {
+  std::lock_guard lock(mu_);
+  return windows_[static_cast<size_t>(w)] == WindowState::kPoisoned;
+}
+
+void ShmSlots::returnWindow(int w) {
+  std::lock_guard lock(mu_);
+  WindowState& s = windows_[static_cast<size_t>(w)];
+  if (s == WindowState::kPoisoned) {
+    static auto& retired = metrics::Registry::global().counter(
+        "client_shm_windows_retired_total", {},
+        "Read-ahead windows given up because a server may still write into them");
+    retired.inc();
+    CLOG_WARN("client", "shared memory window {} retired: a server may still write into it", w);
+    s = WindowState::kRetired;
+    return;
+  }
+  s = WindowState::kFree;
 }
 
 void ShmSlots::fillAttach(storage::ShmAttachReq* req) const {

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,11 @@ namespace cistern::client {
 class ShmSlots {
  public:
   // About `bytes` of memory in 16 slots of 64 KiB to 4 MiB (a default chunk
-  // is 1 MiB; longer pieces are read a slot at a time). Null when the memory
-  // cannot be made (the reason is logged).
-  static std::unique_ptr<ShmSlots> create(uint64_t bytes);
+  // is 1 MiB; longer pieces are read a slot at a time), then `windows`
+  // read-ahead windows of `window_bytes` (4 KiB multiples). Null when the
+  // memory cannot be made (the reason is logged).
+  static std::unique_ptr<ShmSlots> create(uint64_t bytes, uint32_t windows = 0,
+                                          uint64_t window_bytes = 0);
   ~ShmSlots();
   ShmSlots(const ShmSlots&) = delete;
   ShmSlots& operator=(const ShmSlots&) = delete;
@@ -44,6 +47,20 @@ class ShmSlots {
   uint8_t* data(int slot) const { return base_ + offset(slot); }
   uint64_t offset(int slot) const { return kHeaderBytes + uint64_t(slot) * slot_bytes_; }
   void fillAttach(storage::ShmAttachReq* req) const;
+
+  // Read-ahead windows: lent to one file handle at a time, which has servers
+  // read straight into it (no slot, no copy). A free window, or -1.
+  int lendWindow();
+  uint8_t* windowData(int w) const { return windows_base_ + uint64_t(w) * window_bytes_; }
+  uint64_t windowBytes() const { return window_bytes_; }
+  // The offset of [p, p + n) in the memory if it lies in one lent window.
+  std::optional<uint64_t> windowOffset(const uint8_t* p, uint64_t n) const;
+  // A call that reads into the window at `p` ended before the server
+  // answered: it may still write into it. Its holder must not trust its
+  // bytes (windowPoisoned) and the window is never lent again.
+  void poisonWindow(const uint8_t* p);
+  bool windowPoisoned(int w) const;
+  void returnWindow(int w);
 
   // What the client knows of a server's attachment.
   static constexpr uint64_t kNotTried = 0;
@@ -71,6 +88,10 @@ class ShmSlots {
   std::string token_;
   mutable std::mutex mu_;
   std::vector<int> free_;
+  uint8_t* windows_base_ = nullptr;
+  uint64_t window_bytes_ = 0;
+  enum class WindowState : uint8_t { kFree, kLent, kPoisoned, kRetired };
+  std::vector<WindowState> windows_;
   std::map<std::string, std::pair<net::Endpoint, uint64_t>> handles_;  // by endpoint text
 };
 

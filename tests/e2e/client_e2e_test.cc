@@ -679,6 +679,69 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
   EXPECT_FALSE(r->close());
 }
 
+// Sequential reads read ahead into windows of the client's shared memory,
+// which servers on this host fill directly. A call into a window that ends
+// before the server answered (here: a read the server holds past the call's
+// deadline) retires the window: the handle reads those bytes again into the
+// heap, and the server's late write lands where nobody looks.
+TEST_F(E2E, ReadAheadWindowsInSharedMemoryAndAWindowAServerMayStillWriteIsRetired) {
+  std::vector<uint8_t> want(6 * kChunk + 999);
+  fill(want.data(), want.size(), 0, 11);
+  {
+    std::unique_ptr<File> f;
+    ASSERT_FALSE(client_->open("/ra", O_WRONLY | O_CREAT, 0644, &f));
+    size_t done = 0;
+    ASSERT_FALSE(f->pwrite(want.data(), want.size(), 0, &done));
+    ASSERT_FALSE(f->close());
+  }
+  auto& windowed = metrics::Registry::global().counter("client_shm_window_read_bytes_total");
+  auto& retired = metrics::Registry::global().counter("client_shm_windows_retired_total");
+  auto sequential = [&](Client& c) {
+    std::unique_ptr<File> f;
+    EXPECT_FALSE(c.open("/ra", O_RDONLY, 0, &f));
+    if (!f) return std::vector<uint8_t>{};
+    std::vector<uint8_t> out(want.size());
+    for (uint64_t at = 0; at < out.size();) {
+      size_t got = 0;
+      Error e = f->pread(out.data() + at, std::min<uint64_t>(64 << 10, out.size() - at), at, &got);
+      EXPECT_FALSE(e) << e.message;
+      if (e || got == 0) break;
+      at += got;
+    }
+    EXPECT_FALSE(f->close());
+    return out;
+  };
+  uint64_t w0 = windowed.value();
+  EXPECT_EQ(sequential(*client_), want);
+  EXPECT_GE(windowed.value() - w0, 4 * kChunk) << "read-ahead went straight into the windows";
+  // Without windows the same bytes come through slots and a copy.
+  Client::Options o;
+  o.cluster = cluster_->cluster();
+  o.shm_readahead_windows = 0;
+  auto [plain, err] = Client::connect(o);
+  ASSERT_FALSE(err) << err.message;
+  w0 = windowed.value();
+  EXPECT_EQ(sequential(*plain), want);
+  EXPECT_EQ(windowed.value(), w0);
+
+  // The first chunk read in the restarted cluster is held 1.5 s; calls time
+  // out after 300 ms and are retried.
+  ASSERT_TRUE(restartWithFaults("storage.read.after_meta=delay:1500ms@times=1")) << cluster_->log();
+  o.cluster = cluster_->cluster();  // a new port
+  o.shm_readahead_windows = 8;
+  o.call_timeout_ms = 300;
+  o.retry_ms = 10000;
+  auto [slow, err2] = Client::connect(o);
+  ASSERT_FALSE(err2) << err2.message;
+  uint64_t r0 = retired.value();
+  EXPECT_EQ(sequential(*slow), want);
+  EXPECT_EQ(retired.value(), r0 + 1);
+  // The late write into the retired window changes nothing that is read.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(sequential(*slow), want);
+  EXPECT_EQ(retired.value(), r0 + 1);
+}
+
 TEST_F(E2E, SameHostWritesGoThroughSharedMemoryAndMatchSocketWrites) {
   auto counter = [](const char* path) {
     return metrics::Registry::global()
