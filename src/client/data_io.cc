@@ -303,7 +303,7 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
     if (direct) {
       static auto& windowed = metrics::Registry::global().counter(
           "client_shm_window_read_bytes_total", {},
-          "Chunk bytes servers read straight into read-ahead windows (no copy)");
+          "Chunk bytes servers read straight into the client's windows (no copy)");
       windowed.inc(got);
     }
     if (got < n) {

@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <cstring>
-#include <utility>
 
 #include "client/file_impl.h"
 
@@ -161,43 +160,6 @@ Error FileImpl::pwrite(const void* buf, size_t n, uint64_t offset, size_t* done)
   if (!s.ok()) return toError(s, path_);
   *done = n;
   return {};
-}
-
-FileImpl::Window& FileImpl::Window::operator=(Window&& o) noexcept {
-  if (this != &o) {
-    release();
-    shm_ = std::exchange(o.shm_, nullptr);
-    shm_window_ = std::exchange(o.shm_window_, -1);
-    heap_ = std::move(o.heap_);
-    o.heap_.capacity = 0;
-  }
-  return *this;
-}
-
-void FileImpl::Window::release() {
-  if (shm_window_ >= 0) shm_->returnWindow(shm_window_);
-  shm_window_ = -1;
-}
-
-void FileImpl::Window::ensure(ShmSlots* shm, size_t n) {
-  if (shm_window_ >= 0 && n <= shm_->windowBytes()) return;
-  release();
-  if (shm && n <= shm->windowBytes() && heap_.size() == 0) {
-    shm_window_ = shm->lendWindow();
-    if (shm_window_ >= 0) {
-      shm_ = shm;
-      return;
-    }
-  }
-  heap_.ensure(n);
-}
-
-bool FileImpl::Window::intact() {
-  if (shm_window_ < 0 || !shm_->windowPoisoned(shm_window_)) return true;
-  size_t n = shm_->windowBytes();
-  release();  // retired for good
-  heap_.ensure(n);
-  return false;
 }
 
 void FileImpl::dropPrefetch() {

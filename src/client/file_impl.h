@@ -120,39 +120,15 @@ class FileImpl final : public File {
   uint64_t behind_bytes_ = 0;
   std::vector<Buffer> spares_;  // written-behind buffers, reused for the next ones
 
-  // A read-ahead window: in the client's shared memory when one is free
-  // (servers on this host read straight into it), else on the heap.
-  class Window {
-   public:
-    Window() = default;
-    Window(Window&& o) noexcept { *this = std::move(o); }
-    Window& operator=(Window&& o) noexcept;
-    ~Window() { release(); }
-    uint8_t* data() const {
-      return shm_window_ >= 0 ? shm_->windowData(shm_window_) : heap_.data();
-    }
-    // Room for `n` bytes: a shared window when `shm` has one free and
-    // windows hold `n`, else the heap. Contents are not kept.
-    void ensure(ShmSlots* shm, size_t n);
-    // After a read into it: false when a server may still write into it
-    // (its call ended unanswered); it is then given up and replaced by heap
-    // memory, and the caller must read again.
-    bool intact();
-
-   private:
-    void release();
-    ShmSlots* shm_ = nullptr;
-    int shm_window_ = -1;
-    Buffer heap_;
-  };
-
-  Window rbuf_;
+  // Read-ahead windows: in the client's shared memory when one is free
+  // (servers on this host read straight into them), else on the heap.
+  ShmWindow rbuf_;
   uint64_t rbuf_offset_ = 0;
   size_t rbuf_len_ = 0;
   uint64_t next_sequential_ = 0;
   size_t window_ = 0;
   // The next window, read while the caller consumes rbuf_.
-  Window pbuf_;
+  ShmWindow pbuf_;
   uint64_t pbuf_offset_ = 0;
   size_t pbuf_len_ = 0;
   std::unique_ptr<PendingIo> prefetch_;

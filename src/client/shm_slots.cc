@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "common/host.h"
 #include "common/log.h"
@@ -162,6 +163,49 @@ std::vector<std::pair<net::Endpoint, uint64_t>> ShmSlots::attached() const {
     if (a.second != kNotTried && a.second != kAttaching && a.second != kRefused) out.push_back(a);
   }
   return out;
+}
+
+ShmWindow& ShmWindow::operator=(ShmWindow&& o) noexcept {
+  if (this != &o) {
+    release();
+    shm_ = std::exchange(o.shm_, nullptr);
+    shm_window_ = std::exchange(o.shm_window_, -1);
+    heap_ = std::move(o.heap_);
+    heap_bytes_ = std::exchange(o.heap_bytes_, 0);
+  }
+  return *this;
+}
+
+void ShmWindow::release() {
+  if (shm_window_ >= 0) shm_->returnWindow(shm_window_);
+  shm_window_ = -1;
+}
+
+void ShmWindow::ensure(ShmSlots* shm, size_t n) {
+  if (shm_window_ >= 0 && n <= shm_->windowBytes()) return;
+  release();
+  if (shm && n <= shm->windowBytes() && heap_bytes_ == 0) {
+    shm_window_ = shm->lendWindow();
+    if (shm_window_ >= 0) {
+      shm_ = shm;
+      return;
+    }
+  }
+  heapEnsure(n);
+}
+
+bool ShmWindow::intact() {
+  if (shm_window_ < 0 || !shm_->windowPoisoned(shm_window_)) return true;
+  size_t n = shm_->windowBytes();
+  release();  // retired for good
+  heapEnsure(n);
+  return false;
+}
+
+void ShmWindow::heapEnsure(size_t n) {
+  if (n <= heap_bytes_) return;
+  heap_.reset(new uint8_t[n]);  // default-initialized: not zeroed
+  heap_bytes_ = n;
 }
 
 }  // namespace cistern::client

@@ -95,4 +95,31 @@ class ShmSlots {
   std::map<std::string, std::pair<net::Endpoint, uint64_t>> handles_;  // by endpoint text
 };
 
+// A buffer for reads: a window of the client's shared memory when one is
+// free (servers on this host read straight into it), else the heap. Movable;
+// gives its window back when destroyed.
+class ShmWindow {
+ public:
+  ShmWindow() = default;
+  ShmWindow(ShmWindow&& o) noexcept { *this = std::move(o); }
+  ShmWindow& operator=(ShmWindow&& o) noexcept;
+  ~ShmWindow() { release(); }
+  uint8_t* data() const { return shm_window_ >= 0 ? shm_->windowData(shm_window_) : heap_.get(); }
+  // Room for `n` bytes: a shared window when `shm` (may be null) has one
+  // free and windows hold `n`, else the heap. Contents are not kept.
+  void ensure(ShmSlots* shm, size_t n);
+  // After a read into it: false when a server may still write into it (its
+  // call ended unanswered); the window is then given up for good and heap
+  // memory takes its place, and the caller must read again.
+  bool intact();
+
+ private:
+  void release();
+  void heapEnsure(size_t n);
+  ShmSlots* shm_ = nullptr;
+  int shm_window_ = -1;
+  std::unique_ptr<uint8_t[]> heap_;
+  size_t heap_bytes_ = 0;
+};
+
 }  // namespace cistern::client

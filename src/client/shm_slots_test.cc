@@ -47,5 +47,38 @@ TEST(ShmSlotsTest, NoWindowsWhenNoneAreAskedFor) {
   EXPECT_FALSE(shm->windowOffset(shm->data(0), 4096).has_value());
 }
 
+TEST(ShmSlotsTest, WindowBuffersBorrowWindowsAndFallBackToTheHeap) {
+  auto shm = ShmSlots::create(1 << 20, 1, 1 << 20);
+  ASSERT_NE(shm, nullptr);
+  ShmWindow a, b;
+  a.ensure(shm.get(), 1 << 20);
+  b.ensure(shm.get(), 1 << 20);  // none left: the heap
+  EXPECT_TRUE(shm->windowOffset(a.data(), 1 << 20).has_value());
+  EXPECT_FALSE(shm->windowOffset(b.data(), 1 << 20).has_value());
+  ShmWindow big;
+  big.ensure(shm.get(), (1 << 20) + 1);  // larger than a window: the heap
+  EXPECT_FALSE(shm->windowOffset(big.data(), 1).has_value());
+  big.ensure(nullptr, 4096);
+  // Moving hands the window over; destroying gives it back.
+  ShmWindow c = std::move(a);
+  EXPECT_TRUE(shm->windowOffset(c.data(), 4096).has_value());
+  EXPECT_TRUE(c.intact());
+  { ShmWindow gone = std::move(c); }
+  EXPECT_EQ(shm->lendWindow(), 0);
+  shm->returnWindow(0);
+  // A poisoned window is given up: the buffer moves to the heap and the
+  // window is never lent again.
+  ShmWindow d;
+  d.ensure(shm.get(), 4096);
+  ASSERT_TRUE(shm->windowOffset(d.data(), 4096).has_value());
+  shm->poisonWindow(d.data());
+  EXPECT_FALSE(d.intact());
+  EXPECT_FALSE(shm->windowOffset(d.data(), 4096).has_value());
+  d.data()[4095] = 1;  // heap memory of the window's size
+  d.data()[(1 << 20) - 1] = 1;
+  EXPECT_TRUE(d.intact());
+  EXPECT_EQ(shm->lendWindow(), -1);
+}
+
 }  // namespace
 }  // namespace cistern::client

@@ -151,17 +151,31 @@ void read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
   CISTERN_FUSE_OP("read");
   // One buffer per FUSE thread, reused: requests are at most max_write (1 MiB).
   thread_local std::vector<uint8_t> buf;
-  if (buf.size() < size) buf.resize(size);
+  // Direct reads go straight from storage into the reply: into a window of
+  // the client's shared memory where one is free, which same-host servers
+  // fill themselves (buffered reads copy out of the handle's read-ahead).
+  thread_local client::ShmWindow window;
   size_t done = 0;
   Handle* h = handleOf(fi);
-  Error e = h->direct
-                ? h->node->file->preadDirect(buf.data(), size, static_cast<uint64_t>(off), &done)
-                : h->node->file->pread(buf.data(), size, static_cast<uint64_t>(off), &done);
+  const uint8_t* data;
+  Error e;
+  if (h->direct) {
+    window.ensure(fs(req).client().shm(), size);
+    e = h->node->file->preadDirect(window.data(), size, static_cast<uint64_t>(off), &done);
+    // A server may still write into the window: read again into the heap.
+    if (!e && !window.intact())
+      e = h->node->file->preadDirect(window.data(), size, static_cast<uint64_t>(off), &done);
+    data = window.data();
+  } else {
+    if (buf.size() < size) buf.resize(size);
+    e = h->node->file->pread(buf.data(), size, static_cast<uint64_t>(off), &done);
+    data = buf.data();
+  }
   if (e) {
     replyErr(req, e.errno_value);
     return;
   }
-  fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), done);
+  fuse_reply_buf(req, reinterpret_cast<const char*>(data), done);
 }
 
 void write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
