@@ -1321,6 +1321,31 @@ TEST(Metrics, ReadOnlyClosesSendNoFlush) {
   EXPECT_EQ(readFile(d + "/f"), "hello!");
 }
 
+// O_DIRECT reads land in the client's shared-memory windows, written there by
+// the storage server itself (no copy out of a slot), byte-exact.
+TEST(Metrics, DirectReadsLandInSharedMemoryWindows) {
+  auto d = testDir();
+  int port = MountEnv::get().cluster().metricsPort();
+  const std::string windowed = "client_shm_window_read_bytes_total";
+  std::string data = pattern(3 << 20, 12);
+  ASSERT_TRUE(writeFile(d + "/f", data));
+  int fd = ::open((d + "/f").c_str(), O_RDONLY | O_DIRECT);
+  ASSERT_GE(fd, 0);
+  void* buf = nullptr;
+  ASSERT_EQ(posix_memalign(&buf, 4096, 1 << 20), 0);
+  std::string before = httpGet(port, "/metrics");
+  for (int i = 2; i >= 0; --i) {
+    ASSERT_EQ(::pread(fd, buf, 1 << 20, off_t{i} << 20), 1 << 20);
+    EXPECT_EQ(std::memcmp(buf, data.data() + (size_t{static_cast<size_t>(i)} << 20), 1 << 20), 0);
+  }
+  std::string after = httpGet(port, "/metrics");
+  free(buf);
+  ::close(fd);
+  // A counter that never moved is not exported yet.
+  const double from = std::max(0.0, sample(before, windowed));
+  EXPECT_EQ(static_cast<int64_t>(sample(after, windowed) - from), 3 << 20) << after;
+}
+
 TEST(Metrics, RequestsAndErrorsByOperation) {
   auto d = testDir();
   int port = MountEnv::get().cluster().metricsPort();
