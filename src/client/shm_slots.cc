@@ -88,20 +88,24 @@ int ShmSlots::lendWindow() {
   return -1;
 }
 
-std::optional<uint64_t> ShmSlots::windowOffset(const uint8_t* p, uint64_t n) const {
+std::optional<size_t> ShmSlots::windowOf(const uint8_t* p, uint64_t n) const {
   if (window_bytes_ == 0 || p < windows_base_) return std::nullopt;
   const uint64_t at = static_cast<uint64_t>(p - windows_base_);
   const uint64_t w = at / window_bytes_;
   if (w >= windows_.size() || at + n > (w + 1) * window_bytes_) return std::nullopt;
-  return static_cast<uint64_t>(windows_base_ - base_) + at;
+  return static_cast<size_t>(w);
+}
+
+std::optional<uint64_t> ShmSlots::windowOffset(const uint8_t* p, uint64_t n) const {
+  if (!windowOf(p, n)) return std::nullopt;
+  return static_cast<uint64_t>(p - base_);
 }
 
 void ShmSlots::poisonWindow(const uint8_t* p) {
-  auto at = windowOffset(p, 0);
-  if (!at) return;
-  const uint64_t w = static_cast<uint64_t>(p - windows_base_) / window_bytes_;
+  auto w = windowOf(p, 0);
+  if (!w) return;
   std::lock_guard lock(mu_);
-  if (windows_[w] == WindowState::kLent) windows_[w] = WindowState::kPoisoned;
+  if (windows_[*w] == WindowState::kLent) windows_[*w] = WindowState::kPoisoned;
 }
 
 bool ShmSlots::windowPoisoned(int w) const {

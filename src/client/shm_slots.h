@@ -80,6 +80,8 @@ class ShmSlots {
  private:
   static constexpr uint64_t kHeaderBytes = 4096;
   ShmSlots() = default;
+  // The window that [p, p + n) lies in, if any.
+  std::optional<size_t> windowOf(const uint8_t* p, uint64_t n) const;
 
   int fd_ = -1;
   uint8_t* base_ = nullptr;

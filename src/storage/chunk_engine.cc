@@ -742,13 +742,12 @@ Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uin
           "storage_crc_cache_misses_total", {}, "Reads that read their CRC page from the disk");
       CrcCache::Key key{m.size_class, m.addr, static_cast<uint32_t>(b0 / kPerPage)};
       if (crc_cache_->get(key, m.chunk_version, static_cast<uint32_t>(b0 % kPerPage),
-                          static_cast<uint32_t>(crc_count), sc.read_crcs.data())) {
+                          static_cast<uint32_t>(crc_count), sc.read_crcs.data(), &crc_generation)) {
         hits.inc();
         from_cache = true;
       } else {
         misses.inc();
         crc_key = key;
-        crc_generation = crc_cache_->generation(key);
         if (!sc.crc_page) {
           sc.crc_page = AlignedBuffer(
               static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, CrcCache::kPageBytes)));

@@ -23,22 +23,19 @@ CrcCache::Shard& CrcCache::shardOf(uint32_t size_class, SlotAddr addr) {
   return shards_[(h >> 40) % kShards];
 }
 
-bool CrcCache::get(const Key& k, uint64_t version, uint32_t first, uint32_t count, uint32_t* out) {
+bool CrcCache::get(const Key& k, uint64_t version, uint32_t first, uint32_t count, uint32_t* out,
+                   uint64_t* generation) {
   Shard& s = shardOf(k.size_class, k.addr);
   std::lock_guard lock(s.mu);
   auto it = s.index.find(k);
-  if (it == s.index.end()) return false;
+  if (it == s.index.end() || s.entries[it->second].version != version) {
+    *generation = s.generation;
+    return false;
+  }
   Entry& e = s.entries[it->second];
-  if (e.version != version) return false;
   e.referenced = true;
   std::memcpy(out, e.page.get() + size_t{first} * 4, size_t{count} * 4);
   return true;
-}
-
-uint64_t CrcCache::generation(const Key& k) {
-  Shard& s = shardOf(k.size_class, k.addr);
-  std::lock_guard lock(s.mu);
-  return s.generation;
 }
 
 void CrcCache::put(const Key& k, uint64_t version, uint64_t generation, const uint8_t* page) {

@@ -46,10 +46,11 @@ class CrcCache {
   CrcCache& operator=(const CrcCache&) = delete;
 
   // Copies entries [first, first + count) of the page into `out` if it is
-  // cached for `version`. REQUIRES: first + count <= kEntriesPerPage.
-  bool get(const Key& k, uint64_t version, uint32_t first, uint32_t count, uint32_t* out);
-  // To pass to put() for a page read from the disk after this call.
-  uint64_t generation(const Key& k);
+  // cached for `version`. Otherwise sets `*generation`, to pass to put()
+  // with the page read from the disk after this call.
+  // REQUIRES: first + count <= kEntriesPerPage.
+  bool get(const Key& k, uint64_t version, uint32_t first, uint32_t count, uint32_t* out,
+           uint64_t* generation);
   // Caches `page` (kPageBytes) for `version`, unless the slot was
   // invalidated since `generation`.
   void put(const Key& k, uint64_t version, uint64_t generation, const uint8_t* page);
