@@ -797,7 +797,11 @@ TEST_P(ChunkEngineTest, SmallReadsUseCachedCrcsOfTheirOwnVersionOnly) {
   }
 
   // Removed, then written anew: into the first content's slot (the lowest
-  // free one), with its version (1), whose CRC page is cached.
+  // free one), with its version (1), whose CRC page is cached. The write
+  // dropped that page: no read below meets a stale CRC (a mismatch would be
+  // retried with the disk's CRCs, but counted).
+  auto& mismatches = metrics::Registry::global().counter("storage_checksum_mismatch_total");
+  const uint64_t mismatches0 = mismatches.value();
   ASSERT_TRUE(engine_->remove(id).ok());
   auto fresh = pattern(data.size(), 34);
   ASSERT_TRUE(engine_->write(id, 0, fresh, 1).ok());
@@ -816,6 +820,7 @@ TEST_P(ChunkEngineTest, SmallReadsUseCachedCrcsOfTheirOwnVersionOnly) {
       EXPECT_TRUE(std::equal(out.begin(), out.end(), fresh.begin() + at)) << at;
     }
   }
+  EXPECT_EQ(mismatches.value(), mismatches0);
 
   // A flipped CRC on the disk while its page is cached: reads still verify
   // the bytes against the right CRC, scrub finds the bad page.
