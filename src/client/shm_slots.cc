@@ -185,16 +185,18 @@ void ShmWindow::release() {
   shm_window_ = -1;
 }
 
+bool ShmWindow::borrow(ShmSlots* shm, size_t n) {
+  release();
+  if (!shm || n > shm->windowBytes()) return false;
+  shm_window_ = shm->lendWindow();
+  shm_ = shm;
+  return shm_window_ >= 0;
+}
+
 void ShmWindow::ensure(ShmSlots* shm, size_t n) {
   if (shm_window_ >= 0 && n <= shm_->windowBytes()) return;
+  if (heap_bytes_ == 0 && borrow(shm, n)) return;
   release();
-  if (shm && n <= shm->windowBytes() && heap_bytes_ == 0) {
-    shm_window_ = shm->lendWindow();
-    if (shm_window_ >= 0) {
-      shm_ = shm;
-      return;
-    }
-  }
   heapEnsure(n);
 }
 

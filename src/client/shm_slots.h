@@ -110,6 +110,8 @@ class ShmWindow {
   // Room for `n` bytes: a shared window when `shm` (may be null) has one
   // free and windows hold `n`, else the heap. Contents are not kept.
   void ensure(ShmSlots* shm, size_t n);
+  // A shared window for `n` bytes if `shm` has one free (true), else none.
+  bool borrow(ShmSlots* shm, size_t n);
   // After a read into it: false when a server may still write into it (its
   // call ended unanswered); the window is then given up for good and heap
   // memory takes its place, and the caller must read again.

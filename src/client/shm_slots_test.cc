@@ -55,6 +55,9 @@ TEST(ShmSlotsTest, WindowBuffersBorrowWindowsAndFallBackToTheHeap) {
   b.ensure(shm.get(), 1 << 20);  // none left: the heap
   EXPECT_TRUE(shm->windowOffset(a.data(), 1 << 20).has_value());
   EXPECT_FALSE(shm->windowOffset(b.data(), 1 << 20).has_value());
+  ShmWindow only;
+  EXPECT_FALSE(only.borrow(shm.get(), 4096));  // none free: no heap either
+  EXPECT_FALSE(only.borrow(nullptr, 4096));
   ShmWindow big;
   big.ensure(shm.get(), (1 << 20) + 1);  // larger than a window: the heap
   EXPECT_FALSE(shm->windowOffset(big.data(), 1).has_value());
@@ -64,6 +67,9 @@ TEST(ShmSlotsTest, WindowBuffersBorrowWindowsAndFallBackToTheHeap) {
   EXPECT_TRUE(shm->windowOffset(c.data(), 4096).has_value());
   EXPECT_TRUE(c.intact());
   { ShmWindow gone = std::move(c); }
+  EXPECT_TRUE(only.borrow(shm.get(), 4096));
+  EXPECT_TRUE(shm->windowOffset(only.data(), 4096).has_value());
+  EXPECT_FALSE(only.borrow(shm.get(), (1 << 20) + 1));  // gives the window back first
   EXPECT_EQ(shm->lendWindow(), 0);
   shm->returnWindow(0);
   // A poisoned window is given up: the buffer moves to the heap and the

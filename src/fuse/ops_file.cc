@@ -151,24 +151,30 @@ void read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
   CISTERN_FUSE_OP("read");
   // One buffer per FUSE thread, reused: requests are at most max_write (1 MiB).
   thread_local std::vector<uint8_t> buf;
-  // Direct reads go straight from storage into the reply: into a window of
-  // the client's shared memory where one is free, which same-host servers
-  // fill themselves (buffered reads copy out of the handle's read-ahead).
-  thread_local client::ShmWindow window;
+  auto threadBuf = [&] {
+    if (buf.size() < size) buf.resize(size);
+    return buf.data();
+  };
   size_t done = 0;
   Handle* h = handleOf(fi);
   const uint8_t* data;
   Error e;
+  // Direct reads go straight from storage into the reply: into a window of
+  // the client's shared memory, borrowed for this request (idle threads hold
+  // none), which same-host servers fill themselves. Buffered reads copy out
+  // of the handle's read-ahead.
+  client::ShmWindow window;
   if (h->direct) {
-    window.ensure(fs(req).client().shm(), size);
-    e = h->node->file->preadDirect(window.data(), size, static_cast<uint64_t>(off), &done);
-    // A server may still write into the window: read again into the heap.
-    if (!e && !window.intact())
-      e = h->node->file->preadDirect(window.data(), size, static_cast<uint64_t>(off), &done);
-    data = window.data();
+    uint8_t* dst = window.borrow(fs(req).client().shm(), size) ? window.data() : threadBuf();
+    e = h->node->file->preadDirect(dst, size, static_cast<uint64_t>(off), &done);
+    // A server may still write into the window: read again into our buffer.
+    if (!e && !window.intact()) {
+      dst = threadBuf();
+      e = h->node->file->preadDirect(dst, size, static_cast<uint64_t>(off), &done);
+    }
+    data = dst;
   } else {
-    if (buf.size() < size) buf.resize(size);
-    e = h->node->file->pread(buf.data(), size, static_cast<uint64_t>(off), &done);
+    e = h->node->file->pread(threadBuf(), size, static_cast<uint64_t>(off), &done);
     data = buf.data();
   }
   if (e) {
