@@ -80,6 +80,18 @@ asio::awaitable<void> pieceWorker(PendingIo* run) {
   if (--run->running == 0) run->cv.notify_all();
 }
 
+// The status of a one-range BatchRead's range: a hole (a chunk never
+// written) is no error and reads as zero bytes got.
+Status rangeStatus(const storage::BatchReadResp& resp, size_t* got) {
+  auto code = resp.codes_size() > 0 ? static_cast<ErrorCode>(resp.codes(0)) : ErrorCode::kOk;
+  if (code == ErrorCode::kNotFound) {
+    *got = 0;
+  } else if (code != ErrorCode::kOk) {
+    return Status(code, "");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 // One piece's request and answer over the socket, for either path: the
@@ -121,13 +133,7 @@ class ClientImpl::SocketPiece {
       writeBytes("socket").inc(p_.length);
       return s;
     }
-    auto code =
-        read_resp_.codes_size() > 0 ? static_cast<ErrorCode>(read_resp_.codes(0)) : ErrorCode::kOk;
-    if (code == ErrorCode::kNotFound) {
-      got_ = 0;  // a hole: the chunk was never written
-    } else if (code != ErrorCode::kOk) {
-      return Status(code, "");
-    }
+    RETURN_ON_ERROR(rangeStatus(read_resp_, &got_));
     if (got_ < p_.length) std::memset(p_.data + got_, 0, p_.length - got_);
     readBytes("socket").inc(got_);
     return s;
@@ -290,22 +296,18 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
       clean = !endedUnanswered(s);
       break;
     }
-    auto code = resp.codes_size() > 0 ? static_cast<ErrorCode>(resp.codes(0)) : ErrorCode::kOk;
-    uint32_t got = resp.lengths_size() > 0 ? std::min(resp.lengths(0), n) : 0;
-    if (code == ErrorCode::kNotFound) {
-      got = 0;  // a hole: the chunk was never written
-    } else if (code != ErrorCode::kOk) {
-      s = Status(code, "");
-      break;
-    }
-    if (!direct) std::memcpy(p.data + done, shm_->data(slot), got);
-    readBytes("shm").inc(got);
+    size_t got = resp.lengths_size() > 0 ? std::min(resp.lengths(0), n) : 0;
+    s = rangeStatus(resp, &got);
+    if (!s.ok()) break;
     if (direct) {
       static auto& windowed = metrics::Registry::global().counter(
           "client_shm_window_read_bytes_total", {},
           "Chunk bytes servers read straight into the client's windows (no copy)");
       windowed.inc(got);
+    } else {
+      std::memcpy(p.data + done, shm_->data(slot), got);
     }
+    readBytes("shm").inc(got);
     if (got < n) {
       // The chunk ends here: the rest of the piece reads as zeros.
       std::memset(p.data + done + got, 0, p.length - done - got);
