@@ -58,6 +58,15 @@ struct OpenInode {
   uint32_t writers = 0;
   uint64_t hold_session = 0;  // taken before this mount unlinks the file
   bool buffered = false;
+  // The kernel asks for security.capability before every buffered write
+  // (to drop file capabilities); while the inode is open here, meta's "none"
+  // is remembered and answered locally. xattr_gen counts this mount's xattr
+  // changes of the inode (bumped before and after each); no_caps_at is
+  // gen + 1 of the getxattr that found none, and holds only while xattr_gen
+  // is still that gen. Another client's setxattr shows at the next open.
+  std::atomic<uint64_t> xattr_gen{0};
+  std::atomic<uint64_t> no_caps_at{0};
+  bool knownNoCaps() const { return no_caps_at.load() == xattr_gen.load() + 1; }
 };
 
 // fi->fh of an open file.

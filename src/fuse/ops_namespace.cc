@@ -17,6 +17,25 @@ constexpr uint32_t kRenameExchange = 2;   // RENAME_EXCHANGE
 
 int64_t toNs(const timespec& t) { return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; }
 
+// Around a setxattr or removexattr: an open inode's remembered "no
+// security.capability" stops holding when the change starts, and an answer
+// read while it was under way does not hold afterwards either.
+// (The inode may be opened meanwhile: it is looked up again at the end.)
+class XattrChange {
+ public:
+  XattrChange(FuseFs& f, fuse_ino_t ino) : f_(f), ino_(ino) { bump(); }
+  ~XattrChange() { bump(); }
+  XattrChange(const XattrChange&) = delete;
+  XattrChange& operator=(const XattrChange&) = delete;
+
+ private:
+  void bump() {
+    if (auto node = f_.findOpen(ino_)) ++node->xattr_gen;
+  }
+  FuseFs& f_;
+  fuse_ino_t ino_;
+};
+
 // Looks `name` up in `parent` as the mount (for holds before a removal); 0 when missing.
 uint64_t inoOf(FuseFs& f, fuse_ino_t parent, const char* name) {
   meta::LookupReq in;
@@ -326,6 +345,7 @@ void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
   in.set_flags(static_cast<uint32_t>(flags));  // XATTR_CREATE / XATTR_REPLACE, as in meta
   stamp(f, &in);
   f.forgetNoXattrs(ino);  // before: a getxattr after the set must ask meta
+  XattrChange change(f, ino);
   meta::Empty out;
   if (!f.call(req, "SetXattr", in, &out)) return;
   f.dropDirAttrs(ino);  // its ctime changed
@@ -339,12 +359,24 @@ void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     replyErr(req, ENODATA);
     return;
   }
+  const bool caps = std::strcmp(name, "security.capability") == 0;
+  std::shared_ptr<OpenInode> node = caps ? f.findOpen(ino) : nullptr;
+  if (node && node->knownNoCaps()) {
+    replyErr(req, ENODATA);
+    return;
+  }
+  const uint64_t gen = node ? node->xattr_gen.load() : 0;
   meta::XattrReq in;
   *in.mutable_caller() = f.caller(req);
   in.set_ino(ino);
   in.set_name(name);
   meta::XattrResp out;
-  if (!f.call(req, "GetXattr", in, &out)) return;
+  Status s = f.meta("GetXattr", in, &out);
+  if (!s.ok()) {
+    if (node && s.toErrno() == ENODATA) node->no_caps_at = gen + 1;
+    replyErr(req, replyErrno(s));
+    return;
+  }
   if (size == 0) {
     fuse_reply_xattr(req, out.value().size());
   } else if (out.value().size() > size) {
@@ -391,6 +423,7 @@ void removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   in.set_ino(ino);
   in.set_name(name);
   stamp(f, &in);
+  XattrChange change(f, ino);
   meta::Empty out;
   if (!f.call(req, "RemoveXattr", in, &out)) return;
   f.dropDirAttrs(ino);  // its ctime changed

@@ -2,6 +2,7 @@
 // error cases, run against a real `cistern up --mount` as root, with
 // permission cases run as unprivileged users in child processes.
 #include <dirent.h>
+#include <linux/capability.h>
 #include <linux/falloc.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -1069,6 +1070,38 @@ TEST(Xattr, AFileCreatedHereIsAnsweredWithoutMetaUntilOneIsSet) {
   EXPECT_EQ(std::string(buf, 7), std::string("user.a\0", 7));
   EXPECT_EQ(calls(gets), gets0 + 1);
   EXPECT_EQ(calls(lists), lists0 + 1);
+}
+
+// The kernel asks for security.capability before every buffered write. For
+// a file open on this mount meta is asked once per open; a capability set
+// through the mount meanwhile is still seen, and dropped, by the next write.
+TEST(Xattr, WritesAskMetaForCapabilitiesOncePerOpenAndStillDropThem) {
+  auto d = testDir();
+  std::string p = d + "/f";
+  int port = MountEnv::get().cluster().metricsPort();
+  const std::string gets = R"(rpc_server_calls_total{method="cistern.meta.MetaService.GetXattr"})";
+  auto calls = [&] { return std::max(0.0, sample(httpGet(port, "/metrics"), gets)); };
+  ASSERT_TRUE(writeFile(p, "x"));
+  // Setting an xattr ends "just created, none" for the file.
+  ASSERT_EQ(::setxattr(p.c_str(), "user.a", "1", 1, 0), 0) << std::strerror(errno);
+  ASSERT_EQ(::removexattr(p.c_str(), "user.a"), 0) << std::strerror(errno);
+  double gets0 = calls();
+  int fd = ::open(p.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(::write(fd, "y", 1), 1) << std::strerror(errno);
+  EXPECT_EQ(calls(), gets0 + 1);
+
+  vfs_cap_data cap{};
+  cap.magic_etc = VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE;
+  cap.data[0].permitted = 1u << CAP_NET_RAW;
+  ASSERT_EQ(::fsetxattr(fd, "security.capability", &cap, XATTR_CAPS_SZ_2, 0), 0)
+      << std::strerror(errno);
+  EXPECT_EQ(::getxattr(p.c_str(), "security.capability", nullptr, 0),
+            static_cast<ssize_t>(XATTR_CAPS_SZ_2));
+  ASSERT_EQ(::write(fd, "z", 1), 1) << std::strerror(errno);
+  EXPECT_ERRNO(::getxattr(p.c_str(), "security.capability", nullptr, 0), ENODATA);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(readFile(p), "x" + std::string(50, 'y') + "z");
 }
 
 TEST(Xattr, SizeQueryWithZeroBuffer) {
