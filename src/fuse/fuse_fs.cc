@@ -343,6 +343,18 @@ bool FuseFs::knownNoXattrs(uint64_t ino) {
   return e.ino == ino && std::chrono::steady_clock::now() < e.until;
 }
 
+void FuseFs::noteNoCaps(OpenInode& node, uint64_t gen) {
+  if (options_.attr_timeout_s <= 0) return;
+  node.no_caps_until_ns = attrDeadline(options_).time_since_epoch() / std::chrono::nanoseconds(1);
+  node.no_caps_at = gen + 1;
+}
+
+bool FuseFs::knownNoCaps(const OpenInode& node) const {
+  const int64_t now =
+      std::chrono::steady_clock::now().time_since_epoch() / std::chrono::nanoseconds(1);
+  return node.no_caps_at.load() == node.xattr_gen.load() + 1 && now < node.no_caps_until_ns.load();
+}
+
 void FuseFs::forgetNoXattrs(uint64_t ino) {
   std::lock_guard lock(no_xattrs_mu_);
   NoXattrs& e = no_xattrs_[ino % kNoXattrSlots];

@@ -60,13 +60,13 @@ struct OpenInode {
   bool buffered = false;
   // The kernel asks for security.capability before every buffered write
   // (to drop file capabilities); while the inode is open here, meta's "none"
-  // is remembered and answered locally. xattr_gen counts this mount's xattr
-  // changes of the inode (bumped before and after each); no_caps_at is
-  // gen + 1 of the getxattr that found none, and holds only while xattr_gen
-  // is still that gen. Another client's setxattr shows at the next open.
+  // is remembered for attr_timeout (FuseFs::noteNoCaps, knownNoCaps).
+  // xattr_gen counts this mount's xattr changes of the inode (bumped before
+  // and after each); no_caps_at is gen + 1 of the getxattr that found none,
+  // and holds only while xattr_gen is still that gen.
   std::atomic<uint64_t> xattr_gen{0};
   std::atomic<uint64_t> no_caps_at{0};
-  bool knownNoCaps() const { return no_caps_at.load() == xattr_gen.load() + 1; }
+  std::atomic<int64_t> no_caps_until_ns{0};  // steady clock
 };
 
 // fi->fh of an open file.
@@ -132,6 +132,12 @@ class FuseFs {
   // kNoXattrSlots entries; a colliding entry is overwritten (then the meta
   // service answers).
   void noteNoXattrs(uint64_t ino);
+  // An open inode's "no security.capability" from meta, read when its
+  // xattr_gen was `gen`: answered here for attr_timeout, unless this mount
+  // changes its xattrs meanwhile. Another client's setxattr shows after
+  // that time, as its attribute changes do.
+  void noteNoCaps(OpenInode& node, uint64_t gen);
+  bool knownNoCaps(const OpenInode& node) const;
   bool knownNoXattrs(uint64_t ino);
   void forgetNoXattrs(uint64_t ino);
 

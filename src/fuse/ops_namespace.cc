@@ -361,7 +361,7 @@ void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   }
   const bool caps = std::strcmp(name, "security.capability") == 0;
   std::shared_ptr<OpenInode> node = caps ? f.findOpen(ino) : nullptr;
-  if (node && node->knownNoCaps()) {
+  if (node && f.knownNoCaps(*node)) {
     replyErr(req, ENODATA);
     return;
   }
@@ -373,7 +373,7 @@ void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   meta::XattrResp out;
   Status s = f.meta("GetXattr", in, &out);
   if (!s.ok()) {
-    if (node && s.toErrno() == ENODATA) node->no_caps_at = gen + 1;
+    if (node && s.toErrno() == ENODATA) f.noteNoCaps(*node, gen);
     replyErr(req, replyErrno(s));
     return;
   }
