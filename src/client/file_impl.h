@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/client_impl.h"
+#include "client/heap_buffer.h"
 #include "client/shm_slots.h"
 
 namespace cistern::client {
@@ -93,18 +94,7 @@ class FileImpl final : public File {
 
   // Buffers are never zeroed: only the pages that bytes land in are touched
   // (a small file must not pay for a chunk-sized or window-sized memset).
-  struct Buffer {
-    std::unique_ptr<uint8_t[]> bytes;
-    size_t capacity = 0;
-    uint8_t* data() const { return bytes.get(); }
-    size_t size() const { return capacity; }
-    // Makes room for at least `n` bytes; the contents are not kept.
-    void ensure(size_t n) {
-      if (n <= capacity) return;
-      bytes.reset(new uint8_t[n]);  // default-initialized: not zeroed
-      capacity = n;
-    }
-  };
+  using Buffer = HeapBuffer;
 
   Buffer wbuf_;
   uint64_t wbuf_offset_ = 0;

@@ -175,7 +175,6 @@ ShmWindow& ShmWindow::operator=(ShmWindow&& o) noexcept {
     shm_ = std::exchange(o.shm_, nullptr);
     shm_window_ = std::exchange(o.shm_window_, -1);
     heap_ = std::move(o.heap_);
-    heap_bytes_ = std::exchange(o.heap_bytes_, 0);
   }
   return *this;
 }
@@ -195,23 +194,17 @@ bool ShmWindow::borrow(ShmSlots* shm, size_t n) {
 
 void ShmWindow::ensure(ShmSlots* shm, size_t n) {
   if (shm_window_ >= 0 && n <= shm_->windowBytes()) return;
-  if (heap_bytes_ == 0 && borrow(shm, n)) return;
+  if (heap_.size() == 0 && borrow(shm, n)) return;
   release();
-  heapEnsure(n);
+  heap_.ensure(n);
 }
 
 bool ShmWindow::intact() {
   if (shm_window_ < 0 || !shm_->windowPoisoned(shm_window_)) return true;
   size_t n = shm_->windowBytes();
   release();  // retired for good
-  heapEnsure(n);
+  heap_.ensure(n);
   return false;
-}
-
-void ShmWindow::heapEnsure(size_t n) {
-  if (n <= heap_bytes_) return;
-  heap_.reset(new uint8_t[n]);  // default-initialized: not zeroed
-  heap_bytes_ = n;
 }
 
 }  // namespace cistern::client

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "client/heap_buffer.h"
 #include "net/endpoint.h"
 
 namespace cistern::storage {
@@ -106,7 +107,7 @@ class ShmWindow {
   ShmWindow(ShmWindow&& o) noexcept { *this = std::move(o); }
   ShmWindow& operator=(ShmWindow&& o) noexcept;
   ~ShmWindow() { release(); }
-  uint8_t* data() const { return shm_window_ >= 0 ? shm_->windowData(shm_window_) : heap_.get(); }
+  uint8_t* data() const { return shm_window_ >= 0 ? shm_->windowData(shm_window_) : heap_.data(); }
   // Room for `n` bytes: a shared window when `shm` (may be null) has one
   // free and windows hold `n`, else the heap. Contents are not kept.
   void ensure(ShmSlots* shm, size_t n);
@@ -119,11 +120,9 @@ class ShmWindow {
 
  private:
   void release();
-  void heapEnsure(size_t n);
   ShmSlots* shm_ = nullptr;
   int shm_window_ = -1;
-  std::unique_ptr<uint8_t[]> heap_;
-  size_t heap_bytes_ = 0;
+  HeapBuffer heap_;
 };
 
 }  // namespace cistern::client

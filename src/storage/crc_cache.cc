@@ -5,9 +5,18 @@
 
 namespace cistern::storage {
 
+namespace {
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
+uint64_t slotHash(uint32_t size_class, SlotAddr addr) {
+  return ((uint64_t{size_class} << 48) ^ (uint64_t{addr.group} << 24) ^ addr.slot) * kGolden;
+}
+
+}  // namespace
+
 size_t CrcCache::KeyHash::operator()(const Key& k) const {
-  uint64_t h = (uint64_t{k.size_class} << 56) ^ (uint64_t{k.addr.group} << 28) ^ k.addr.slot;
-  h = (h ^ (uint64_t{k.page} << 44)) * 0x9e3779b97f4a7c15ull;
+  uint64_t h = (slotHash(k.size_class, k.addr) ^ k.page) * kGolden;
   return static_cast<size_t>(h ^ (h >> 29));
 }
 
@@ -18,9 +27,7 @@ CrcCache::~CrcCache() = default;
 
 CrcCache::Shard& CrcCache::shardOf(uint32_t size_class, SlotAddr addr) {
   // Every page of a slot in one shard: invalidate() takes one lock.
-  uint64_t h = ((uint64_t{size_class} << 48) ^ (uint64_t{addr.group} << 24) ^ addr.slot) *
-               0x9e3779b97f4a7c15ull;
-  return shards_[(h >> 40) % kShards];
+  return shards_[(slotHash(size_class, addr) >> 40) % kShards];
 }
 
 bool CrcCache::get(const Key& k, uint64_t version, uint32_t first, uint32_t count, uint32_t* out,
