@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/assert.h"
 #include "common/crc32c.h"
 #include "common/endian.h"
 #include "common/fault.h"
@@ -624,13 +625,15 @@ Status ChunkEngine::fail(const std::string& what) {
   return Status(ErrorCode::kIOError, fmt::format("target failed: {}", what));
 }
 
-Result<std::shared_ptr<ChunkEngine::File>> ChunkEngine::groupFile(uint32_t c, uint32_t group) {
+Result<std::shared_ptr<ChunkEngine::File>> ChunkEngine::groupFile(uint32_t c, uint32_t group,
+                                                                  bool open) {
   uint64_t key = (uint64_t{c} << 32) | group;
   std::lock_guard lock(files_mu_);
   if (auto it = files_.find(key); it != files_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second.second);
     return it->second.first;
   }
+  if (!open) return std::shared_ptr<File>();
   std::string path = groupPath(c, group);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -686,6 +689,13 @@ struct Scratch {
     if (!io) io = alignedBuffer();
     return io.get();
   }
+  uint8_t* crcPage() {
+    if (!crc_page) {
+      crc_page = AlignedBuffer(
+          static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, CrcCache::kPageBytes)));
+    }
+    return crc_page.get();
+  }
   uint8_t* pieceBuf() {
     if (!piece) piece = alignedBuffer();
     return piece.get();
@@ -707,115 +717,261 @@ Status mismatch(const ChunkMeta& m, uint64_t block) {
 
 }  // namespace
 
-Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out,
-                              bool cached_crcs) {
-  if (n == 0) return Status::OK();
-  ASSIGN_OR_RETURN(auto file, groupFile(m.size_class, m.addr.group));
-  const uint64_t base = slotPos(m.size_class, m.addr);
-  const uint64_t end = offset + n;
-  const uint64_t full = m.length / kBlockBytes;  // blocks with a CRC in the CRC area
-  const uint64_t b0 = offset / kBlockBytes;
-  const uint64_t b1 = (end - 1) / kBlockBytes;  // inclusive
-  Scratch& sc = scratch();
-  uint8_t* buf = sc.ioBuf();
-  const uint64_t crc_count = b0 < full ? std::min(b1 + 1, full) - b0 : 0;
-  // A read of a full slot's last blocks whose CRCs lie in the first page of
-  // the CRC area (right after the data) fetches data and CRCs in one I/O.
-  const uint64_t data_to = roundUp(std::min((b1 + 1) * kBlockBytes, uint64_t{m.length}));
-  const bool fused = crc_count > 0 && data_to == classBytes(m.size_class) &&
-                     (b0 + crc_count) * 4 <= kBlockBytes &&
-                     data_to - b0 * kBlockBytes <= kPieceBytes;
-  if (sc.read_crcs.size() < crc_count) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
-  // Otherwise the CRCs come from the CRC cache when they lie in one page of
-  // the CRC area, or are read together with the first piece's data (the
-  // whole page, which is then cached once the data verified against it).
+// One range read of readRange or startRead/finishRead: the plan, the
+// buffers it reads into (the thread's scratch, or an AsyncRead's own), and
+// the piece whose I/O is being performed.
+struct ChunkEngine::RangeRead {
+  ChunkMeta m;
+  uint64_t offset = 0, end = 0;
+  uint8_t* out = nullptr;
+  std::shared_ptr<File> file;
+  uint8_t* buf = nullptr;       // aligned, a piece and a block
+  uint32_t* crcs = nullptr;     // room for the range's CRCs
+  uint8_t* crc_page = nullptr;  // aligned, one CRC page
+  // Set by beginRange.
+  uint64_t b0 = 0, b1 = 0;  // blocks, inclusive
+  uint64_t full = 0;        // blocks with a CRC in the CRC area
+  uint64_t crc_count = 0;   // of those, in the range
+  uint64_t data_to = 0;
+  bool fused = false;
   std::optional<IoRequest> crc_read;
   std::optional<CrcCache::Key> crc_key;  // the page read is to be cached
   uint64_t crc_generation = 0;
   bool from_cache = false;
-  if (crc_count > 0 && !fused) {
-    constexpr uint64_t kPerPage = CrcCache::kEntriesPerPage;
-    if (cached_crcs && crc_cache_ && b0 / kPerPage == (b0 + crc_count - 1) / kPerPage) {
-      static auto& hits = metrics::Registry::global().counter(
-          "storage_crc_cache_hits_total", {}, "Reads whose CRCs came from the CRC cache");
-      static auto& misses = metrics::Registry::global().counter(
-          "storage_crc_cache_misses_total", {}, "Reads that read their CRC page from the disk");
-      CrcCache::Key key{m.size_class, m.addr, static_cast<uint32_t>(b0 / kPerPage)};
-      if (crc_cache_->get(key, m.chunk_version, static_cast<uint32_t>(b0 % kPerPage),
-                          static_cast<uint32_t>(crc_count), sc.read_crcs.data(), &crc_generation)) {
-        hits.inc();
-        from_cache = true;
-      } else {
-        misses.inc();
-        crc_key = key;
-        if (!sc.crc_page) {
-          sc.crc_page = AlignedBuffer(
-              static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, CrcCache::kPageBytes)));
-        }
-        crc_read =
-            IoRequest::readOf(file->fd, sc.crc_page.get(), CrcCache::kPageBytes,
-                              crcPos(m.size_class, m.addr) + key.page * CrcCache::kPageBytes);
-      }
+  // The piece in flight.
+  uint64_t ps = 0, pe = 0;
+  uint8_t* dst = nullptr;
+  uint8_t* fused_crcs = nullptr;  // where a fused read puts the CRC page
+  bool crc_in_piece = false;
+  IoRequest io[2];
+  size_t io_count = 0;
+};
+
+void ChunkEngine::beginRange(RangeRead& r, bool cached_crcs) {
+  const ChunkMeta& m = r.m;
+  r.full = m.length / kBlockBytes;
+  r.b0 = r.offset / kBlockBytes;
+  r.b1 = (r.end - 1) / kBlockBytes;
+  r.crc_count = r.b0 < r.full ? std::min(r.b1 + 1, r.full) - r.b0 : 0;
+  // A read of a full slot's last blocks whose CRCs lie in the first page of
+  // the CRC area (right after the data) fetches data and CRCs in one I/O.
+  r.data_to = roundUp(std::min((r.b1 + 1) * kBlockBytes, uint64_t{m.length}));
+  r.fused = r.crc_count > 0 && r.data_to == classBytes(m.size_class) &&
+            (r.b0 + r.crc_count) * 4 <= kBlockBytes &&
+            r.data_to - r.b0 * kBlockBytes <= kPieceBytes;
+  // Otherwise the CRCs come from the CRC cache when they lie in one page of
+  // the CRC area, or are read together with the first piece's data (the
+  // whole page, which is then cached once the data verified against it).
+  if (r.crc_count == 0 || r.fused) return;
+  constexpr uint64_t kPerPage = CrcCache::kEntriesPerPage;
+  const uint64_t b0 = r.b0;
+  if (cached_crcs && crc_cache_ && b0 / kPerPage == (b0 + r.crc_count - 1) / kPerPage) {
+    static auto& hits = metrics::Registry::global().counter(
+        "storage_crc_cache_hits_total", {}, "Reads whose CRCs came from the CRC cache");
+    static auto& misses = metrics::Registry::global().counter(
+        "storage_crc_cache_misses_total", {}, "Reads that read their CRC page from the disk");
+    CrcCache::Key key{m.size_class, m.addr, static_cast<uint32_t>(b0 / kPerPage)};
+    if (crc_cache_->get(key, m.chunk_version, static_cast<uint32_t>(b0 % kPerPage),
+                        static_cast<uint32_t>(r.crc_count), r.crcs, &r.crc_generation)) {
+      hits.inc();
+      r.from_cache = true;
     } else {
-      crc_read = IoRequest::readOf(file->fd, sc.read_crcs.data(), crc_count * 4,
+      misses.inc();
+      r.crc_key = key;
+      r.crc_read =
+          IoRequest::readOf(r.file->fd, r.crc_page, CrcCache::kPageBytes,
+                            crcPos(m.size_class, m.addr) + key.page * CrcCache::kPageBytes);
+    }
+  } else {
+    r.crc_read = IoRequest::readOf(r.file->fd, r.crcs, r.crc_count * 4,
                                    crcPos(m.size_class, m.addr) + b0 * 4);
-    }
   }
-  // Whole blocks, a piece at a time, into the aligned buffer: verified there,
-  // then the wanted bytes are copied out.
-  for (uint64_t ps = b0 * kBlockBytes; ps < end; ps += kPieceBytes) {
-    // Data end of the piece: whole blocks, up to the block holding `end`.
-    const uint64_t pe = std::min({ps + kPieceBytes, (b1 + 1) * kBlockBytes, uint64_t{m.length}});
-    // Whole blocks wanted whole, at a block-aligned place in `out`: read
-    // straight into `out` (no copy).
-    uint8_t* dst = buf;
-    if (ps >= offset && pe <= end && (pe - ps) % kBlockBytes == 0 &&
-        reinterpret_cast<uintptr_t>(out + (ps - offset)) % kBlockBytes == 0) {
-      dst = out + (ps - offset);
-    }
-    if (fused) {
-      // Data and the first CRC page in one I/O; the CRC page lands in `buf`.
-      uint64_t data_len = data_to - ps;
-      uint8_t* crc_page = dst == buf ? buf + data_len : buf;
-      IoRequest r = IoRequest::readOf(file->dfd, dst, data_len, base + ps);
-      if (dst == buf) {
-        r.iov[0].iov_len += kBlockBytes;  // contiguous: one buffer
-      } else {
-        r.iov[1] = {crc_page, kBlockBytes};
-        r.iovcnt = 2;
-      }
-      RETURN_ON_ERROR(io_->run({&r, 1}));
-      std::memcpy(sc.read_crcs.data(), crc_page + b0 * 4, crc_count * 4);
+}
+
+// Whole blocks, a piece at a time, into the aligned buffer: verified there,
+// then the wanted bytes are copied out.
+void ChunkEngine::preparePiece(RangeRead& r, uint64_t ps) {
+  const uint64_t base = slotPos(r.m.size_class, r.m.addr);
+  r.ps = ps;
+  // Data end of the piece: whole blocks, up to the block holding `end`.
+  r.pe = std::min({ps + kPieceBytes, (r.b1 + 1) * kBlockBytes, uint64_t{r.m.length}});
+  // Whole blocks wanted whole, at a block-aligned place in `out`: read
+  // straight into `out` (no copy).
+  r.dst = r.buf;
+  if (ps >= r.offset && r.pe <= r.end && (r.pe - ps) % kBlockBytes == 0 &&
+      reinterpret_cast<uintptr_t>(r.out + (ps - r.offset)) % kBlockBytes == 0) {
+    r.dst = r.out + (ps - r.offset);
+  }
+  r.crc_in_piece = false;
+  if (r.fused) {
+    // Data and the first CRC page in one I/O; the CRC page lands in `buf`.
+    uint64_t data_len = r.data_to - ps;
+    r.fused_crcs = r.dst == r.buf ? r.buf + data_len : r.buf;
+    r.io[0] = IoRequest::readOf(r.file->dfd, r.dst, data_len, base + ps);
+    if (r.dst == r.buf) {
+      r.io[0].iov[0].iov_len += kBlockBytes;  // contiguous: one buffer
     } else {
-      IoRequest rs[2] = {IoRequest::readOf(file->dfd, dst, roundUp(pe - ps), base + ps)};
-      size_t count = 1;
-      if (crc_read) {
-        rs[count++] = *crc_read;
-        crc_read.reset();
-      }
-      RETURN_ON_ERROR(io_->run({rs, count}));
-      if (crc_key && count == 2) {
-        std::memcpy(sc.read_crcs.data(), sc.crc_page.get() + (b0 % CrcCache::kEntriesPerPage) * 4,
-                    crc_count * 4);
-      }
+      r.io[0].iov[1] = {r.fused_crcs, kBlockBytes};
+      r.io[0].iovcnt = 2;
     }
-    for (uint64_t bs = ps; bs < pe; bs += kBlockBytes) {
-      uint64_t block = bs / kBlockBytes;
-      uint32_t want = block < full ? sc.read_crcs[block - b0] : m.tail_crc;
-      if (crc32c(dst + (bs - ps), std::min(kBlockBytes, pe - bs)) != want) {
-        // A cached page may be what is wrong: the next attempt reads the disk's.
-        if (from_cache) crc_cache_->invalidate(m.size_class, m.addr);
-        return mismatch(m, block);
-      }
-    }
-    if (dst == buf) {
-      uint64_t from = std::max(ps, offset), to = std::min(pe, end);
-      std::memcpy(out + (from - offset), buf + (from - ps), to - from);
+    r.io_count = 1;
+    return;
+  }
+  r.io[0] = IoRequest::readOf(r.file->dfd, r.dst, roundUp(r.pe - ps), base + ps);
+  r.io_count = 1;
+  if (r.crc_read) {
+    r.io[r.io_count++] = *r.crc_read;
+    r.crc_read.reset();
+    r.crc_in_piece = true;
+  }
+}
+
+Status ChunkEngine::finishPiece(RangeRead& r) {
+  if (r.fused) {
+    std::memcpy(r.crcs, r.fused_crcs + r.b0 * 4, r.crc_count * 4);
+  } else if (r.crc_key && r.crc_in_piece) {
+    std::memcpy(r.crcs, r.crc_page + (r.b0 % CrcCache::kEntriesPerPage) * 4, r.crc_count * 4);
+  }
+  const ChunkMeta& m = r.m;
+  for (uint64_t bs = r.ps; bs < r.pe; bs += kBlockBytes) {
+    uint64_t block = bs / kBlockBytes;
+    uint32_t want = block < r.full ? r.crcs[block - r.b0] : m.tail_crc;
+    if (crc32c(r.dst + (bs - r.ps), std::min(kBlockBytes, r.pe - bs)) != want) {
+      // A cached page may be what is wrong: the next attempt reads the disk's.
+      if (r.from_cache) crc_cache_->invalidate(m.size_class, m.addr);
+      return mismatch(m, block);
     }
   }
-  // Every block verified against the page: keep it for the next reads.
-  if (crc_key) crc_cache_->put(*crc_key, m.chunk_version, crc_generation, sc.crc_page.get());
+  if (r.dst == r.buf) {
+    uint64_t from = std::max(r.ps, r.offset), to = std::min(r.pe, r.end);
+    std::memcpy(r.out + (from - r.offset), r.buf + (from - r.ps), to - from);
+  }
   return Status::OK();
+}
+
+void ChunkEngine::endRange(RangeRead& r) {
+  // Every block verified against the page: keep it for the next reads.
+  if (r.crc_key) crc_cache_->put(*r.crc_key, r.m.chunk_version, r.crc_generation, r.crc_page);
+}
+
+Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out,
+                              bool cached_crcs) {
+  if (n == 0) return Status::OK();
+  RangeRead r;
+  ASSIGN_OR_RETURN(r.file, groupFile(m.size_class, m.addr.group));
+  r.m = m;
+  r.offset = offset;
+  r.end = offset + n;
+  r.out = out;
+  Scratch& sc = scratch();
+  r.buf = sc.ioBuf();
+  r.crc_page = sc.crcPage();
+  if (sc.read_crcs.empty()) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
+  r.crcs = sc.read_crcs.data();
+  beginRange(r, cached_crcs);
+  for (uint64_t ps = r.b0 * kBlockBytes; ps < r.end; ps += kPieceBytes) {
+    preparePiece(r, ps);
+    RETURN_ON_ERROR(io_->run({r.io, r.io_count}));
+    RETURN_ON_ERROR(finishPiece(r));
+  }
+  endRange(r);
+  return Status::OK();
+}
+
+// Reads of at most kAsyncReadBytesMax touch at most this many blocks, and a
+// fused read one more (the CRC page).
+constexpr size_t kAsyncReadBlocks = ChunkEngine::kAsyncReadBytesMax / kBlockBytes + 2;
+static_assert((kAsyncReadBlocks + 1) * kBlockBytes <= kPieceBytes + kBlockBytes);
+
+struct ChunkEngine::AsyncRead::State {
+  RangeRead range;
+  uint64_t allocations = 0;  // slot_allocations_ when the record was read
+  ChunkId id;
+  AlignedBuffer buf{
+      static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, (kAsyncReadBlocks + 1) * kBlockBytes))};
+  AlignedBuffer crc_page{static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, kBlockBytes))};
+  uint32_t crcs[kAsyncReadBlocks] = {};
+};
+
+ChunkEngine::AsyncRead::AsyncRead() : s_(std::make_unique<State>()) {}
+ChunkEngine::AsyncRead::~AsyncRead() = default;
+std::span<IoRequest> ChunkEngine::AsyncRead::io() { return {s_->range.io, s_->range.io_count}; }
+
+Result<std::optional<size_t>> ChunkEngine::startRead(ChunkId id, uint64_t offset,
+                                                     std::span<uint8_t> out, AsyncRead& a) {
+  using Started = std::optional<size_t>;
+  // A delay at a fault point would stall the caller's event loop.
+  if (out.size() > kAsyncReadBytesMax || fault::g_enabled_count.load() > 0) return Started();
+  AsyncRead::State& s = *a.s_;
+  s.allocations = slot_allocations_.load();
+  bool in_memory = false;
+  ASSIGN_OR_RETURN(auto m, queryInMemory(id, &in_memory));
+  if (!in_memory) return Started();
+  if (!m) return Status(ErrorCode::kNotFound, idText(id));
+  RangeRead& r = s.range;
+  r = RangeRead();
+  if (offset >= m->length) return Started(0);
+  const size_t n = std::min<size_t>(out.size(), m->length - offset);
+  ASSIGN_OR_RETURN(r.file, groupFile(m->size_class, m->addr.group, /*open=*/false));
+  if (!r.file) return Started();
+  s.id = id;
+  r.m = *m;
+  r.offset = offset;
+  r.end = offset + n;
+  r.out = out.data();
+  r.buf = s.buf.get();
+  r.crc_page = s.crc_page.get();
+  r.crcs = s.crcs;
+  beginRange(r, /*cached_crcs=*/true);
+  preparePiece(r, r.b0 * kBlockBytes);
+  CISTERN_CHECK(r.pe >= r.end, "an asynchronous read is one piece");
+  return Started(n);
+}
+
+bool ChunkEngine::finishRead(AsyncRead& a, std::span<const int> results) {
+  AsyncRead::State& s = *a.s_;
+  RangeRead& r = s.range;
+  if (r.io_count == 0) return true;  // nothing to read
+  for (size_t i = 0; i < r.io_count; ++i) {
+    if (i >= results.size() || results[i] < 0) return false;
+    // Short at the end of a file (a CRC page, a slot not written to its
+    // end): the rest reads as zeros, as with IoBackend. Every block used is
+    // verified below, so zeros that should not be there are caught.
+    size_t skip = static_cast<size_t>(results[i]);
+    for (int v = 0; v < r.io[i].iovcnt; ++v) {
+      const iovec& part = r.io[i].iov[v];
+      if (skip < part.iov_len)
+        std::memset(static_cast<uint8_t*>(part.iov_base) + skip, 0, part.iov_len - skip);
+      skip -= std::min(skip, part.iov_len);
+    }
+  }
+  if (!finishPiece(r).ok()) return false;  // read() tells corruption from a moved chunk
+  if (slot_allocations_.load() != s.allocations) {
+    // As in read(): the slot may hold another chunk's bytes by now.
+    bool in_memory = false;
+    auto now = queryInMemory(s.id, &in_memory);
+    if (!now.ok() || !in_memory || !*now || (*now)->size_class != r.m.size_class ||
+        (*now)->addr != r.m.addr)
+      return false;
+  }
+  endRange(r);
+  static auto& read_bytes = metrics::Registry::global().counter("storage_read_bytes_total", {},
+                                                                "Chunk bytes read and verified");
+  read_bytes.inc(r.end - r.offset);
+  return true;
+}
+
+Result<std::optional<ChunkMeta>> ChunkEngine::queryInMemory(ChunkId id, bool* in_memory) {
+  rocksdb::ReadOptions ro;
+  ro.read_tier = rocksdb::kBlockCacheTier;
+  std::string value;
+  rocksdb::Status s = db_->Get(ro, encodeChunkKey(id), &value);
+  *in_memory = !s.IsIncomplete();
+  if (s.IsNotFound() || s.IsIncomplete()) return std::optional<ChunkMeta>();
+  RETURN_ON_ERROR(fromRocks(s, "read metadata of " + idText(id)));
+  auto m = decodeChunkMeta(value);
+  if (!m.ok()) return m.status().withContext(idText(id));
+  return std::optional<ChunkMeta>(*m);
 }
 
 Result<std::optional<ChunkMeta>> ChunkEngine::query(ChunkId id) {

@@ -44,6 +44,7 @@
 
 #include "common/result.h"
 #include "storage/chunk_meta.h"
+#include "storage/io_backend.h"
 #include "storage/slot_allocator.h"
 
 namespace rocksdb {
@@ -146,6 +147,40 @@ class ChunkEngine {
   // Reads up to out.size() bytes from `offset`; returns the count (short at
   // the end of the chunk, 0 past it). kNotFound for a missing chunk.
   Result<size_t> read(ChunkId id, uint64_t offset, std::span<uint8_t> out);
+
+  // A read in two halves, for a caller that waits for the disk on an event
+  // loop (StorageService's I/O threads, with an io_uring of their own)
+  // instead of blocking a thread on it. startRead() finds the record and
+  // the CRCs without blocking and says which I/O to perform; the caller
+  // performs it and finishRead() verifies the blocks and copies the bytes
+  // out. `a` holds the state and buffers (reuse it: its buffers are
+  // allocated once). Only reads of at most kAsyncReadBytesMax whose record
+  // is in memory qualify, and none while a fault point is enabled: for the
+  // others startRead() returns nullopt and the caller uses read(). Else it
+  // returns the byte count the read gives (0: past the end, no I/O) or the
+  // error read() would give (kNotFound).
+  static constexpr size_t kAsyncReadBytesMax = 64 << 10;
+  class AsyncRead {
+   public:
+    AsyncRead();
+    ~AsyncRead();
+    // What to perform; results go to finishRead() in the same order.
+    std::span<IoRequest> io();
+
+   private:
+    friend class ChunkEngine;
+    struct State;
+    std::unique_ptr<State> s_;
+  };
+  Result<std::optional<size_t>> startRead(ChunkId id, uint64_t offset, std::span<uint8_t> out,
+                                          AsyncRead& a);
+  // `results`: bytes transferred or -errno, per request of a.io(). True when
+  // the bytes are in `out`; false when the read must be done again with
+  // read(): a failed or short transfer, a block that did not verify, or a
+  // slot handed out meanwhile and the record no longer naming it (read()
+  // sorts out which, and returns the error if there is one).
+  bool finishRead(AsyncRead& a, std::span<const int> results);
+
   Result<std::optional<ChunkMeta>> query(ChunkId id);
   // Removes the chunk; its slot's space returns to the filesystem (punch
   // hole) unless the slot is kept (`kept_free_bytes`). Removing a missing
@@ -192,7 +227,8 @@ class ChunkEngine {
     int dfd;  // data blocks: O_DIRECT when available, else == fd
     ~File();
   };
-  Result<std::shared_ptr<File>> groupFile(uint32_t size_class, uint32_t group);
+  // `open`: false returns null for a file not open now (no system call).
+  Result<std::shared_ptr<File>> groupFile(uint32_t size_class, uint32_t group, bool open = true);
   // `<path>/data/c<class>/g<group>.dat`.
   std::string groupPath(uint32_t size_class, uint32_t group) const;
   // Reads [offset, offset + n) of the chunk `m` into `out`, verifying every
@@ -200,6 +236,17 @@ class ChunkEngine {
   // reads the disk's). REQUIRES: offset + n <= m.length.
   Status readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out,
                    bool cached_crcs = true);
+  // readRange in steps, shared with startRead/finishRead (RangeRead in
+  // chunk_engine.cc): plans the CRCs; fills in the I/O of the piece at `ps`;
+  // verifies it and copies it out; caches a CRC page read on the way.
+  struct RangeRead;
+  void beginRange(RangeRead& r, bool cached_crcs);
+  void preparePiece(RangeRead& r, uint64_t ps);
+  Status finishPiece(RangeRead& r);
+  void endRange(RangeRead& r);
+  // query() from RocksDB's memtable and block cache only: `*in_memory` is
+  // false (and the result nullopt) where the lookup would read the disk.
+  Result<std::optional<ChunkMeta>> queryInMemory(ChunkId id, bool* in_memory);
   // The write path shared by write() and truncate(): the new content is the
   // first `keep` bytes of `old` with [offset, offset + len) replaced by
   // `data` (zeros if null). REQUIRES: the chunk lock is held.

@@ -89,10 +89,7 @@ class UringBackend : public IoBackend {
       for (size_t i = 0; i < n; ++i) {
         IoRequest& q = requests[first + i];
         io_uring_sqe* sqe = io_uring_get_sqe(&r.ring);
-        if (q.is_write)
-          io_uring_prep_writev(sqe, q.fd, q.iov, static_cast<unsigned>(q.iovcnt), q.pos);
-        else
-          io_uring_prep_readv(sqe, q.fd, q.iov, static_cast<unsigned>(q.iovcnt), q.pos);
+        prepareUring(sqe, q);
         io_uring_sqe_set_data64(sqe, first + i);
       }
       int submitted;
@@ -135,6 +132,13 @@ class UringBackend : public IoBackend {
 };
 
 }  // namespace
+
+void prepareUring(io_uring_sqe* sqe, IoRequest& q) {
+  if (q.is_write)
+    io_uring_prep_writev(sqe, q.fd, q.iov, static_cast<unsigned>(q.iovcnt), q.pos);
+  else
+    io_uring_prep_readv(sqe, q.fd, q.iov, static_cast<unsigned>(q.iovcnt), q.pos);
+}
 
 Result<std::unique_ptr<IoBackend>> makeIoBackend(std::string_view name) {
   if (name == "psync") return std::unique_ptr<IoBackend>(new PsyncBackend());

@@ -18,6 +18,8 @@
 
 #include "common/result.h"
 
+struct io_uring_sqe;
+
 namespace cistern::storage {
 
 struct IoRequest {
@@ -42,6 +44,9 @@ class IoBackend {
   virtual Status run(std::span<IoRequest> requests) = 0;
   virtual std::string_view name() const = 0;
 };
+
+// Fills `sqe` with request `q` (readv or writev).
+void prepareUring(io_uring_sqe* sqe, IoRequest& q);
 
 // "io_uring" or "psync". kNotSupported if io_uring cannot be set up here;
 // kInvalidArgument for another name.

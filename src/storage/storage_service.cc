@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <asio/this_coro.hpp>
+
 #include "common/metrics.h"
 #include "net/blocking.h"
 #include "storage.pb.h"
+#include "storage/loop_ring.h"
 
 namespace cistern::storage {
 namespace {
@@ -124,18 +127,20 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         Admission admitted(*this, total);
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         std::shared_ptr<const ShmMapping> shm;
+        std::shared_ptr<net::PooledBuffer> out;
+        uint8_t* dest;
         if (req.shm_handle() != 0) {
           CO_ASSIGN_OR_RETURN(shm, shmRange(req.shm_handle(), req.shm_offset(), total));
+          dest = shm->data + req.shm_offset();
+        } else {
+          out = std::make_shared<net::PooledBuffer>(buffers_.get(total));
+          dest = out->data();
+        }
+        if (total <= options_.loop_read_bytes_max &&
+            co_await readOnLoop(ctx, req, dest, out, resp)) {
+          co_return Status::OK();
         }
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
-          std::shared_ptr<net::PooledBuffer> out;
-          uint8_t* dest;
-          if (shm) {
-            dest = shm->data + req.shm_offset();
-          } else {
-            out = std::make_shared<net::PooledBuffer>(buffers_.get(total));
-            dest = out->data();
-          }
           size_t at = 0;
           for (const auto& r : req.ranges()) {
             auto n = engine_.read(idOf(r.chunk()), r.offset(),
@@ -244,6 +249,107 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
                                                shm_.detach(req.handle());
                                                co_return Status::OK();
                                              });
+}
+
+namespace {
+
+// An I/O thread's AsyncReads, reused; `busy` of them are in use. Shared
+// with the leases: a call suspended when its thread ends is destroyed later,
+// on another thread, and gives its reads back then.
+struct LoopReads {
+  std::vector<std::unique_ptr<ChunkEngine::AsyncRead>> idle;
+  uint32_t busy = 0;
+};
+const std::shared_ptr<LoopReads>& loopReads() {
+  thread_local auto r = std::make_shared<LoopReads>();
+  return r;
+}
+
+// Takes `n` of the thread's AsyncReads while it lives.
+class LoopReadLease {
+ public:
+  explicit LoopReadLease(size_t n) : pool_(loopReads()) {
+    for (size_t i = 0; i < n; ++i) {
+      if (pool_->idle.empty()) {
+        reads_.push_back(std::make_unique<ChunkEngine::AsyncRead>());
+      } else {
+        reads_.push_back(std::move(pool_->idle.back()));
+        pool_->idle.pop_back();
+      }
+    }
+    pool_->busy += static_cast<uint32_t>(n);
+  }
+  ~LoopReadLease() {
+    pool_->busy -= static_cast<uint32_t>(reads_.size());
+    for (auto& r : reads_) pool_->idle.push_back(std::move(r));
+  }
+  ChunkEngine::AsyncRead& operator[](size_t i) { return *reads_[i]; }
+
+ private:
+  std::shared_ptr<LoopReads> pool_;
+  std::vector<std::unique_ptr<ChunkEngine::AsyncRead>> reads_;
+};
+
+}  // namespace
+
+asio::awaitable<bool> StorageService::readOnLoop(net::CallContext& ctx, const BatchReadReq& req,
+                                                 uint8_t* dest,
+                                                 std::shared_ptr<net::PooledBuffer> out,
+                                                 BatchReadResp& resp) {
+  static auto& served = metrics::Registry::global().counter(
+      "storage_loop_reads_total", {},
+      "Batch reads served on the I/O thread that received them, through its io_uring");
+  static auto& redone = metrics::Registry::global().counter(
+      "storage_loop_reads_redone_total", {},
+      "Batch reads started on an I/O thread and done again on the pool");
+  constexpr int kRangesMax = 8;
+  const int ranges = req.ranges_size();
+  if (ranges == 0 || ranges > kRangesMax) co_return false;
+  for (const auto& r : req.ranges()) {
+    if (r.length() > ChunkEngine::kAsyncReadBytesMax) co_return false;
+  }
+  if (loopReads()->busy + ranges > options_.loop_reads_max) co_return false;
+  LoopRing* ring = LoopRing::forThread(co_await asio::this_coro::executor);
+  if (!ring) co_return false;
+  LoopReadLease reads(ranges);
+  uint32_t codes[kRangesMax], lengths[kRangesMax];
+  size_t first_io[kRangesMax + 1];
+  IoRequest io[2 * kRangesMax];
+  size_t ios = 0, at = 0;
+  for (int i = 0; i < ranges; ++i) {
+    const auto& r = req.ranges(i);
+    first_io[i] = ios;
+    auto n = engine_.startRead(idOf(r.chunk()), r.offset(),
+                               std::span<uint8_t>(dest + at, r.length()), reads[i]);
+    if (n.ok() && !*n) co_return false;  // not from memory: all on the pool
+    codes[i] = static_cast<uint32_t>(n.code());
+    lengths[i] = n.ok() ? static_cast<uint32_t>(**n) : 0;
+    at += lengths[i];  // only the bytes returned, back to back
+    if (n.ok()) {
+      for (IoRequest& q : reads[i].io()) io[ios++] = q;
+    }
+  }
+  first_io[ranges] = ios;
+  int results[2 * kRangesMax];
+  co_await ring->run({io, ios}, {results, ios});
+  for (int i = 0; i < ranges; ++i) {
+    if (codes[i] != static_cast<uint32_t>(ErrorCode::kOk)) continue;
+    std::span<const int> mine(results + first_io[i], first_io[i + 1] - first_io[i]);
+    if (!engine_.finishRead(reads[i], mine)) {
+      redone.inc();
+      co_return false;
+    }
+  }
+  for (int i = 0; i < ranges; ++i) {
+    resp.add_codes(codes[i]);
+    resp.add_lengths(lengths[i]);
+  }
+  if (out) {
+    std::span<const uint8_t> bytes(out->data(), at);
+    ctx.setResponsePayload(bytes, std::move(out));
+  }
+  served.inc();
+  co_return true;
 }
 
 StorageService::~StorageService() { pool_.join(); }

@@ -8,6 +8,11 @@
 // backpressure instead of unbounded queues. A batch read returns at most
 // `batch_read_bytes_max` bytes (kPayloadTooLarge beyond), into a pooled buffer
 // or, for a client on this host that attached shared memory, straight into it.
+// A small batch read (at most `loop_read_bytes_max`) whose chunk records are
+// in memory is served on the I/O thread that received it instead: its disk
+// reads go through that thread's io_uring (storage/loop_ring.h) and the
+// thread serves other requests meanwhile, sparing two thread hand-offs per
+// read; at most `loop_reads_max` such ranges are in flight per I/O thread.
 // Today one service serves one target; chains come with mgmtd.
 #pragma once
 
@@ -21,6 +26,9 @@
 
 namespace cistern::storage {
 
+class BatchReadReq;
+class BatchReadResp;
+
 struct StorageServiceOptions {
   uint32_t blocking_threads = 8;
   uint64_t batch_read_bytes_max = 64ull << 20;
@@ -29,6 +37,10 @@ struct StorageServiceOptions {
   // Same-host clients' shared memory mapped for reads (shm_registry.h).
   uint32_t shm_attached_max = 64;
   uint64_t shm_bytes_max = 1ull << 30;
+  // Batch reads served on the I/O threads (above); 0 turns it off. At most
+  // ChunkEngine::kAsyncReadBytesMax.
+  uint64_t loop_read_bytes_max = 64 << 10;
+  uint32_t loop_reads_max = 64;
 };
 
 class StorageService {
@@ -44,6 +56,11 @@ class StorageService {
   // Reserves `bytes` of the budget for a request of QoS class `qos`.
   Status admit(uint64_t bytes, int qos);
   void done(uint64_t bytes);
+  // Serves a small batch read on the calling I/O thread (above) into `dest`
+  // (`out` when not null, else shared memory). False when it cannot; then
+  // nothing is sent and the caller reads everything on the pool.
+  asio::awaitable<bool> readOnLoop(net::CallContext& ctx, const BatchReadReq& req, uint8_t* dest,
+                                   std::shared_ptr<net::PooledBuffer> out, BatchReadResp& resp);
   // The mapping attached under `handle` if it holds `bytes` at `offset`.
   Result<std::shared_ptr<const ShmMapping>> shmRange(uint64_t handle, uint64_t offset,
                                                      uint64_t bytes);

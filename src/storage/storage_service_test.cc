@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <future>
 #include <span>
+#include <thread>
 
 #include "common/fault.h"
 #include "common/host.h"
+#include "common/metrics.h"
 
 #include "common/random.h"
 #include "net/rpc_client.h"
@@ -83,6 +85,17 @@ class StorageServiceTest : public ::testing::Test {
                              {.response_payload = payload, .response_payload_len = got});
   }
 
+  // A batch read's code and length per range.
+  static void expectRanges(const BatchReadResp& resp, const std::vector<ErrorCode>& codes,
+                           const std::vector<uint32_t>& lengths) {
+    ASSERT_EQ(resp.codes_size(), static_cast<int>(codes.size()));
+    ASSERT_EQ(resp.lengths_size(), static_cast<int>(lengths.size()));
+    for (size_t i = 0; i < codes.size(); ++i) {
+      EXPECT_EQ(resp.codes(static_cast<int>(i)), static_cast<uint32_t>(codes[i])) << "range " << i;
+      EXPECT_EQ(resp.lengths(static_cast<int>(i)), lengths[i]) << "range " << i;
+    }
+  }
+
   std::string dir_;
   std::unique_ptr<ChunkEngine> engine_;
   std::unique_ptr<net::RpcServer> server_;
@@ -107,17 +120,106 @@ TEST_F(StorageServiceTest, WriteThenBatchReadManyRanges) {
   size_t got = 0;
   BatchReadResp resp;
   ASSERT_TRUE(batchRead(req, &resp, payload, &got).ok());
-  ASSERT_EQ(resp.codes_size(), 4);
-  EXPECT_EQ(resp.codes(0), 0u);
-  EXPECT_EQ(resp.codes(2), static_cast<uint32_t>(ErrorCode::kNotFound));
-  EXPECT_EQ(resp.lengths(0), 1000u);
-  EXPECT_EQ(resp.lengths(1), 5000u);
-  EXPECT_EQ(resp.lengths(2), 0u);
-  EXPECT_EQ(resp.lengths(3), 10u);
+  constexpr ErrorCode kOk = ErrorCode::kOk;
+  expectRanges(resp, {kOk, kOk, ErrorCode::kNotFound, kOk}, {1000, 5000, 0, 10});
   ASSERT_EQ(got, 1000u + 5000 + 10);
   EXPECT_TRUE(std::equal(payload.begin(), payload.begin() + 1000, a.begin() + 10));
   EXPECT_TRUE(std::equal(payload.begin() + 1000, payload.begin() + 6000, b.begin()));
   EXPECT_TRUE(std::equal(payload.begin() + 6000, payload.begin() + 6010, a.begin() + 99990));
+}
+
+uint64_t counter(const char* name) { return metrics::Registry::global().counter(name).value(); }
+
+// Small batch reads are served on the I/O thread, through its io_uring, with
+// the same answers as the pool gives; larger ones and batches of many ranges
+// go to the pool.
+TEST_F(StorageServiceTest, SmallBatchReadsAreServedOnTheIoThread) {
+  auto a = bytes(100000, 21), b = bytes(5000, 22);
+  WriteResp w;
+  ASSERT_TRUE(write(2, 0, 0, a, &w).ok());
+  ASSERT_TRUE(write(2, 1, 0, b, &w).ok());
+  const uint64_t served = counter("storage_loop_reads_total");
+  BatchReadReq req;
+  addRange(&req, 2, 0, 4095, 8193);  // odd edges, in the 128 KiB class
+  addRange(&req, 2, 7, 0, 100);      // missing chunk
+  addRange(&req, 2, 1, 4000, 2000);  // short at the end
+  addRange(&req, 2, 1, 6000, 10);    // past the end
+  std::vector<uint8_t> payload(1 << 20);
+  size_t got = 0;
+  BatchReadResp resp;
+  ASSERT_TRUE(batchRead(req, &resp, payload, &got).ok());
+  EXPECT_EQ(counter("storage_loop_reads_total"), served + 1);
+  constexpr ErrorCode kOk = ErrorCode::kOk;
+  expectRanges(resp, {kOk, ErrorCode::kNotFound, kOk, kOk}, {8193, 0, 1000, 0});
+  ASSERT_EQ(got, 8193u + 1000);
+  EXPECT_TRUE(std::equal(payload.begin(), payload.begin() + 8193, a.begin() + 4095));
+  EXPECT_TRUE(std::equal(payload.begin() + 8193, payload.begin() + 9193, b.begin() + 4000));
+
+  // A range over 64 KiB, and nine ranges, are read on the pool.
+  BatchReadReq big;
+  addRange(&big, 2, 0, 0, 100000);
+  ASSERT_TRUE(batchRead(big, &resp, payload, &got).ok());
+  ASSERT_EQ(got, a.size());
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), payload.begin()));
+  BatchReadReq many;
+  for (int i = 0; i < 9; ++i) addRange(&many, 2, 0, i * 4096, 4096);
+  ASSERT_TRUE(batchRead(many, &resp, payload, &got).ok());
+  ASSERT_EQ(got, 9u * 4096);
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 9 * 4096, payload.begin()));
+  EXPECT_EQ(counter("storage_loop_reads_total"), served + 1);
+}
+
+// Readers on the I/O thread while a writer rewrites the chunks (each
+// rewrite moves a chunk to another slot, which the next rewrite takes): every read
+// returns the bytes of one whole version, never a mix or another chunk's.
+TEST_F(StorageServiceTest, SmallReadsOnTheIoThreadSeeWholeVersionsUnderRewrites) {
+  constexpr uint32_t kChunks = 4, kVersions = 40;
+  constexpr size_t kLen = 20 * 4096;  // the 128 KiB class: freed slots are reused at once
+  auto version = [](uint32_t chunk, uint32_t v) { return bytes(kLen, chunk * 1000 + v); };
+  WriteResp w;
+  for (uint32_t c = 0; c < kChunks; ++c) ASSERT_TRUE(write(3, c, 0, version(c, 0), &w).ok());
+  const uint64_t served = counter("storage_loop_reads_total");
+  std::atomic<bool> done{false};
+  std::atomic<int> reads{0}, bad{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&, t] {
+      net::RpcClient client;
+      Xoshiro256 rng(t + 1);
+      std::vector<uint8_t> payload(kLen);
+      while (!done) {
+        uint32_t c = static_cast<uint32_t>(rng.next() % kChunks);
+        uint64_t off = (rng.next() % 20) * 4096 + rng.next() % 100;
+        uint32_t len =
+            static_cast<uint32_t>(1 + rng.next() % std::min<uint64_t>(kLen - off, 65536));
+        BatchReadReq req;
+        addRange(&req, 3, c, off, len);
+        BatchReadResp resp;
+        size_t got = 0;
+        Status s = client.callSync(server_->endpoint(), m("BatchRead"), req, &resp,
+                                   {.response_payload = payload, .response_payload_len = &got});
+        if (!s.ok() || resp.codes(0) != 0 || got != len) {
+          ++bad;
+          continue;
+        }
+        bool whole = false;
+        for (uint32_t v = 0; v < kVersions && !whole; ++v) {
+          auto want = version(c, v);
+          whole = std::equal(payload.begin(), payload.begin() + len, want.begin() + off);
+        }
+        if (!whole) ++bad;
+        ++reads;
+      }
+    });
+  }
+  for (uint32_t v = 1; v < kVersions; ++v) {
+    for (uint32_t c = 0; c < kChunks; ++c) ASSERT_TRUE(write(3, c, 0, version(c, v), &w).ok());
+  }
+  while (reads < 200) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  done = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(counter("storage_loop_reads_total"), served);
 }
 
 // A payload of whole blocks lands in the request's own aligned buffer, which
