@@ -9,13 +9,14 @@
 #   BENCH_DIR   the disk (default: a fresh directory under /var/tmp)
 #   FUSE_BENCH_MIB   size of the sequential files (default 1024)
 #   FUSE_BENCH_FILES number of small files (default 10000)
+#   CISTERN_BIN      the cistern binary (default build/cistern; another build for A/B runs)
 set -euo pipefail
 root=$(mktemp -d "${BENCH_DIR:-/var/tmp}/cistern-bench-fuse.XXXXXX")
 mib=${FUSE_BENCH_MIB:-1024}
 files=${FUSE_BENCH_FILES:-10000}
 mkdir -p "$root/local" "$root/mnt"
 up_log="$root/up.log"
-build/cistern up --data "$root/data" --listen 127.0.0.1:0 --mount "$root/mnt" >"$up_log" 2>&1 &
+"${CISTERN_BIN:-build/cistern}" up --data "$root/data" --listen 127.0.0.1:0 --mount "$root/mnt" >"$up_log" 2>&1 &
 up_pid=$!
 cleanup() {
   kill "$up_pid" 2>/dev/null || true
