@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include <fmt/format.h>
@@ -69,14 +70,18 @@ class UringLoop final : public LoopRing, public std::enable_shared_from_this<Uri
   }
   ~UringLoop() override {
     if (!error_.empty()) return;
-    // The kernel may still write into buffers of requests in flight.
+    // The kernel may still write into buffers of requests in flight. Their
+    // callers are not resumed (the io_context is going): a caller whose
+    // requests are all done is destroyed, its frame with it.
     while (inflight_ > 0) {
       io_uring_cqe* cqe;
       int w = io_uring_wait_cqe(&ring_, &cqe);
       if (w == -EINTR) continue;
       if (w < 0) break;
+      Op* op = static_cast<Slot*>(io_uring_cqe_get_data(cqe))->op;
       io_uring_cqe_seen(&ring_, cqe);
       --inflight_;
+      if (--op->pending == 0) std::unique_ptr<Completion>(std::move(op->done)).reset();
     }
     io_uring_queue_exit(&ring_);
   }
@@ -90,6 +95,8 @@ class UringLoop final : public LoopRing, public std::enable_shared_from_this<Uri
   asio::awaitable<void> run(std::span<IoRequest> requests, std::span<int> results) override {
     CISTERN_CHECK(results.size() >= requests.size(), "a result per request");
     if (requests.empty()) co_return;
+    // Room taken by requests not submitted yet is made by submitting them.
+    if (io_uring_sq_space_left(&ring_) < requests.size() && unsubmitted_ > 0) submit();
     if (io_uring_sq_space_left(&ring_) < requests.size()) {
       for (size_t i = 0; i < requests.size(); ++i) results[i] = -EBUSY;
       co_return;
@@ -190,12 +197,36 @@ class UringLoop final : public LoopRing, public std::enable_shared_from_this<Uri
   bool submit_posted_ = false;
 };
 
+// Owns the rings made for one io_context, so that each goes when the
+// io_context shuts down (its eventfd is registered with the io_context's
+// reactor), whether or not its thread has ended by then.
+class RingService final : public asio::execution_context::service {
+ public:
+  static inline asio::execution_context::id id;
+  explicit RingService(asio::execution_context& ctx) : service(ctx) {}
+  void add(std::shared_ptr<UringLoop> ring) {
+    std::lock_guard lock(mu_);
+    rings_.push_back(std::move(ring));
+  }
+
+ private:
+  void shutdown() override {
+    std::vector<std::shared_ptr<UringLoop>> rings;
+    {
+      std::lock_guard lock(mu_);
+      rings.swap(rings_);
+    }
+  }
+  std::mutex mu_;
+  std::vector<std::shared_ptr<UringLoop>> rings_;
+};
+
 }  // namespace
 
 LoopRing* LoopRing::forThread(const asio::any_io_executor& ex) {
-  thread_local std::shared_ptr<UringLoop> ring;
+  thread_local std::weak_ptr<UringLoop> mine;
   thread_local bool unavailable = false;
-  if (ring) return ring->servesContextOf(ex) ? ring.get() : nullptr;
+  if (auto ring = mine.lock()) return ring->servesContextOf(ex) ? ring.get() : nullptr;
   if (unavailable) return nullptr;
   auto made = std::make_shared<UringLoop>(ex);
   if (!made->error().empty()) {
@@ -203,8 +234,9 @@ LoopRing* LoopRing::forThread(const asio::any_io_executor& ex) {
     unavailable = true;
     return nullptr;
   }
-  ring = std::move(made);
-  return ring.get();
+  asio::use_service<RingService>(UringLoop::contextOf(ex)).add(made);
+  mine = made;
+  return made.get();
 }
 
 }  // namespace cistern::storage

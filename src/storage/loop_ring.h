@@ -4,9 +4,10 @@
 // one and back. StorageService serves small reads this way (docs/chunk_format.md,
 // "Small reads on the I/O threads").
 //
-// One ring per thread, made on first use by forThread(); it lives until the
-// thread ends and, before it goes, waits for the I/O still in flight (whose
-// buffers the kernel may still be writing). Used only by its own thread.
+// One ring per thread, made on first use by forThread(); it lives until its
+// io_context shuts down (its eventfd is registered there) and, before it
+// goes, waits for the I/O still in flight (whose buffers the kernel may
+// still be writing). Used only by its own thread.
 #pragma once
 
 #include <asio/any_io_executor.hpp>
