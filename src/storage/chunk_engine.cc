@@ -910,7 +910,7 @@ Result<std::optional<size_t>> ChunkEngine::startRead(ChunkId id, uint64_t offset
   if (!m) return Status(ErrorCode::kNotFound, idText(id));
   RangeRead& r = s.range;
   r = RangeRead();
-  if (offset >= m->length) return Started(0);
+  if (offset >= m->length || out.empty()) return Started(0);
   const size_t n = std::min<size_t>(out.size(), m->length - offset);
   ASSIGN_OR_RETURN(r.file, groupFile(m->size_class, m->addr.group, /*open=*/false));
   if (!r.file) return Started();

@@ -990,6 +990,12 @@ TEST_P(ChunkEngineTest, AsyncReadsDeclineWhatWouldBlockOrIsTooLarge) {
   auto n = engine_->startRead(id, 0, out, a);
   ASSERT_TRUE(n.ok());
   EXPECT_FALSE(n->has_value());
+  // Nothing wanted: nothing to read.
+  n = engine_->startRead(id, 0, {out.data(), 0}, a);
+  ASSERT_TRUE(n.ok() && n->has_value());
+  EXPECT_EQ(**n, 0u);
+  EXPECT_TRUE(a.io().empty());
+  EXPECT_TRUE(engine_->finishRead(a, {}));
   // A missing chunk: read()'s error.
   n = engine_->startRead({41, 9}, 0, {out.data(), 10}, a);
   EXPECT_EQ(n.code(), ErrorCode::kNotFound);

@@ -1,5 +1,6 @@
 #include "storage/loop_ring.h"
 
+#include <fmt/format.h>
 #include <liburing.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -13,11 +14,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <vector>
-
-#include <fmt/format.h>
-
 #include <string>
+#include <vector>
 
 #include "common/assert.h"
 #include "common/log.h"
@@ -72,7 +70,9 @@ class UringLoop final : public LoopRing, public std::enable_shared_from_this<Uri
     if (!error_.empty()) return;
     // The kernel may still write into buffers of requests in flight. Their
     // callers are not resumed (the io_context is going): a caller whose
-    // requests are all done is destroyed, its frame with it.
+    // requests are all done is destroyed, its frame with it. (A caller
+    // whose requests were never submitted, because the loop stopped first,
+    // stays suspended; RpcServer::stop waits for its calls before that.)
     while (inflight_ > 0) {
       io_uring_cqe* cqe;
       int w = io_uring_wait_cqe(&ring_, &cqe);
@@ -179,7 +179,7 @@ class UringLoop final : public LoopRing, public std::enable_shared_from_this<Uri
                       auto self = weak.lock();
                       if (!self) return;
                       self->waiting_ = false;
-                      if (ec) return;  // the thread is ending
+                      if (ec) return;  // the io_context is shutting down
                       uint64_t count;
                       (void)!::read(self->efd_.native_handle(), &count, sizeof count);
                       self->collect();

@@ -8,7 +8,8 @@
 // backpressure instead of unbounded queues. A batch read returns at most
 // `batch_read_bytes_max` bytes (kPayloadTooLarge beyond), into a pooled buffer
 // or, for a client on this host that attached shared memory, straight into it.
-// A small batch read (at most `loop_read_bytes_max`) whose chunk records are
+// A small batch read (at most `loop_read_bytes_max` in all, in at most 8
+// ranges of at most ChunkEngine::kAsyncReadBytesMax) whose chunk records are
 // in memory is served on the I/O thread that received it instead: its disk
 // reads go through that thread's io_uring (storage/loop_ring.h) and the
 // thread serves other requests meanwhile, sparing two thread hand-offs per
@@ -37,8 +38,8 @@ struct StorageServiceOptions {
   // Same-host clients' shared memory mapped for reads (shm_registry.h).
   uint32_t shm_attached_max = 64;
   uint64_t shm_bytes_max = 1ull << 30;
-  // Batch reads served on the I/O threads (above); 0 turns it off. At most
-  // ChunkEngine::kAsyncReadBytesMax.
+  // Batch reads served on the I/O threads (above): their byte limit (0
+  // turns it off), and ranges in flight per I/O thread. Defaults: 64 KiB, 64.
   uint64_t loop_read_bytes_max = 64 << 10;
   uint32_t loop_reads_max = 64;
 };

@@ -144,13 +144,14 @@ TEST_F(StorageServiceTest, SmallBatchReadsAreServedOnTheIoThread) {
   addRange(&req, 2, 7, 0, 100);      // missing chunk
   addRange(&req, 2, 1, 4000, 2000);  // short at the end
   addRange(&req, 2, 1, 6000, 10);    // past the end
+  addRange(&req, 2, 0, 0, 0);        // nothing
   std::vector<uint8_t> payload(1 << 20);
   size_t got = 0;
   BatchReadResp resp;
   ASSERT_TRUE(batchRead(req, &resp, payload, &got).ok());
   EXPECT_EQ(counter("storage_loop_reads_total"), served + 1);
   constexpr ErrorCode kOk = ErrorCode::kOk;
-  expectRanges(resp, {kOk, ErrorCode::kNotFound, kOk, kOk}, {8193, 0, 1000, 0});
+  expectRanges(resp, {kOk, ErrorCode::kNotFound, kOk, kOk, kOk}, {8193, 0, 1000, 0, 0});
   ASSERT_EQ(got, 8193u + 1000);
   EXPECT_TRUE(std::equal(payload.begin(), payload.begin() + 8193, a.begin() + 4095));
   EXPECT_TRUE(std::equal(payload.begin() + 8193, payload.begin() + 9193, b.begin() + 4000));
