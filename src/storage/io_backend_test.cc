@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -58,6 +60,34 @@ TEST_P(IoBackendTest, WritesAndReadsManyRequestsAndZeroFillsPastTheEnd) {
   EXPECT_TRUE(std::all_of(tail.begin(), tail.begin() + 488, [](uint8_t c) { return c == 38; }));
   EXPECT_TRUE(std::all_of(tail.begin() + 1000, tail.end(), [](uint8_t c) { return c == 0; }))
       << "bytes past the end of the file must read as zeros";
+}
+
+// A direct read over the end of a file whose last block is partial (the
+// last slot's CRC page, written buffered) comes back short in the middle of
+// a block: the rest reads as zeros. (What made this matter, the file growing
+// between the short read and a retry from the unaligned place, which then
+// fails with EINVAL, is a race this test cannot stage.)
+TEST_P(IoBackendTest, DirectReadsEndingInsideABlockZeroFillTheRest) {
+  std::vector<uint8_t> data(8192 + 64, 'd');
+  ASSERT_EQ(::pwrite(fd_, data.data(), data.size(), 0), static_cast<ssize_t>(data.size()));
+  ASSERT_EQ(::fsync(fd_), 0);
+  int dfd = ::open(path_.c_str(), O_RDONLY | O_DIRECT);
+  if (dfd < 0) GTEST_SKIP() << "no O_DIRECT on this filesystem";
+  auto* a = static_cast<uint8_t*>(std::aligned_alloc(4096, 8192));
+  auto* b = static_cast<uint8_t*>(std::aligned_alloc(4096, 4096));
+  std::memset(a, 0xEE, 8192);
+  std::memset(b, 0xEE, 4096);
+  IoRequest r = IoRequest::readOf(dfd, a, 8192, 0);
+  r.iov[1] = {b, 4096};
+  r.iovcnt = 2;
+  Status s = io_->run({&r, 1});
+  ::close(dfd);
+  EXPECT_TRUE(s.ok()) << s.toString();
+  EXPECT_TRUE(std::all_of(a, a + 8192, [](uint8_t c) { return c == 'd'; }));
+  EXPECT_TRUE(std::all_of(b, b + 64, [](uint8_t c) { return c == 'd'; }));
+  EXPECT_TRUE(std::all_of(b + 64, b + 4096, [](uint8_t c) { return c == 0; }));
+  std::free(a);
+  std::free(b);
 }
 
 TEST_P(IoBackendTest, ErrorsNameTheOperation) {
