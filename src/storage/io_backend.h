@@ -4,10 +4,11 @@
 // performs a set of requests and returns when all are done: the io_uring
 // backend submits them together (one system call for the data and CRC I/O of
 // a chunk access), the psync backend runs pread/pwrite one after the other.
-// Both give the same results: reads past the end of a file fill the rest with
-// zeros (a direct read that ends inside a block, without reading on from
-// that unaligned place), short transfers are completed, EINTR is retried, and the first error
-// is returned as kIOError or kNoSpace (ENOSPC) naming the operation.
+// Both give the same results: reads past the end of a file fill the rest
+// with zeros (a direct read that ends inside a block, without reading on
+// from that unaligned place), short transfers are completed, EINTR is
+// retried, and the first error is returned as kIOError or kNoSpace (ENOSPC)
+// naming the operation.
 // The io_uring backend keeps one small ring per thread that uses it.
 #pragma once
 
