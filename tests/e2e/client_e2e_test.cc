@@ -801,6 +801,9 @@ TEST_F(E2E, MetricsParseAndMoveWithTheWorkload) {
   ASSERT_FALSE(before.empty());
   writeFile(*client_, "/m", 5 * kChunk, 1);
   readFile(*client_, "/m");
+  // A small file's read is served on the storage server's I/O thread.
+  uint32_t small_crc = writeFile(*client_, "/small", 4096, 2);
+  EXPECT_EQ(readFile(*client_, "/small").first, small_crc);
   auto after = parseMetrics(httpGet(cluster_->metricsPort(), "/metrics"));
   const char* moving[] = {"rpc_server_calls_total{method=\"cistern.storage.StorageService.Write\"",
                           "rpc_server_calls_total{method=\"cistern.meta.MetaService.Create\"",
@@ -808,6 +811,7 @@ TEST_F(E2E, MetricsParseAndMoveWithTheWorkload) {
                           "rpc_server_latency_us_count",
                           "storage_write_bytes_total",
                           "storage_read_bytes_total",
+                          "storage_loop_reads_total",
                           "kv_commits_total"};
   for (const char* name : moving) EXPECT_GT(sumOf(after, name), sumOf(before, name)) << name;
   EXPECT_GE(sumOf(after, "storage_write_bytes_total") - sumOf(before, "storage_write_bytes_total"),
