@@ -673,10 +673,10 @@ struct AlignedFree {
   void operator()(uint8_t* p) const { std::free(p); }
 };
 using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
-AlignedBuffer alignedBuffer() {
-  // One block more than a piece: room for a CRC page read with the data.
-  return AlignedBuffer(
-      static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, kPieceBytes + kBlockBytes)));
+// `bytes`: a multiple of kBlockBytes. By default one block more than a
+// piece: room for a CRC page read with the data.
+AlignedBuffer alignedBuffer(size_t bytes = kPieceBytes + kBlockBytes) {
+  return AlignedBuffer(static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, bytes)));
 }
 // Buffers are block-aligned for O_DIRECT and allocated on first use.
 struct Scratch {
@@ -690,10 +690,7 @@ struct Scratch {
     return io.get();
   }
   uint8_t* crcPage() {
-    if (!crc_page) {
-      crc_page = AlignedBuffer(
-          static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, CrcCache::kPageBytes)));
-    }
+    if (!crc_page) crc_page = alignedBuffer(CrcCache::kPageBytes);
     return crc_page.get();
   }
   uint8_t* pieceBuf() {
@@ -742,7 +739,6 @@ struct ChunkEngine::RangeRead {
   uint64_t ps = 0, pe = 0;
   uint8_t* dst = nullptr;
   uint8_t* fused_crcs = nullptr;  // where a fused read puts the CRC page
-  bool crc_in_piece = false;
   IoRequest io[2];
   size_t io_count = 0;
 };
@@ -802,7 +798,6 @@ void ChunkEngine::preparePiece(RangeRead& r, uint64_t ps) {
       reinterpret_cast<uintptr_t>(r.out + (ps - r.offset)) % kBlockBytes == 0) {
     r.dst = r.out + (ps - r.offset);
   }
-  r.crc_in_piece = false;
   if (r.fused) {
     // Data and the first CRC page in one I/O; the CRC page lands in `buf`.
     uint64_t data_len = r.data_to - ps;
@@ -822,14 +817,13 @@ void ChunkEngine::preparePiece(RangeRead& r, uint64_t ps) {
   if (r.crc_read) {
     r.io[r.io_count++] = *r.crc_read;
     r.crc_read.reset();
-    r.crc_in_piece = true;
   }
 }
 
 Status ChunkEngine::finishPiece(RangeRead& r) {
   if (r.fused) {
     std::memcpy(r.crcs, r.fused_crcs + r.b0 * 4, r.crc_count * 4);
-  } else if (r.crc_key && r.crc_in_piece) {
+  } else if (r.crc_key && r.io_count == 2) {  // the CRC page came with this piece
     std::memcpy(r.crcs, r.crc_page + (r.b0 % CrcCache::kEntriesPerPage) * 4, r.crc_count * 4);
   }
   const ChunkMeta& m = r.m;
@@ -887,9 +881,8 @@ struct ChunkEngine::AsyncRead::State {
   RangeRead range;
   uint64_t allocations = 0;  // slot_allocations_ when the record was read
   ChunkId id;
-  AlignedBuffer buf{
-      static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, (kAsyncReadBlocks + 1) * kBlockBytes))};
-  AlignedBuffer crc_page{static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, kBlockBytes))};
+  AlignedBuffer buf = alignedBuffer((kAsyncReadBlocks + 1) * kBlockBytes);
+  AlignedBuffer crc_page = alignedBuffer(CrcCache::kPageBytes);
   uint32_t crcs[kAsyncReadBlocks] = {};
 };
 
@@ -937,13 +930,7 @@ bool ChunkEngine::finishRead(AsyncRead& a, std::span<const int> results) {
     // Short at the end of a file (a CRC page, a slot not written to its
     // end): the rest reads as zeros, as with IoBackend. Every block used is
     // verified below, so zeros that should not be there are caught.
-    size_t skip = static_cast<size_t>(results[i]);
-    for (int v = 0; v < r.io[i].iovcnt; ++v) {
-      const iovec& part = r.io[i].iov[v];
-      if (skip < part.iov_len)
-        std::memset(static_cast<uint8_t*>(part.iov_base) + skip, 0, part.iov_len - skip);
-      skip -= std::min(skip, part.iov_len);
-    }
+    zeroFrom(r.io[i], static_cast<size_t>(results[i]));
   }
   if (!finishPiece(r).ok()) return false;  // read() tells corruption from a moved chunk
   if (slot_allocations_.load() != s.allocations) {

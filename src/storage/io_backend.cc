@@ -28,12 +28,7 @@ Status finish(const IoRequest& r, size_t done) {
   if (!r.is_write && done > 0 && done < r.length()) {
     int flags = ::fcntl(r.fd, F_GETFL);
     if (flags >= 0 && (flags & O_DIRECT) != 0) {
-      for (int i = 0; i < r.iovcnt; ++i) {
-        auto* base = static_cast<uint8_t*>(r.iov[i].iov_base);
-        size_t at = std::min(done, r.iov[i].iov_len);
-        std::memset(base + at, 0, r.iov[i].iov_len - at);
-        done -= at;
-      }
+      zeroFrom(r, done);
       return Status::OK();
     }
   }
@@ -151,6 +146,14 @@ class UringBackend : public IoBackend {
 };
 
 }  // namespace
+
+void zeroFrom(const IoRequest& r, size_t done) {
+  for (int i = 0; i < r.iovcnt; ++i) {
+    size_t at = std::min(done, r.iov[i].iov_len);
+    std::memset(static_cast<uint8_t*>(r.iov[i].iov_base) + at, 0, r.iov[i].iov_len - at);
+    done -= at;
+  }
+}
 
 void prepareUring(io_uring_sqe* sqe, IoRequest& q) {
   if (q.is_write)

@@ -47,6 +47,10 @@ class IoBackend {
   virtual std::string_view name() const = 0;
 };
 
+// A read that transferred only `done` bytes: the rest of its buffers read as
+// zeros (past the end of the file).
+void zeroFrom(const IoRequest& r, size_t done);
+
 // Fills `sqe` with request `q` (readv or writev).
 void prepareUring(io_uring_sqe* sqe, IoRequest& q);
 
