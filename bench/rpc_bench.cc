@@ -5,20 +5,25 @@
 //   rpc_1mib_gbps            GB/s of 1 MiB request payloads, 8 in flight
 //   tcp_1mib_gbps            GB/s of the same bytes over one plain TCP socket
 //   rpc_1mib_vs_tcp          median over 5 alternating rounds of rpc/tcp (x)
+//   rpc_sync_calls_per_s     empty Echo calls/s by 8 threads each blocking in callSync()
+//   tcp_pingpong_per_s       64-byte round trips/s by 8 threads on blocking sockets to
+//                            one epoll thread echoing them: the floor of a blocking call
+//   rpc_sync_vs_tcp_pingpong median over 5 alternating rounds of the two (x)
 //   rpc_bench_peak_rss_mib   peak RSS of the process (server + client)
 // Server and client each get one I/O thread, the TCP baseline one sender and
 // one receiver thread: two busy threads on each side of the comparison.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/use_awaitable.hpp>
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -111,6 +116,102 @@ double tcpBaselineGBps(double secs) {
   return static_cast<double>(received.load()) / took / 1e9;
 }
 
+constexpr int kSyncThreads = 8;
+
+// Calls/s of `kSyncThreads` threads each calling callSync() in a loop.
+double syncCallsPerS(RpcClient& client, const Endpoint& ep, const Method& m, double secs) {
+  std::atomic<uint64_t> done{0};
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kSyncThreads; ++t) {
+    threads.emplace_back([&] {
+      test::EchoRequest req;
+      test::EchoResponse resp;
+      uint64_t n = 0;
+      while (bench::secondsSince(t0) < secs) {
+        Status s = client.callSync(ep, m, req, &resp);
+        if (!s.ok()) {
+          std::fprintf(stderr, "rpc bench: sync call failed: %s\n", s.toString().c_str());
+          std::exit(1);
+        }
+        ++n;
+      }
+      done += n;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return static_cast<double>(done.load()) / bench::secondsSince(t0);
+}
+
+// The same shape on bare sockets: `kSyncThreads` threads send 64 bytes and
+// block in recv for the echo, which one epoll thread sends back.
+double tcpPingPongPerS(double secs) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  listen(lfd, kSyncThreads);
+  socklen_t len = sizeof addr;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    std::vector<int> fds;
+    for (int i = 0; i < kSyncThreads; ++i) {
+      int fd = accept(lfd, nullptr, nullptr);
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      epoll_event e{};
+      e.events = EPOLLIN;
+      e.data.fd = fd;
+      epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e);
+      fds.push_back(fd);
+    }
+    epoll_event ready[kSyncThreads];
+    char buf[64];
+    while (!stop) {
+      int n = epoll_wait(ep, ready, kSyncThreads, 50);
+      for (int i = 0; i < n; ++i) {
+        ssize_t got = recv(ready[i].data.fd, buf, sizeof buf, 0);
+        if (got > 0) send(ready[i].data.fd, buf, static_cast<size_t>(got), MSG_NOSIGNAL);
+      }
+    }
+    for (int fd : fds) close(fd);
+    close(ep);
+  });
+  std::atomic<uint64_t> done{0};
+  std::vector<std::thread> clients;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int t = 0; t < kSyncThreads; ++t) {
+    clients.emplace_back([&] {
+      int fd = socket(AF_INET, SOCK_STREAM, 0);
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      char buf[64] = {};
+      uint64_t n = 0;
+      while (bench::secondsSince(t0) < secs) {
+        if (send(fd, buf, sizeof buf, MSG_NOSIGNAL) != sizeof buf) std::exit(1);
+        for (size_t got = 0; got < sizeof buf;) {
+          ssize_t k = recv(fd, buf + got, sizeof buf - got, 0);
+          if (k <= 0) std::exit(1);
+          got += static_cast<size_t>(k);
+        }
+        ++n;
+      }
+      done += n;
+      close(fd);
+    });
+  }
+  for (auto& c : clients) c.join();
+  double rate = static_cast<double>(done.load()) / bench::secondsSince(t0);
+  stop = true;
+  server.join();
+  close(lfd);
+  return rate;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,6 +254,21 @@ int main(int argc, char** argv) {
     tcp_total += tcp;
   }
   std::sort(ratios.begin(), ratios.end());
+
+  // Blocking round trips: what a FUSE thread or a metadata caller pays.
+  std::vector<double> sync_ratios;
+  double sync_total = 0, pingpong_total = 0;
+  syncCallsPerS(client, ep, echo, 0.3);  // warm up
+  for (int round = 0; round < kRounds; ++round) {
+    double sync = syncCallsPerS(client, ep, echo, secs / kRounds);
+    double pingpong = tcpPingPongPerS(secs / kRounds);
+    std::printf("round %d: sync calls %.0f/s, tcp ping-pong %.0f/s, ratio %.3f\n", round, sync,
+                pingpong, sync / pingpong);
+    sync_ratios.push_back(sync / pingpong);
+    sync_total += sync;
+    pingpong_total += pingpong;
+  }
+  std::sort(sync_ratios.begin(), sync_ratios.end());
   double rpc_gbps = rpc_total / kRounds, tcp_gbps = tcp_total / kRounds;
   double ratio = ratios[kRounds / 2];
 
@@ -163,5 +279,8 @@ int main(int argc, char** argv) {
   bench::figure("tcp_1mib_gbps", tcp_gbps, "GB/s");
   bench::figure("rpc_bench_peak_rss_mib", bench::peakRssMiB(), "MiB");
   bench::figure("rpc_1mib_vs_tcp", ratio, "x");
+  bench::figure("rpc_sync_calls_per_s", sync_total / kRounds, "calls/s");
+  bench::figure("tcp_pingpong_per_s", pingpong_total / kRounds, "round trips/s");
+  bench::figure("rpc_sync_vs_tcp_pingpong", sync_ratios[kRounds / 2], "x");
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "net/sync_connection.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <google/protobuf/message.h>
 #include <netdb.h>
@@ -24,7 +25,7 @@
 namespace cistern::net {
 namespace {
 
-// Lets CancelToken::cancel() on another thread wake a call blocked in poll():
+// Lets CancelToken::cancel() on another thread wake a call blocked in send or recv:
 // it shuts the socket down. The call clears `fd` (under `mu`) before the
 // descriptor can be closed or reused.
 struct CancelHook {
@@ -82,10 +83,17 @@ Status SyncConnection::transportError(std::string_view what, int err) const {
 
 void SyncConnection::dropIfClosedByPeer() {
   if (fd_ < 0) return;
-  // An idle connection has nothing to read: readable means EOF, a reset, or
-  // bytes nobody asked for. Any of them makes it useless.
+  if (!in_.empty()) {  // bytes nobody asked for
+    close();
+    return;
+  }
+  // A connection used moments ago is trusted without a system call: a peer
+  // that closed it since answers the next call with EOF (kConnectionClosed,
+  // which callers retry like any lost connection). One that sat idle is
+  // checked first; readable means EOF, a reset, or unasked bytes.
+  if (std::chrono::steady_clock::now() - last_used_ < kTrustedIdle) return;
   pollfd p{fd_, POLLIN, 0};
-  if (::poll(&p, 1, 0) != 0 || !in_.empty()) close();
+  if (::poll(&p, 1, 0) != 0) close();
 }
 
 Status SyncConnection::connect(SteadyTime deadline) {
@@ -134,7 +142,15 @@ Status SyncConnection::connect(SteadyTime deadline) {
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // Calls block in send/recv, bounded by the socket's timeouts (arm()).
+    int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
     fd_ = fd;
+    armed_ = std::chrono::milliseconds(0);
     in_.clear();
     return Status::OK();
   }
@@ -142,34 +158,49 @@ Status SyncConnection::connect(SteadyTime deadline) {
                 fmt::format("connect to {}: {}", endpoint_.toString(), why));
 }
 
-Status SyncConnection::wait(short events, SteadyTime deadline, const CallOptions& options) {
-  pollfd p{fd_, events, 0};
-  for (;;) {
-    int n = ::poll(&p, 1, remainingMs(deadline));
-    if (options.cancel && options.cancel->cancelled()) {
-      return Status(ErrorCode::kCancelled, call_name_);
-    }
-    if (n > 0) return Status::OK();  // ready, or an error the next syscall reports
-    if (n == 0 && std::chrono::steady_clock::now() >= deadline) {
-      return Status(ErrorCode::kDeadlineExceeded,
-                    fmt::format("{} after {} ms", call_name_, call_timeout_ms_));
-    }
-    if (n < 0 && errno != EINTR) return transportError("poll on connection to", errno);
+Status SyncConnection::arm(SteadyTime deadline, const CallOptions& options) {
+  if (options.cancel && options.cancel->cancelled()) {
+    return Status(ErrorCode::kCancelled, call_name_);
   }
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) {
+    return Status(ErrorCode::kDeadlineExceeded,
+                  fmt::format("{} after {} ms", call_name_, call_timeout_ms_));
+  }
+  // A blocked send or recv must not outlast the deadline; a timeout far
+  // below what is left would only add wake-ups. Three quarters of what is
+  // left keeps calls with the same timeout from setting it again each time.
+  if (armed_ > left || armed_ < left / 2) {
+    auto ms = std::max<int64_t>(1, left.count() * 3 / 4);
+    timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+    if (::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+        ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
+      return transportError("set timeouts of connection to", errno);
+    }
+    armed_ = std::chrono::milliseconds(ms);
+  }
+  return Status::OK();
+}
+
+Status SyncConnection::cancelledOr(Status s, const CallOptions& options) const {
+  if (options.cancel && options.cancel->cancelled()) {
+    return Status(ErrorCode::kCancelled, call_name_);
+  }
+  return s;
 }
 
 Status SyncConnection::writeAll(std::span<iovec> iov, SteadyTime deadline,
                                 const CallOptions& options) {
   while (!iov.empty()) {
+    RETURN_ON_ERROR(arm(deadline, options));
     msghdr m{};
     m.msg_iov = iov.data();
     m.msg_iovlen = iov.size();
     ssize_t n = ::sendmsg(fd_, &m, MSG_NOSIGNAL);
     if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN) return transportError("write to", errno);
-      RETURN_ON_ERROR(wait(POLLOUT, deadline, options));
-      continue;
+      if (errno == EINTR || errno == EAGAIN) continue;  // arm() tells a deadline
+      return cancelledOr(transportError("write to", errno), options);
     }
     auto left = static_cast<size_t>(n);
     while (!iov.empty() && left >= iov.front().iov_len) {
@@ -188,21 +219,18 @@ Status SyncConnection::read(std::span<uint8_t> out, SteadyTime deadline, const C
                             uint32_t* crc) {
   out = out.subspan(in_.take(out, crc));
   while (!out.empty()) {
+    RETURN_ON_ERROR(arm(deadline, options));
     std::span<uint8_t> into = in_.target(out);
     ssize_t n = ::recv(fd_, into.data(), into.size(), 0);
     if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN) return transportError("read from", errno);
-      RETURN_ON_ERROR(wait(POLLIN, deadline, options));
-      continue;
+      if (errno == EINTR || errno == EAGAIN) continue;  // arm() tells a deadline
+      return cancelledOr(transportError("read from", errno), options);
     }
     if (n == 0) {
-      if (options.cancel && options.cancel->cancelled()) {
-        return Status(ErrorCode::kCancelled, call_name_);
-      }
-      return Status(
-          ErrorCode::kConnectionClosed,
-          fmt::format("read from {}: connection closed by the peer", endpoint_.toString()));
+      return cancelledOr(
+          Status(ErrorCode::kConnectionClosed,
+                 fmt::format("read from {}: connection closed by the peer", endpoint_.toString())),
+          options);
     }
     out = out.subspan(in_.landed(out, into, static_cast<size_t>(n), crc));
   }
@@ -244,10 +272,6 @@ Status SyncConnection::call(const Method& method, const google::protobuf::Messag
                   options.request_payload.size()};
     }
     RETURN_ON_ERROR(writeAll(std::span(iov, n), deadline, options));
-
-    // The answer is never there yet: wait for it rather than try a recv that
-    // fails with EAGAIN first (a system call saved per call).
-    if (in_.empty()) RETURN_ON_ERROR(wait(POLLIN, deadline, options));
     uint8_t rbuf[kHeaderSize];
     RETURN_ON_ERROR(read(rbuf, deadline, options, nullptr));
     auto rh = decodeHeader(rbuf, options_.limits);
@@ -305,6 +329,7 @@ Status SyncConnection::call(const Method& method, const google::protobuf::Messag
   // A call that ended before its whole answer was read (deadline, cancel, a
   // broken or garbled stream) leaves the stream out of step: start afresh.
   if (!in_step) close();
+  last_used_ = std::chrono::steady_clock::now();
   return s;
 }
 

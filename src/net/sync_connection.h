@@ -1,6 +1,7 @@
 // Internal to RpcClient: a connection that one synchronous call at a time
 // owns outright. The calling thread writes the request and reads the
-// response itself, with poll() for deadlines, instead of handing both to an
+// response itself, in blocking send and recv calls bounded by the socket's
+// timeouts (two system calls per small call), instead of handing both to an
 // I/O thread and sleeping on a future: a round trip costs the caller's thread
 // no extra wake-ups. RpcClient keeps a bounded pool of these per endpoint
 // (ClientOptions::sync_connections_per_endpoint) and falls back to the
@@ -51,12 +52,16 @@ class SyncConnection {
 
  private:
   Status connect(SteadyTime deadline);
-  // Closes the connection if the peer has closed it or sent unasked bytes.
+  // Closes the connection if it holds unasked bytes or, after sitting idle
+  // for kTrustedIdle, if the peer has closed it.
   void dropIfClosedByPeer();
   void close();
-  // Waits until the socket is ready for `events`; kDeadlineExceeded,
-  // kCancelled (the cancel hook shut the socket down) or OK.
-  Status wait(short events, SteadyTime deadline, const CallOptions& options);
+  // Before each blocking send or recv: kCancelled, kDeadlineExceeded, or OK
+  // with the socket's timeouts no longer than what is left of the deadline.
+  Status arm(SteadyTime deadline, const CallOptions& options);
+  // kCancelled when the call was cancelled (the cancel hook shut the socket
+  // down, which is what failed), else `s`.
+  Status cancelledOr(Status s, const CallOptions& options) const;
   Status writeAll(std::span<iovec> iov, SteadyTime deadline, const CallOptions& options);
   // Reads exactly `out.size()` bytes (buffered, large reads straight into `out`);
   // extends `*crc` over them when set.
@@ -66,7 +71,11 @@ class SyncConnection {
 
   const Endpoint endpoint_;
   const ClientOptions& options_;
+  static constexpr auto kTrustedIdle = std::chrono::milliseconds(100);
+
   int fd_ = -1;
+  std::chrono::milliseconds armed_{0};  // SO_RCVTIMEO and SO_SNDTIMEO of fd_
+  SteadyTime last_used_{};              // end of the last call
   uint64_t next_request_id_ = 1;
   std::string call_name_;  // of the call in progress, for errors
   uint32_t call_timeout_ms_ = 0;
