@@ -91,6 +91,16 @@ std::string encodeVersion(uint64_t v) {
   return out;
 }
 
+// Block-aligned memory for O_DIRECT.
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
+// `bytes`: a multiple of kBlockBytes. By default one block more than a
+// piece: room for a CRC page read with the data.
+AlignedBuffer alignedBuffer(size_t bytes = kPieceBytes + kBlockBytes) {
+  return AlignedBuffer(static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, bytes)));
+}
 }  // namespace
 
 ChunkEngine::File::~File() {
@@ -318,8 +328,7 @@ Result<bool> ChunkEngine::dataOnDisk(std::string_view key, std::string_view valu
                   fmt::format("{} in slot {}/{}/{} past the target's groups", idText(id),
                               m.size_class, m.addr.group, m.addr.slot));
   }
-  std::unique_ptr<uint8_t, decltype(&std::free)> buf(
-      static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, kPieceBytes)), &std::free);
+  AlignedBuffer buf = alignedBuffer(kPieceBytes);
   if (!buf) return Status(ErrorCode::kResourceExhausted, "buffer to check a replayed chunk");
   for (uint64_t at = 0; at < m.length; at += kPieceBytes) {
     Status s = readRange(m, at, std::min<uint64_t>(kPieceBytes, m.length - at), buf.get());
@@ -669,15 +678,6 @@ static_assert(std::endian::native == std::endian::little, "CRC areas are stored 
 
 // Per-thread scratch, reused: touching fresh memory is slow, and a request
 // must not allocate in proportion to its size.
-struct AlignedFree {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
-// `bytes`: a multiple of kBlockBytes. By default one block more than a
-// piece: room for a CRC page read with the data.
-AlignedBuffer alignedBuffer(size_t bytes = kPieceBytes + kBlockBytes) {
-  return AlignedBuffer(static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, bytes)));
-}
 // Buffers are block-aligned for O_DIRECT and allocated on first use.
 struct Scratch {
   AlignedBuffer io;        // readRange

@@ -10,6 +10,7 @@
 #include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -49,6 +50,7 @@ struct Slot {
   Op* op;
   int* result;
 };
+constexpr size_t kFrameSlots = 16;
 
 class UringLoop final : public LoopRing, public std::enable_shared_from_this<UringLoop> {
  public:
@@ -102,7 +104,14 @@ class UringLoop final : public LoopRing, public std::enable_shared_from_this<Uri
       co_return;
     }
     Op op;
-    std::vector<Slot> slots(requests.size());
+    // A small read's few slots live in this coroutine's frame.
+    std::array<Slot, kFrameSlots> frame_slots;
+    std::vector<Slot> more;
+    Slot* slots = frame_slots.data();
+    if (requests.size() > frame_slots.size()) {
+      more.resize(requests.size());
+      slots = more.data();
+    }
     for (size_t i = 0; i < requests.size(); ++i) {
       slots[i] = Slot{&op, &results[i]};
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
