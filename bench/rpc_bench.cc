@@ -74,15 +74,22 @@ uint64_t drive(RpcClient& client, const Endpoint& ep, const Method& m, int infli
   return done.load();
 }
 
-double tcpBaselineGBps(double secs) {
+// A socket listening on a free loopback port; `*addr` gets its address.
+int listenLoopback(int backlog, sockaddr_in* addr) {
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  listen(lfd, 1);
-  socklen_t len = sizeof addr;
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *addr = sockaddr_in{};
+  addr->sin_family = AF_INET;
+  addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(lfd, reinterpret_cast<sockaddr*>(addr), sizeof *addr);
+  listen(lfd, backlog);
+  socklen_t len = sizeof *addr;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(addr), &len);
+  return lfd;
+}
+
+double tcpBaselineGBps(double secs) {
+  sockaddr_in addr;
+  int lfd = listenLoopback(1, &addr);
   std::atomic<uint64_t> received{0};
   std::thread receiver([&] {
     int fd = accept(lfd, nullptr, nullptr);
@@ -146,14 +153,8 @@ double syncCallsPerS(RpcClient& client, const Endpoint& ep, const Method& m, dou
 // The same shape on bare sockets: `kSyncThreads` threads send 64 bytes and
 // block in recv for the echo, which one epoll thread sends back.
 double tcpPingPongPerS(double secs) {
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  listen(lfd, kSyncThreads);
-  socklen_t len = sizeof addr;
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  sockaddr_in addr;
+  int lfd = listenLoopback(kSyncThreads, &addr);
   std::atomic<bool> stop{false};
   std::thread server([&] {
     int ep = epoll_create1(EPOLL_CLOEXEC);
