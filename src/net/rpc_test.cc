@@ -217,6 +217,26 @@ TEST_P(RpcTest, DeadlineExpiresAndLaterCallsStillWork) {
   EXPECT_EQ(resp.text(), "after");
 }
 
+// A peer that accepts and then reads nothing: the request's bytes fill the
+// socket buffers and the send blocks; the deadline still ends the call.
+TEST_P(RpcTest, DeadlineEndsASendThatThePeerNeverReads) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor silent(io, {asio::ip::make_address("127.0.0.1"), 0});
+  Endpoint ep{"127.0.0.1", silent.local_endpoint().port()};
+  std::vector<uint8_t> payload(60u << 20, 0x5a);  // far more than loopback buffers hold
+  EchoRequest req;
+  EchoResponse resp;
+  auto t0 = std::chrono::steady_clock::now();
+  Status s =
+      client().callSync(ep, kEcho(), req, &resp, {.timeout_ms = 300, .request_payload = payload});
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(s.code(), ErrorCode::kDeadlineExceeded) << s.toString();
+  EXPECT_GE(took, std::chrono::milliseconds(290));
+  EXPECT_LT(took, std::chrono::milliseconds(2000));
+  // The server the fixture runs is still reachable through the same client.
+  EXPECT_TRUE(echoCall("after", &resp).ok());
+}
+
 TEST_P(RpcTest, CancelFromAnotherThreadEndsTheCall) {
   auto token = std::make_shared<CancelToken>();
   std::thread canceller([token] {
