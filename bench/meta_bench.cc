@@ -6,6 +6,7 @@
 //   meta_create_inproc, meta_stat_inproc, meta_unlink_inproc: one directory
 //   meta_create_spread_inproc, meta_stat_spread_inproc: a directory per thread
 //   meta_create_inproc_nosync: creates with sync_commits=false
+//   meta_create_inproc_1thread: creates by one thread (each waits for its own sync)
 //   meta_create_rpc, meta_stat_rpc: over RPC, one directory
 //   localfs_create_per_s, localfs_stat_per_s: open(O_CREAT)+close, stat(2)
 //   meta_create_vs_localfs, meta_stat_vs_localfs: in-process vs local (x)
@@ -35,8 +36,8 @@ namespace {
 constexpr int kThreads = 8;
 
 double run(double secs, const std::function<bool(int, uint64_t)>& op,
-           std::vector<uint64_t>* counts = nullptr) {
-  return bench::runTimed(kThreads, secs, op, counts);
+           std::vector<uint64_t>* counts = nullptr, int threads = kThreads) {
+  return bench::runTimed(threads, secs, op, counts);
 }
 
 std::string name(int t, uint64_t i) { return "f" + std::to_string(t) + "-" + std::to_string(i); }
@@ -96,6 +97,18 @@ int main(int argc, char** argv) {
     if (!s.ok()) die(s, "unlink");
     return true;
   });
+
+  // --- in process, one thread: each create waits for its own commit
+  auto solo_dir = store.mkdir(root, kRootIno, "solo", 0777);
+  if (!solo_dir.ok()) die(solo_dir.status(), "mkdir solo");
+  double create_solo = run(
+      secs,
+      [&](int t, uint64_t i) {
+        auto r = store.create(root, solo_dir->ino(), name(t, i), 0644, true);
+        if (!r.ok()) die(r.status(), "create solo");
+        return true;
+      },
+      nullptr, 1);
 
   // --- in process, a directory per thread
   std::vector<uint64_t> dirs;
@@ -210,15 +223,17 @@ int main(int argc, char** argv) {
 
   std::printf(
       "meta (8 threads, rocksdb, synced): create %.0f/s stat %.0f/s unlink %.0f/s in one dir; "
-      "spread create %.0f/s stat %.0f/s; rpc create %.0f/s stat %.0f/s; local fs create %.0f/s "
+      "spread create %.0f/s stat %.0f/s; one thread create %.0f/s; rpc create %.0f/s stat %.0f/s; "
+      "local fs create %.0f/s "
       "stat %.0f/s\n",
-      create1, stat1, unlink1, create_spread, stat_spread, create_rpc, stat_rpc, create_local,
-      stat_local);
+      create1, stat1, unlink1, create_spread, stat_spread, create_solo, create_rpc, stat_rpc,
+      create_local, stat_local);
   bench::figure("meta_create_inproc", create1, "ops/s");
   bench::figure("meta_stat_inproc", stat1, "ops/s");
   bench::figure("meta_unlink_inproc", unlink1, "ops/s");
   bench::figure("meta_create_spread_inproc", create_spread, "ops/s");
   bench::figure("meta_create_inproc_nosync", create_nosync, "ops/s");
+  bench::figure("meta_create_inproc_1thread", create_solo, "ops/s");
   bench::figure("meta_stat_spread_inproc", stat_spread, "ops/s");
   bench::figure("meta_create_rpc", create_rpc, "ops/s");
   bench::figure("meta_stat_rpc", stat_rpc, "ops/s");

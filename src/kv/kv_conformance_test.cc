@@ -588,6 +588,59 @@ TEST(KvRocks, AFailedLogWriteStopsTheEngineAndLosesNothingAcknowledged) {
   EXPECT_TRUE(t->commit().ok());
 }
 
+// A commit on an idle engine carries its own batch; commits that queue
+// while its log write is slow are the writer's to take once it returns
+// (they would wait forever if nobody told the writer).
+TEST(KvRocks, CommitsQueuedBehindALoneCommitAreTakenOverByTheWriter) {
+  TempDir dir;
+  RocksEngineOptions o;
+  o.path = dir.path() + "/db";
+  o.block_cache_bytes = 8 << 20;
+  {
+    auto e = openRocksEngine(o);
+    ASSERT_TRUE(e.ok());
+    Engine& engine = **e;
+    fault::enable("kv.log.before_write", fault::Spec{.action = fault::Action::kDelay,
+                                                     .delay = std::chrono::milliseconds(200),
+                                                     .times = 1});
+    auto commitKey = [&](const std::string& k) {
+      auto t = engine.begin();
+      t->set(k, "1");
+      return t->commit();
+    };
+    std::atomic<int> done{0};
+    Status lone, queued[3];
+    std::thread first([&] {
+      lone = commitKey("lone");
+      done++;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its log write is sleeping
+    std::vector<std::thread> later;
+    for (int i = 0; i < 3; ++i) {
+      later.emplace_back([&, i] {
+        queued[i] = commitKey("queued" + std::to_string(i));
+        done++;
+      });
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (done < 4 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(done.load(), 4) << "commits queued behind the lone one never completed";
+    first.join();
+    for (auto& t : later) t.join();
+    EXPECT_EQ(fault::fired("kv.log.before_write"), 1u);  // the lone commit's log write slept
+    fault::disableAll();
+    EXPECT_TRUE(lone.ok()) << lone.toString();
+    for (auto& s : queued) EXPECT_TRUE(s.ok()) << s.toString();
+  }
+  auto e = openRocksEngine(o);
+  ASSERT_TRUE(e.ok()) << e.status().toString();
+  auto r = (*e)->beginRead();
+  EXPECT_EQ(*r->get("lone"), "1");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*r->get("queued" + std::to_string(i)), "1");
+}
+
 TEST(KvRocks, OpenFailureNamesThePath) {
   RocksEngineOptions o;
   o.path = "/proc/cistern-cannot-create/db";

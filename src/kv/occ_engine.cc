@@ -451,7 +451,22 @@ Status OccEngine::commit(TxnImpl& txn) {
   std::unique_lock lock(mu_);
   queue_.push_back(&p);
   if (writer_.joinable()) {
-    if (writer_idle_) writer_cv_.notify_one();
+    if (writer_idle_ && !leading_ && queue_.size() == 1) {
+      // The writer sleeps and nobody else is queued: carry the batch on this
+      // thread, sparing two wake-ups (the writer's, then this thread's).
+      leading_ = true;
+      Batch b = formBatch();
+      if (!b.accepted.empty()) {
+        logBatch(b, lock);
+        leading_ = false;
+        // Whoever queued meanwhile is the writer's (logged after this batch).
+        if (!queue_.empty()) writer_cv_.notify_one();
+        applyBatch(b, lock);
+      }
+      leading_ = false;
+    } else if (writer_idle_ && !leading_) {
+      writer_cv_.notify_one();
+    }
     while (!p.done) {
       if (p.apply) {
         std::unique_ptr<Batch> b = std::move(p.apply);
@@ -610,8 +625,8 @@ void OccEngine::applyBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
 void OccEngine::writerLoop() {
   std::unique_lock lock(mu_);
   while (true) {
-    if (queue_.empty()) {
-      if (stop_) return;
+    if (queue_.empty() || leading_) {  // a leader notifies when it is done logging
+      if (stop_ && queue_.empty()) return;
       writer_idle_ = true;
       writer_cv_.wait(lock);
       writer_idle_ = false;
