@@ -477,6 +477,19 @@ TEST_P(RpcTest, ClientReconnectsAfterServerRestart) {
   EXPECT_EQ(resp.text(), "after");
 }
 
+// A connection that sat idle while the server restarted is found closed
+// before it is used again: the first call after the restart succeeds.
+TEST_P(RpcTest, AnIdleConnectionToARestartedServerIsReplacedBeforeUse) {
+  EchoResponse resp;
+  ASSERT_TRUE(echoCall("before", &resp).ok());
+  server_.reset();
+  startServer();                                                // same port
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // idle past the trusted window
+  Status after = echoCall("after", &resp);
+  ASSERT_TRUE(after.ok()) << after.toString();
+  EXPECT_EQ(resp.text(), "after");
+}
+
 TEST_P(RpcTest, StopLetsInFlightCallsFinish) {
   EchoRequest req;
   req.set_sleep_ms(300);
