@@ -554,11 +554,17 @@ TEST_P(KvDurable, CommittedDataSurvivesReopen) {
   EXPECT_EQ(read("big"), std::string(100000, 'x'));
 }
 
-TEST(KvRocks, AFailedLogWriteStopsTheEngineAndLosesNothingAcknowledged) {
-  TempDir dir;
+// A RocksDB engine in `dir` with a small block cache.
+RocksEngineOptions smallRocks(const TempDir& dir) {
   RocksEngineOptions o;
   o.path = dir.path() + "/db";
   o.block_cache_bytes = 8 << 20;
+  return o;
+}
+
+TEST(KvRocks, AFailedLogWriteStopsTheEngineAndLosesNothingAcknowledged) {
+  TempDir dir;
+  RocksEngineOptions o = smallRocks(dir);
   {
     auto e = openRocksEngine(o);
     ASSERT_TRUE(e.ok());
@@ -593,9 +599,7 @@ TEST(KvRocks, AFailedLogWriteStopsTheEngineAndLosesNothingAcknowledged) {
 // (they would wait forever if nobody told the writer).
 TEST(KvRocks, CommitsQueuedBehindALoneCommitAreTakenOverByTheWriter) {
   TempDir dir;
-  RocksEngineOptions o;
-  o.path = dir.path() + "/db";
-  o.block_cache_bytes = 8 << 20;
+  RocksEngineOptions o = smallRocks(dir);
   {
     auto e = openRocksEngine(o);
     ASSERT_TRUE(e.ok());
