@@ -22,14 +22,17 @@
 // a log writer thread takes the whole queue as soon as the previous log
 // write returns, forms the batch as in 2. and makes it durable, and hands
 // the rest of 3. to one of the batch's own transactions, which has to be
-// woken anyway. A transaction that finds the writer idle and nobody queued
-// carries its batch itself (a lone committer then pays no wake-ups); the
-// writer takes over whatever queued meanwhile once that log write returns. The disk then never
-// waits for a batch to be applied or for a new leader to be scheduled, and only one sync is in
-// flight (on the disks measured, concurrent syncs each take longer than the group they would
-// replace). A snapshot taken while a batch is being applied may include that batch while its read
-// version does not; the extra writes then only cause conservative conflicts, never missed ones. A
-// batch is visible only once it is durable.
+// woken anyway. The disk then never waits for a batch to be applied or for
+// a new leader to be scheduled, and only one sync is in flight (on the
+// disks measured, concurrent syncs each take longer than the group they
+// would replace). A transaction that finds the writer idle and nobody
+// queued carries its batch itself (a lone committer then pays no
+// wake-ups); the writer takes over whatever queued meanwhile once that log
+// write returns.
+// A snapshot taken while a batch is being applied may include that batch
+// while its read version does not; the extra writes then only cause
+// conservative conflicts, never missed ones. A batch is visible only once it
+// is durable.
 #pragma once
 
 #include <atomic>

@@ -69,10 +69,11 @@ class SyncConnection {
               uint32_t* crc);
   Status transportError(std::string_view what, int err) const;
 
-  const Endpoint endpoint_;
-  const ClientOptions& options_;
+  // A connection used this recently is reused without polling it first.
   static constexpr auto kTrustedIdle = std::chrono::milliseconds(100);
 
+  const Endpoint endpoint_;
+  const ClientOptions& options_;
   int fd_ = -1;
   std::chrono::milliseconds armed_{0};  // SO_RCVTIMEO and SO_SNDTIMEO of fd_
   SteadyTime last_used_{};              // end of the last call
