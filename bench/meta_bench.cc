@@ -8,6 +8,8 @@
 //   meta_create_inproc_nosync: creates with sync_commits=false
 //   meta_create_inproc_1thread: creates by one thread (each waits for its own sync)
 //   meta_create_rpc, meta_stat_rpc: over RPC, one directory
+//   meta_create_inproc_commit_batch, meta_create_rpc_commit_batch: transactions
+//     per group commit in those create phases (txns)
 //   localfs_create_per_s, localfs_stat_per_s: open(O_CREAT)+close, stat(2)
 //   meta_create_vs_localfs, meta_stat_vs_localfs: in-process vs local (x)
 //   meta_bench_peak_rss_mib
@@ -23,6 +25,7 @@
 
 #include "bench/bench_util.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/random.h"
 #include "meta/meta_service.h"
 #include "meta/schema.h"
@@ -39,6 +42,17 @@ double run(double secs, const std::function<bool(int, uint64_t)>& op,
            std::vector<uint64_t>* counts = nullptr, int threads = kThreads) {
   return bench::runTimed(threads, secs, op, counts);
 }
+
+// Transactions per group commit over a phase, from the KV's batch histogram
+// (process-wide, so read before and after the phase).
+struct BatchMeter {
+  metrics::Histogram& h = metrics::Registry::global().histogram("kv_commit_batch_size");
+  uint64_t batches = h.count(), txns = h.sum();
+  double mean() const {
+    uint64_t b = h.count() - batches;
+    return b ? static_cast<double>(h.sum() - txns) / static_cast<double>(b) : 0.0;
+  }
+};
 
 std::string name(int t, uint64_t i) { return "f" + std::to_string(t) + "-" + std::to_string(i); }
 
@@ -75,6 +89,7 @@ int main(int argc, char** argv) {
   if (!dir.ok()) die(dir.status(), "mkdir");
   uint64_t d = dir->ino();
   std::vector<uint64_t> made;
+  BatchMeter batch1;
   double create1 = run(
       secs,
       [&](int t, uint64_t i) {
@@ -83,6 +98,7 @@ int main(int argc, char** argv) {
         return true;
       },
       &made);
+  double create1_batch = batch1.mean();
   double stat1 = run(secs, [&](int t, uint64_t i) {
     thread_local Xoshiro256 rng(static_cast<uint64_t>(t) + 1);
     int owner = static_cast<int>(rng.uniform(kThreads));
@@ -132,7 +148,7 @@ int main(int argc, char** argv) {
   });
 
   // --- over RPC
-  double create_rpc, stat_rpc;
+  double create_rpc, stat_rpc, create_rpc_batch;
   {
     net::RpcServer server(net::ServerOptions{.threads = 1});
     MetaService service(store, server, 16);
@@ -143,6 +159,7 @@ int main(int argc, char** argv) {
     uint64_t rd = rpc_dir->ino();
     net::Method create_m = net::Method::of("cistern.meta.MetaService.Create");
     net::Method lookup_m = net::Method::of("cistern.meta.MetaService.Lookup");
+    BatchMeter batch_rpc;
     std::vector<uint64_t> made_rpc;
     create_rpc = run(
         secs,
@@ -160,6 +177,7 @@ int main(int argc, char** argv) {
           return true;
         },
         &made_rpc);
+    create_rpc_batch = batch_rpc.mean();
     stat_rpc = run(secs, [&](int t, uint64_t i) {
       thread_local Xoshiro256 rng(static_cast<uint64_t>(t) + 200);
       if (made_rpc[t] == 0) return true;
@@ -236,6 +254,8 @@ int main(int argc, char** argv) {
   bench::figure("meta_create_inproc_1thread", create_solo, "ops/s");
   bench::figure("meta_stat_spread_inproc", stat_spread, "ops/s");
   bench::figure("meta_create_rpc", create_rpc, "ops/s");
+  bench::figure("meta_create_inproc_commit_batch", create1_batch, "txns");
+  bench::figure("meta_create_rpc_commit_batch", create_rpc_batch, "txns");
   bench::figure("meta_stat_rpc", stat_rpc, "ops/s");
   bench::figure("localfs_create_per_s", create_local, "ops/s");
   bench::figure("localfs_stat_per_s", stat_local, "ops/s");
