@@ -645,6 +645,50 @@ TEST(KvRocks, CommitsQueuedBehindALoneCommitAreTakenOverByTheWriter) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(*r->get("queued" + std::to_string(i)), "1");
 }
 
+// The same failure in a batch the log writer carries: the lone commit ahead
+// of it is durable, the queued ones fail and are absent after a reopen, and
+// the engine takes no more writes.
+TEST(KvRocks, AFailedLogWriteOfTheWritersBatchFailsItAndLaterCommits) {
+  TempDir dir;
+  RocksEngineOptions o = smallRocks(dir);
+  {
+    auto e = openRocksEngine(o);
+    ASSERT_TRUE(e.ok());
+    Engine& engine = **e;
+    // The lone commit's log write sleeps while the others queue; the next
+    // batch (the writer's) fails before its log write.
+    fault::enable("kv.log.before_write", fault::Spec{.action = fault::Action::kDelay,
+                                                     .delay = std::chrono::milliseconds(200),
+                                                     .times = 1});
+    fault::enable("kv.commit.before_apply",
+                  fault::Spec{.code = ErrorCode::kIOError, .skip = 1, .times = 1});
+    auto commitKey = [&](const std::string& k) {
+      auto t = engine.begin();
+      t->set(k, "1");
+      return t->commit();
+    };
+    Status lone, queued[3];
+    std::thread first([&] { lone = commitKey("lone"); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<std::thread> later;
+    for (int i = 0; i < 3; ++i)
+      later.emplace_back([&, i] { queued[i] = commitKey("queued" + std::to_string(i)); });
+    first.join();
+    for (auto& t : later) t.join();
+    EXPECT_EQ(fault::fired("kv.commit.before_apply"), 1u);
+    fault::disableAll();
+    EXPECT_TRUE(lone.ok()) << lone.toString();
+    for (auto& s : queued) EXPECT_EQ(s.code(), ErrorCode::kIOError) << s.toString();
+    EXPECT_EQ(commitKey("after").code(), ErrorCode::kIOError);
+  }
+  auto e = openRocksEngine(o);
+  ASSERT_TRUE(e.ok()) << e.status().toString();
+  auto r = (*e)->beginRead();
+  EXPECT_EQ(*r->get("lone"), "1");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*r->get("queued" + std::to_string(i)), std::nullopt);
+  EXPECT_EQ(*r->get("after"), std::nullopt);
+}
+
 TEST(KvRocks, OpenFailureNamesThePath) {
   RocksEngineOptions o;
   o.path = "/proc/cistern-cannot-create/db";

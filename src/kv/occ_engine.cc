@@ -598,6 +598,7 @@ void OccEngine::logBatch(const Batch& b, std::unique_lock<std::mutex>& lock) {
 // transactions.
 void OccEngine::applyBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
   Status s;
+  bool applied = false;
   while (failed_.ok() && committed_version_ != b.first - 1) turn_cv_.wait(lock);
   if (failed_.ok()) {
     lock.unlock();
@@ -606,12 +607,15 @@ void OccEngine::applyBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
     lock.lock();
     if (s.ok()) {
       committed_version_.store(b.last, std::memory_order_release);
+      applied = true;
     } else {
       setFailed(s);
     }
   }
+  // A batch durable and applied has committed, even if a later batch failed
+  // the engine while this one was being applied.
   for (Pending* p : b.accepted) {
-    p->status = failed_.ok() ? Status::OK() : failed_;
+    p->status = applied ? Status::OK() : failed_;
     p->done = true;
     p->cv.notify_one();
   }
