@@ -554,6 +554,15 @@ TEST_P(KvDurable, CommittedDataSurvivesReopen) {
   EXPECT_EQ(read("big"), std::string(100000, 'x'));
 }
 
+// Returns once the lone commit's log write has reached the delay fault
+// point of the tests below (it sleeps there while others queue).
+void waitForLoneLogWrite() {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (fault::fired("kv.log.before_write") == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(fault::fired("kv.log.before_write"), 1u);
+}
+
 // A RocksDB engine in `dir` with a small block cache.
 RocksEngineOptions smallRocks(const TempDir& dir) {
   RocksEngineOptions o;
@@ -618,7 +627,7 @@ TEST(KvRocks, CommitsQueuedBehindALoneCommitAreTakenOverByTheWriter) {
       lone = commitKey("lone");
       done++;
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its log write is sleeping
+    waitForLoneLogWrite();
     std::vector<std::thread> later;
     for (int i = 0; i < 3; ++i) {
       later.emplace_back([&, i] {
@@ -669,7 +678,7 @@ TEST(KvRocks, AFailedLogWriteOfTheWritersBatchFailsItAndLaterCommits) {
     };
     Status lone, queued[3];
     std::thread first([&] { lone = commitKey("lone"); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    waitForLoneLogWrite();
     std::vector<std::thread> later;
     for (int i = 0; i < 3; ++i)
       later.emplace_back([&, i] { queued[i] = commitKey("queued" + std::to_string(i)); });

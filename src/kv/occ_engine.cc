@@ -633,9 +633,9 @@ void OccEngine::writerLoop() {
       if (stop_ && queue_.empty()) return;
       writer_idle_ = true;
       writer_cv_.wait(lock);
-      writer_idle_ = false;
       continue;
     }
+    writer_idle_ = false;
     auto b = std::make_unique<Batch>(formBatch());
     if (b->accepted.empty()) continue;
     logBatch(*b, lock);  // sync_commits holds for the writer

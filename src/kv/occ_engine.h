@@ -126,7 +126,9 @@ class OccEngine final : public Engine {
   // Synced commits with one log write at a time have a log writer thread.
   std::thread writer_;
   std::condition_variable writer_cv_;  // the queue got its first transaction, or stop
-  bool writer_idle_ = false;
+  // The writer carries no batch: it waits for one, or is about to (from its
+  // start, or once the queue is empty); a committer may then lead.
+  bool writer_idle_ = true;
   // A committer that found the writer idle and the queue empty carries its
   // own batch; the writer takes no batch until its log write is done.
   bool leading_ = false;
