@@ -554,6 +554,20 @@ TEST_P(KvDurable, CommittedDataSurvivesReopen) {
   EXPECT_EQ(read("big"), std::string(100000, 'x'));
 }
 
+// The next log write sleeps 200 ms (at kv.log.before_write).
+void delayOneLogWrite() {
+  fault::enable("kv.log.before_write", fault::Spec{.action = fault::Action::kDelay,
+                                                   .delay = std::chrono::milliseconds(200),
+                                                   .times = 1});
+}
+
+// Commits `key` = "1".
+Status setOne(Engine& engine, const std::string& key) {
+  auto t = engine.begin();
+  t->set(key, "1");
+  return t->commit();
+}
+
 // Returns once the lone commit's log write has reached the delay fault
 // point of the tests below (it sleeps there while others queue).
 void waitForLoneLogWrite() {
@@ -613,14 +627,8 @@ TEST(KvRocks, CommitsQueuedBehindALoneCommitAreTakenOverByTheWriter) {
     auto e = openRocksEngine(o);
     ASSERT_TRUE(e.ok());
     Engine& engine = **e;
-    fault::enable("kv.log.before_write", fault::Spec{.action = fault::Action::kDelay,
-                                                     .delay = std::chrono::milliseconds(200),
-                                                     .times = 1});
-    auto commitKey = [&](const std::string& k) {
-      auto t = engine.begin();
-      t->set(k, "1");
-      return t->commit();
-    };
+    delayOneLogWrite();
+    auto commitKey = [&](const std::string& k) { return setOne(engine, k); };
     std::atomic<int> done{0};
     Status lone, queued[3];
     std::thread first([&] {
@@ -666,16 +674,10 @@ TEST(KvRocks, AFailedLogWriteOfTheWritersBatchFailsItAndLaterCommits) {
     Engine& engine = **e;
     // The lone commit's log write sleeps while the others queue; the next
     // batch (the writer's) fails before its log write.
-    fault::enable("kv.log.before_write", fault::Spec{.action = fault::Action::kDelay,
-                                                     .delay = std::chrono::milliseconds(200),
-                                                     .times = 1});
+    delayOneLogWrite();
     fault::enable("kv.commit.before_apply",
                   fault::Spec{.code = ErrorCode::kIOError, .skip = 1, .times = 1});
-    auto commitKey = [&](const std::string& k) {
-      auto t = engine.begin();
-      t->set(k, "1");
-      return t->commit();
-    };
+    auto commitKey = [&](const std::string& k) { return setOne(engine, k); };
     Status lone, queued[3];
     std::thread first([&] { lone = commitKey("lone"); });
     waitForLoneLogWrite();

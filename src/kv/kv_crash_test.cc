@@ -66,6 +66,27 @@ std::map<long, int> verify(const std::string& db, const std::set<long>& acked) {
   return parts;
 }
 
+// Eight rounds of a multi-threaded child (arguments `extra`) killed
+// `min_ms` + up to `spread_ms` after its first acknowledgement, each
+// followed by verify(); returns every transaction acknowledged.
+std::set<long> killRounds(const std::string& db, uint64_t seed, int min_ms, int spread_ms,
+                          const std::vector<std::string>& extra) {
+  Xoshiro256 rng(seed);
+  long next = 0;
+  std::set<long> all_acked;
+  for (int round = 0; round < 8; ++round) {
+    std::set<long> acked = runAndKill(
+        db, next, min_ms + static_cast<int>(rng.uniform(static_cast<uint64_t>(spread_ms))), extra,
+        true);
+    all_acked.insert(acked.begin(), acked.end());
+    std::map<long, int> parts = verify(db, all_acked);
+    if (::testing::Test::HasFailure()) break;
+    next = parts.empty() ? next : std::max(next, parts.rbegin()->first + 1);
+    next = std::max(next, all_acked.empty() ? 0 : *all_acked.rbegin() + 1);
+  }
+  return all_acked;
+}
+
 TEST(KvCrash, SigkillDuringCommitsLeavesEveryTransactionWholeOrAbsent) {
   TempDir dir;
   std::string db = dir.path() + "/db";
@@ -96,20 +117,8 @@ TEST(KvCrash, SigkillDuringCommitsLeavesEveryTransactionWholeOrAbsent) {
 // kills during start-up and recovery are the test above's.
 TEST(KvCrash, SigkillDuringPipelinedCommitsAcrossSegmentReuse) {
   TempDir dir;
-  std::string db = dir.path() + "/db";
-  Xoshiro256 rng(77);
-  long next = 0;
-  std::set<long> all_acked;
-  for (int round = 0; round < 8; ++round) {
-    std::set<long> acked =
-        runAndKill(db, next, 200 + static_cast<int>(rng.uniform(300)), {"4", "4", "256"}, true);
-    all_acked.insert(acked.begin(), acked.end());
-    std::map<long, int> parts = verify(db, all_acked);
-    if (::testing::Test::HasFailure()) return;
-    next = parts.empty() ? next : std::max(next, parts.rbegin()->first + 1);
-    next = std::max(next, all_acked.empty() ? 0 : *all_acked.rbegin() + 1);
-  }
-  EXPECT_GT(all_acked.size(), 100u);
+  std::set<long> acked = killRounds(dir.path() + "/db", 77, 200, 300, {"4", "4", "256"});
+  EXPECT_GT(acked.size(), 100u);
 }
 
 // Four committing threads with one log write at a time (the default): the
@@ -119,20 +128,8 @@ TEST(KvCrash, SigkillDuringPipelinedCommitsAcrossSegmentReuse) {
 // acknowledged transaction whole.
 TEST(KvCrash, SigkillDuringCommitsCarriedByTheLogWriter) {
   TempDir dir;
-  std::string db = dir.path() + "/db";
-  Xoshiro256 rng(4242);
-  long next = 0;
-  std::set<long> all_acked;
-  for (int round = 0; round < 8; ++round) {
-    std::set<long> acked =
-        runAndKill(db, next, 150 + static_cast<int>(rng.uniform(250)), {"4", "1", "256"}, true);
-    all_acked.insert(acked.begin(), acked.end());
-    std::map<long, int> parts = verify(db, all_acked);
-    if (::testing::Test::HasFailure()) return;
-    next = parts.empty() ? next : std::max(next, parts.rbegin()->first + 1);
-    next = std::max(next, all_acked.empty() ? 0 : *all_acked.rbegin() + 1);
-  }
-  EXPECT_GT(all_acked.size(), 100u);
+  std::set<long> acked = killRounds(dir.path() + "/db", 4242, 150, 250, {"4", "1", "256"});
+  EXPECT_GT(acked.size(), 100u);
 }
 
 }  // namespace
