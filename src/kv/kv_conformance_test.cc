@@ -577,6 +577,40 @@ void waitForLoneLogWrite() {
   ASSERT_EQ(fault::fired("kv.log.before_write"), 1u);
 }
 
+struct LoneAndQueued {
+  Status lone, queued[3];
+};
+// Commits "lone" on an idle engine (its log write delayed by
+// delayOneLogWrite()), then "queued0".."queued2" while it sleeps; returns
+// their results once all four are done (a failure after 10 s).
+LoneAndQueued commitLoneThenQueued(Engine& engine) {
+  LoneAndQueued c;
+  std::atomic<int> done{0};
+  std::thread first([&] {
+    c.lone = setOne(engine, "lone");
+    done++;
+  });
+  waitForLoneLogWrite();
+  std::vector<std::thread> later;
+  for (int i = 0; i < 3; ++i) {
+    later.emplace_back([&, i] {
+      c.queued[i] = setOne(engine, "queued" + std::to_string(i));
+      done++;
+    });
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (done < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (done.load() != 4) {
+    ADD_FAILURE() << "commits queued behind the lone one never completed";
+    std::terminate();  // threads still waiting cannot be joined
+  }
+  first.join();
+  for (auto& t : later) t.join();
+  return c;
+}
+
 // A RocksDB engine in `dir` with a small block cache.
 RocksEngineOptions smallRocks(const TempDir& dir) {
   RocksEngineOptions o;
@@ -628,32 +662,11 @@ TEST(KvRocks, CommitsQueuedBehindALoneCommitAreTakenOverByTheWriter) {
     ASSERT_TRUE(e.ok());
     Engine& engine = **e;
     delayOneLogWrite();
-    auto commitKey = [&](const std::string& k) { return setOne(engine, k); };
-    std::atomic<int> done{0};
-    Status lone, queued[3];
-    std::thread first([&] {
-      lone = commitKey("lone");
-      done++;
-    });
-    waitForLoneLogWrite();
-    std::vector<std::thread> later;
-    for (int i = 0; i < 3; ++i) {
-      later.emplace_back([&, i] {
-        queued[i] = commitKey("queued" + std::to_string(i));
-        done++;
-      });
-    }
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (done < 4 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    ASSERT_EQ(done.load(), 4) << "commits queued behind the lone one never completed";
-    first.join();
-    for (auto& t : later) t.join();
+    LoneAndQueued c = commitLoneThenQueued(engine);
     EXPECT_EQ(fault::fired("kv.log.before_write"), 1u);  // the lone commit's log write slept
     fault::disableAll();
-    EXPECT_TRUE(lone.ok()) << lone.toString();
-    for (auto& s : queued) EXPECT_TRUE(s.ok()) << s.toString();
+    EXPECT_TRUE(c.lone.ok()) << c.lone.toString();
+    for (auto& s : c.queued) EXPECT_TRUE(s.ok()) << s.toString();
   }
   auto e = openRocksEngine(o);
   ASSERT_TRUE(e.ok()) << e.status().toString();
@@ -677,20 +690,12 @@ TEST(KvRocks, AFailedLogWriteOfTheWritersBatchFailsItAndLaterCommits) {
     delayOneLogWrite();
     fault::enable("kv.commit.before_apply",
                   fault::Spec{.code = ErrorCode::kIOError, .skip = 1, .times = 1});
-    auto commitKey = [&](const std::string& k) { return setOne(engine, k); };
-    Status lone, queued[3];
-    std::thread first([&] { lone = commitKey("lone"); });
-    waitForLoneLogWrite();
-    std::vector<std::thread> later;
-    for (int i = 0; i < 3; ++i)
-      later.emplace_back([&, i] { queued[i] = commitKey("queued" + std::to_string(i)); });
-    first.join();
-    for (auto& t : later) t.join();
+    LoneAndQueued c = commitLoneThenQueued(engine);
     EXPECT_EQ(fault::fired("kv.commit.before_apply"), 1u);
     fault::disableAll();
-    EXPECT_TRUE(lone.ok()) << lone.toString();
-    for (auto& s : queued) EXPECT_EQ(s.code(), ErrorCode::kIOError) << s.toString();
-    EXPECT_EQ(commitKey("after").code(), ErrorCode::kIOError);
+    EXPECT_TRUE(c.lone.ok()) << c.lone.toString();
+    for (auto& s : c.queued) EXPECT_EQ(s.code(), ErrorCode::kIOError) << s.toString();
+    EXPECT_EQ(setOne(engine, "after").code(), ErrorCode::kIOError);
   }
   auto e = openRocksEngine(o);
   ASSERT_TRUE(e.ok()) << e.status().toString();
