@@ -144,6 +144,10 @@ class Client {
     // servers on this host read straight into them, so sequential reads skip
     // a copy. Handles that find none free read ahead into the heap.
     uint32_t shm_readahead_windows = 8;
+    // Metadata calls to servers running in this same process (`cistern up
+    // --mount`) run on the calling thread instead of over loopback TCP;
+    // false: always over the socket, as from another process.
+    bool local_calls = true;
   };
 
   static std::pair<std::unique_ptr<Client>, Error> connect(const Options& options);

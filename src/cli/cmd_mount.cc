@@ -38,6 +38,7 @@ int mountAndServe(const std::string& cluster, const std::string& mountpoint,
   co.call_timeout_ms = std::max<uint32_t>(timeout_ms, 1000);
   co.readahead_max_bytes = 4ull << 20;
   co.write_behind_bytes = 4ull << 20;  // 32 buffered files: at most 128 MiB in flight
+  co.local_calls = !mo.socket_calls;
   auto [c, err] = Client::connect(co);
   if (err) {
     fmt::print(stderr, "cistern mount: {}\n", err.message);
@@ -75,7 +76,7 @@ void addMount(CLI::App& app) {
   cmd->add_option("--cluster", cluster, "host:port (default $CISTERN_CLUSTER or 127.0.0.1:7420)");
   cmd->add_option("-o,--options", options,
                   "allow_other, writeback, attr_timeout=S, entry_timeout=S, negative_timeout=S, "
-                  "debug (comma-separated)");
+                  "debug, socket_calls (comma-separated)");
   cmd->add_option("--timeout-ms", timeout_ms,
                   "a request fails with an error after the cluster is unreachable this long")
       ->capture_default_str();

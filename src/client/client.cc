@@ -222,6 +222,7 @@ Status ClientImpl::init(const Options& options) {
   co.connections_per_endpoint = 2;
   co.call_timeout_ms = options_.call_timeout_ms;
   co.connect_timeout_ms = std::min<uint32_t>(3000, std::max<uint32_t>(options_.retry_ms, 100));
+  co.local_calls = options_.local_calls;
   rpc_ = std::make_unique<net::RpcClient>(co);
   driver_ = std::make_unique<asio::thread_pool>(1);
   shm_ = ShmSlots::create(options_.shm_bytes, options_.shm_readahead_windows,

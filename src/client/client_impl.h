@@ -136,8 +136,10 @@ class ClientImpl final : public Client {
   // again after `backoff` (the routing refreshed if it was stale).
   std::optional<Status> giveUp(const Status& s, std::chrono::steady_clock::time_point deadline,
                                std::chrono::steady_clock::duration backoff);
-  // runPiece() from a blocking caller, over the socket.
+  // runPiece() from a blocking caller, over the socket (or as a local call).
   Status runPieceBlocking(bool write, const meta::Inode& inode, Piece& piece);
+  // A server of this process serves the chain's reads (or writes) as local calls.
+  bool servedHere(bool write, uint32_t chain);
   // The handle under which `route`'s server maps our shared memory (attaching
   // on first use); 0 when it cannot (another host, an attach in progress).
   asio::awaitable<uint64_t> shmHandle(const ChainRoute& route);

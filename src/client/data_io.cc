@@ -44,7 +44,8 @@ const net::Method& kTruncate() {
 }
 
 // Chunk bytes read or written, by the way they went: "shm" (same-host
-// shared memory) or "socket".
+// shared memory), "socket", or "local" (a call to a server of this process,
+// on the caller's buffer: net/local_call.h).
 metrics::Counter& readBytes(const char* path) {
   return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}},
                                              "Chunk bytes read from storage servers");
@@ -126,16 +127,16 @@ class ClientImpl::SocketPiece {
   const net::CallOptions& options() const { return options_; }
 
   // The call's status, with a read's per-range code applied: a hole or a
-  // short chunk reads as zeros.
-  Status finish(Status s) {
+  // short chunk reads as zeros. `path`: how it went, for the metrics.
+  Status finish(Status s, const char* path) {
     if (!s.ok()) return s;
     if (write_) {
-      writeBytes("socket").inc(p_.length);
+      writeBytes(path).inc(p_.length);
       return s;
     }
     RETURN_ON_ERROR(rangeStatus(read_resp_, &got_));
     if (got_ < p_.length) std::memset(p_.data + got_, 0, p_.length - got_);
-    readBytes("socket").inc(got_);
+    readBytes(path).inc(got_);
     return s;
   }
 
@@ -183,7 +184,7 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
       SocketPiece call(write, inode, p, *r);
       s = co_await rpc_->call(r->endpoint, call.method(), call.request(), call.response(),
                               call.options());
-      s = call.finish(std::move(s));
+      s = call.finish(std::move(s), "socket");
     }
     if (s.ok()) co_return s;
     if (auto end = giveUp(s, deadline, backoff))
@@ -201,8 +202,10 @@ Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece&
     auto r = route(p.chain);
     if (!r.ok()) return r.status().withContext(pieceName(write, inode, p));
     SocketPiece call(write, inode, p, *r);
-    Status s = call.finish(rpc_->callSync(r->endpoint, call.method(), call.request(),
-                                          call.response(), call.options()));
+    const char* path = rpc_->callsLocally(r->endpoint, call.method()) ? "local" : "socket";
+    Status s = call.finish(
+        rpc_->callSync(r->endpoint, call.method(), call.request(), call.response(), call.options()),
+        path);
     if (s.ok()) return s;
     if (auto end = giveUp(s, deadline, backoff))
       return end->withContext(pieceName(write, inode, p));
@@ -379,12 +382,19 @@ std::unique_ptr<PendingIo> ClientImpl::start(bool write, const meta::Inode& inod
   return run;
 }
 
+bool ClientImpl::servedHere(bool write, uint32_t chain) {
+  auto r = route(chain);
+  return r.ok() && rpc_->callsLocally(r->endpoint, write ? kWrite() : kBatchRead());
+}
+
 Status ClientImpl::runPieces(bool write, const meta::Inode& inode, std::vector<Piece>& pieces) {
   if (pieces.empty()) return Status::OK();
   // One small piece: a blocking call from this thread, over the socket,
   // spares two hand-offs (to the driver thread and back) that cost more
-  // than the bytes' copy through the socket.
-  if (pieces.size() == 1 && pieces[0].length <= kBlockingPieceMax)
+  // than the bytes' copy through the socket. One piece of any size when its
+  // server is in this process: the call runs right here, on our buffer.
+  if (pieces.size() == 1 &&
+      (pieces[0].length <= kBlockingPieceMax || servedHere(write, pieces[0].chain)))
     return runPieceBlocking(write, inode, pieces[0]);
   return start(write, inode, std::move(pieces))->wait();
 }

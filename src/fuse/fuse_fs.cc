@@ -130,6 +130,8 @@ Status parseMountOptions(const std::string& text, MountOptions* out) {
       out->writeback_cache = true;
     } else if (key == "debug" && value.empty()) {
       out->debug = true;
+    } else if (key == "socket_calls" && value.empty()) {
+      out->socket_calls = true;
     } else if (key == "attr_timeout") {
       RETURN_ON_ERROR(seconds(&out->attr_timeout_s));
     } else if (key == "entry_timeout") {

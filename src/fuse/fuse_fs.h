@@ -44,10 +44,12 @@ struct MountOptions {
   uint32_t max_idle_threads = 16;
   uint32_t buffered_files_max = 32;
   bool debug = false;
+  // Metadata calls to a cluster in this process go over the socket too.
+  bool socket_calls = false;
 };
 
 // Parses "-o" text: allow_other, writeback, attr_timeout=S, entry_timeout=S,
-// negative_timeout=S, debug. Unknown options are an error that names them.
+// negative_timeout=S, debug, socket_calls. Unknown options are an error that names them.
 Status parseMountOptions(const std::string& text, MountOptions* out);
 
 // An inode open through the mount: one FileImpl for all its kernel handles.

@@ -19,12 +19,20 @@ Status into(Result<T> r, T* out) {
 template <typename Req, typename Resp>
 void MetaService::add(const char* method, std::function<Status(const Req&, Resp&)> fn,
                       std::function<bool(const Req&)> inline_if) {
+  net::Method m = net::Method::of(std::string("cistern.meta.MetaService.") + method);
   server_.handle<Req, Resp>(
-      net::Method::of(std::string("cistern.meta.MetaService.") + method),
-      [this, fn = std::move(fn), inline_if = std::move(inline_if)](
-          net::CallContext&, const Req& req, Resp& resp) -> asio::awaitable<Status> {
+      m,
+      [this, fn, inline_if = std::move(inline_if)](net::CallContext&, const Req& req,
+                                                   Resp& resp) -> asio::awaitable<Status> {
         if (inline_if && inline_if(req)) co_return fn(req, resp);
         co_return co_await net::runBlocking(pool_, [&] { return fn(req, resp); });
+      });
+  // A caller in this process (the FUSE mount of `cistern up --mount`) runs
+  // the operation on its own thread, which may block.
+  server_.handleLocal(
+      m, [fn = std::move(fn)](const google::protobuf::Message& req, google::protobuf::Message& resp,
+                              net::LocalPayloads&) {
+        return fn(static_cast<const Req&>(req), static_cast<Resp&>(resp));
       });
 }
 

@@ -4,7 +4,8 @@
 // size bounds how many are in flight (and share a group commit). Reads
 // (lookup, getattr, readdir, ..., and opens for reading only) run inline on
 // the I/O thread: they touch only the KV's cache or one disk read, and two
-// thread hops would cost more.
+// thread hops would cost more. Callers in the same process (RpcClient's
+// local calls, net/local_call.h) run every method on their own thread.
 #pragma once
 
 #include <asio/thread_pool.hpp>

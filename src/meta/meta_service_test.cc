@@ -1,4 +1,4 @@
-// The metadata service over RPC on loopback: results and errno-mapped errors
+// The metadata service over RPC on loopback and as local calls: results and errno-mapped errors
 // travel intact, and a retried request (same client, seq) is answered once.
 #include "meta/meta_service.h"
 #include "meta/fsck.h"
@@ -53,7 +53,20 @@ class MetaServiceTest : public ::testing::Test {
   Caller root_;
 };
 
-TEST_F(MetaServiceTest, CreateLookupReaddirUnlinkOverRpc) {
+// Every method runs both ways: over the socket, and on the caller's thread
+// (a caller in the server's process, net/local_call.h).
+class MetaServiceCallers : public MetaServiceTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    MetaServiceTest::SetUp();
+    client_ = std::make_unique<net::RpcClient>(net::ClientOptions{.local_calls = GetParam()});
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(From, MetaServiceCallers, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "local" : "socket"; });
+
+TEST_P(MetaServiceCallers, CreateLookupReaddirUnlinkOverRpc) {
   CreateReq c;
   *c.mutable_caller() = root_;
   c.set_parent(kRootIno);
@@ -93,7 +106,7 @@ TEST_F(MetaServiceTest, CreateLookupReaddirUnlinkOverRpc) {
   EXPECT_EQ(gone.toErrno(), ENOENT);
 }
 
-TEST_F(MetaServiceTest, ErrorsKeepTheirCodes) {
+TEST_P(MetaServiceCallers, ErrorsKeepTheirCodes) {
   MkdirReq mk;
   mk.mutable_caller()->set_uid(1000);
   mk.set_parent(kRootIno);
@@ -117,7 +130,7 @@ TEST_F(MetaServiceTest, ErrorsKeepTheirCodes) {
   EXPECT_EQ(br.codes(1), static_cast<uint32_t>(ErrorCode::kNotFound));
 }
 
-TEST_F(MetaServiceTest, RetriedRequestIsAnsweredOnce) {
+TEST_P(MetaServiceCallers, RetriedRequestIsAnsweredOnce) {
   MkdirReq mk;
   *mk.mutable_caller() = root_;
   mk.set_parent(kRootIno);
@@ -133,7 +146,7 @@ TEST_F(MetaServiceTest, RetriedRequestIsAnsweredOnce) {
   EXPECT_EQ(call("Mkdir", mk, &second).code(), ErrorCode::kAlreadyExists);
 }
 
-TEST_F(MetaServiceTest, CreateWithOpenWriteRecordsOneSessionEvenWhenRetried) {
+TEST_P(MetaServiceCallers, CreateWithOpenWriteRecordsOneSessionEvenWhenRetried) {
   CreateReq c;
   *c.mutable_caller() = root_;
   c.set_parent(kRootIno);
@@ -172,7 +185,7 @@ TEST_F(MetaServiceTest, CreateWithOpenWriteRecordsOneSessionEvenWhenRetried) {
   EXPECT_TRUE(report->clean());
 }
 
-TEST_F(MetaServiceTest, SetattrXattrsAndOpenClose) {
+TEST_P(MetaServiceCallers, SetattrXattrsAndOpenClose) {
   CreateReq c;
   *c.mutable_caller() = root_;
   c.set_parent(kRootIno);

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "net/io_pool.h"
+#include "net/local_call.h"
 #include "net/recv_buffer.h"
 #include "net/sync_connection.h"
 
@@ -531,6 +532,14 @@ Status RpcClient::callSync(const Endpoint& to, const Method& method,
                            const google::protobuf::Message& request,
                            google::protobuf::Message* response, CallOptions options) {
   impl_->calls->inc();
+  if (impl_->options.local_calls && !(options.cancel && options.cancel->cancelled())) {
+    if (std::optional<Status> s =
+            callLocal(to, method, request, response, options.request_payload,
+                      options.response_payload, options.response_payload_len)) {
+      if (!s->ok()) impl_->errors->inc();
+      return std::move(*s);
+    }
+  }
   if (impl_->options.sync_connections_per_endpoint > 0) {
     if (Status s = checkCall(method, request, response, options, impl_->options); !s.ok()) {
       impl_->errors->inc();
@@ -556,6 +565,10 @@ Status RpcClient::callSync(const Endpoint& to, const Method& method,
   Status s = future.get();
   if (!s.ok()) impl_->errors->inc();
   return s;
+}
+
+bool RpcClient::callsLocally(const Endpoint& to, const Method& method) const {
+  return impl_->options.local_calls && servedLocally(to, method);
 }
 
 }  // namespace cistern::net

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <shared_mutex>
 #include <unordered_map>
 
 #include "common/crc32c.h"
@@ -19,6 +20,7 @@
 #include "common/metrics.h"
 #include "net/buffer_pool.h"
 #include "net/io_pool.h"
+#include "net/local_call.h"
 #include "net/recv_buffer.h"
 
 namespace cistern::net {
@@ -47,6 +49,7 @@ struct MethodEntry {
   const google::protobuf::Message* request;
   const google::protobuf::Message* response;
   Handler handler;
+  LocalHandler local;  // empty: calls from this process use the socket too
   metrics::Counter* calls;
   metrics::Counter* errors;
   metrics::Histogram* latency_us;
@@ -72,6 +75,29 @@ struct ServerMetrics {
     return m;
   }
 };
+
+// Counts a served call in its method's metrics.
+void record(const MethodEntry& entry, const Status& status, uint64_t request_bytes,
+            uint64_t response_payload_bytes, SteadyTime start) {
+  entry.calls->inc();
+  entry.request_bytes->inc(request_bytes);
+  if (!status.ok()) {
+    entry.errors->inc();
+    // By code too; looked up only on failure.
+    metrics::Registry::global()
+        .counter(
+            "rpc_server_errors_by_code_total",
+            {{"method", entry.method.name}, {"code", std::string(errorCodeName(status.code()))}},
+            "Failed calls by method and error code")
+        .inc();
+  } else {
+    entry.response_bytes->inc(response_payload_bytes);
+  }
+  entry.latency_us->observe(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count()));
+}
 
 }  // namespace
 
@@ -130,6 +156,9 @@ struct RpcServer::Impl {
   Endpoint bound;
   bool started = false;
   bool stopped = false;
+  bool has_local = false;                   // some method has a LocalHandler
+  std::string local_key;                    // the registry's key once registered, else empty
+  std::atomic<uint64_t> local_inflight{0};  // local calls running
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -145,6 +174,74 @@ struct RpcServer::Impl {
     cv.notify_all();
   }
 };
+
+namespace {
+
+// The started servers of this process that have local handlers, by endpoint.
+struct LocalServers {
+  std::shared_mutex mu;
+  std::unordered_map<std::string, RpcServer::Impl*> by_endpoint;
+  static LocalServers& get() {
+    static LocalServers* servers = new LocalServers;  // outlives static destructors
+    return *servers;
+  }
+};
+
+}  // namespace
+
+bool servedLocally(const Endpoint& to, const Method& method) {
+  LocalServers& servers = LocalServers::get();
+  std::shared_lock lock(servers.mu);
+  if (servers.by_endpoint.empty()) return false;
+  auto it = servers.by_endpoint.find(to.toString());
+  if (it == servers.by_endpoint.end()) return false;
+  auto m = it->second->methods.find(method.id);
+  return m != it->second->methods.end() && m->second.local;
+}
+
+std::optional<Status> callLocal(const Endpoint& to, const Method& method,
+                                const google::protobuf::Message& request,
+                                google::protobuf::Message* response,
+                                std::span<const uint8_t> request_payload,
+                                std::span<uint8_t> response_payload, size_t* response_payload_len) {
+  LocalServers& servers = LocalServers::get();
+  RpcServer::Impl* server = nullptr;
+  const MethodEntry* entry = nullptr;
+  {
+    std::shared_lock lock(servers.mu);
+    if (servers.by_endpoint.empty()) return std::nullopt;
+    auto it = servers.by_endpoint.find(to.toString());
+    if (it == servers.by_endpoint.end()) return std::nullopt;
+    auto m = it->second->methods.find(method.id);
+    if (m == it->second->methods.end() || !m->second.local ||
+        request.GetDescriptor() != m->second.request->GetDescriptor() ||
+        response->GetDescriptor() != m->second.response->GetDescriptor())
+      return std::nullopt;
+    server = it->second;
+    entry = &m->second;
+    // Before the lock is released: stop() unregisters, then waits for these.
+    server->local_inflight.fetch_add(1);
+  }
+  SteadyTime start = std::chrono::steady_clock::now();
+  response->Clear();
+  LocalPayloads payloads{request_payload, response_payload, 0};
+  Status status;
+  try {
+    status = entry->local(request, *response, payloads);
+  } catch (const std::exception& e) {
+    status = Status(ErrorCode::kInternal, fmt::format("handler threw: {}", e.what()));
+    CLOG_ERROR("net", "{} local handler threw: {}", entry->method.name, e.what());
+  }
+  if (!status.ok()) payloads.response_len = 0;
+  if (response_payload_len) *response_payload_len = payloads.response_len;
+  record(*entry, status, request.ByteSizeLong() + request_payload.size(), payloads.response_len,
+         start);
+  if (server->local_inflight.fetch_sub(1) == 1) {
+    std::lock_guard lock(server->mu);
+    server->cv.notify_all();
+  }
+  return status;
+}
 
 // --------------------------------------------------------------------------
 
@@ -280,24 +377,8 @@ awaitable<void> ServerConnection::serve(const MethodEntry* entry, FrameHeader he
     status = Status(ErrorCode::kInternal, fmt::format("handler threw: {}", e.what()));
     CLOG_ERROR("net", "{} handler threw: {}", entry->method.name, e.what());
   }
-  entry->calls->inc();
-  entry->request_bytes->inc(header.message_len + header.payload_len);
-  if (!status.ok()) {
-    entry->errors->inc();
-    // By code too; looked up only on failure.
-    metrics::Registry::global()
-        .counter(
-            "rpc_server_errors_by_code_total",
-            {{"method", entry->method.name}, {"code", std::string(errorCodeName(status.code()))}},
-            "Failed calls by method and error code")
-        .inc();
-  } else {
-    entry->response_bytes->inc(ctx.response_payload_.size());
-  }
-  entry->latency_us->observe(
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                std::chrono::steady_clock::now() - start)
-                                .count()));
+  record(*entry, status, header.message_len + header.payload_len, ctx.response_payload_.size(),
+         start);
   if (closed_) {
     finishOne(0);
     co_return;
@@ -437,7 +518,7 @@ void RpcServer::handleRaw(const Method& method, const google::protobuf::Message&
   bool inserted =
       impl_->methods
           .emplace(method.id,
-                   MethodEntry{method, &request, &response, std::move(handler),
+                   MethodEntry{method, &request, &response, std::move(handler), nullptr,
                                &r.counter("rpc_server_calls_total", labels, "Calls served"),
                                &r.counter("rpc_server_errors_total", labels, "Calls that failed"),
                                &r.histogram("rpc_server_latency_us", labels, "Handler latency"),
@@ -447,6 +528,14 @@ void RpcServer::handleRaw(const Method& method, const google::protobuf::Message&
                                           "Response payload bytes sent")})
           .second;
   CISTERN_CHECK(inserted, "method registered twice");
+}
+
+void RpcServer::handleLocal(const Method& method, LocalHandler local) {
+  CISTERN_CHECK(!impl_->started, "register methods before start()");
+  auto it = impl_->methods.find(method.id);
+  CISTERN_CHECK(it != impl_->methods.end(), "handleLocal before handleRaw: " + method.name);
+  it->second.local = std::move(local);
+  impl_->has_local = true;
 }
 
 Status RpcServer::start() {
@@ -478,6 +567,13 @@ Status RpcServer::start() {
   auto local = acceptor.local_endpoint(ec);
   impl_->bound = Endpoint{local.address().to_string(), local.port()};
   asio::co_spawn(impl_->pool->at(0), impl_->acceptLoop(), asio::detached);
+  if (impl_->has_local) {
+    LocalServers& servers = LocalServers::get();
+    std::lock_guard lock(servers.mu);
+    // A second server on the same endpoint cannot have bound; keep the first.
+    if (servers.by_endpoint.emplace(impl_->bound.toString(), impl_.get()).second)
+      impl_->local_key = impl_->bound.toString();
+  }
   CLOG_INFO("net", "rpc server listening on {}", impl_->bound.toString());
   return Status::OK();
 }
@@ -485,6 +581,17 @@ Status RpcServer::start() {
 void RpcServer::stop() {
   Impl& s = *impl_;
   if (!s.started || s.stopped) return;
+  if (!s.local_key.empty()) {
+    LocalServers& servers = LocalServers::get();
+    std::lock_guard lock(servers.mu);
+    servers.by_endpoint.erase(s.local_key);
+  }
+  {
+    // No local call starts after the erase; the running ones hold pointers
+    // into this server (and into what its handlers use) until they return.
+    std::unique_lock lock(s.mu);
+    s.cv.wait(lock, [&] { return s.local_inflight.load() == 0; });
+  }
   std::vector<std::shared_ptr<ServerConnection>> conns;
   {
     std::lock_guard lock(s.mu);

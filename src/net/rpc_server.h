@@ -89,6 +89,20 @@ class CallContext {
 using Handler = std::function<asio::awaitable<Status>(
     CallContext&, const google::protobuf::Message& request, google::protobuf::Message& response)>;
 
+// A local call's raw payloads: the caller's own buffers.
+struct LocalPayloads {
+  std::span<const uint8_t> request;  // may change under the handler: copy before checksumming
+  std::span<uint8_t> response;       // its size is the most the caller accepts
+  size_t response_len = 0;           // set by the handler
+};
+
+// A method's handler for callers in this process (local_call.h): runs on the
+// caller's thread, which may block, with no socket and none of the server's
+// threads.
+using LocalHandler =
+    std::function<Status(const google::protobuf::Message& request,
+                         google::protobuf::Message& response, LocalPayloads& payloads)>;
+
 class RpcServer {
  public:
   explicit RpcServer(const ServerOptions& options);
@@ -109,10 +123,16 @@ class RpcServer {
               });
   }
 
+  // Lets callSync() from this process run `method` (registered with
+  // handleRaw) through `local` on the calling thread when it calls this
+  // server's endpoint (local_call.h). Before start().
+  void handleLocal(const Method& method, LocalHandler local);
+
   // Binds and starts accepting. kIOError naming the address if binding fails.
   Status start();
-  // Stops accepting, lets in-flight calls finish (up to stop_grace_ms), then
-  // closes every connection and joins the threads. Idempotent.
+  // Stops accepting and taking local calls, lets in-flight calls finish (up
+  // to stop_grace_ms; local calls always), then closes every connection and
+  // joins the threads. Idempotent.
   void stop();
   // The bound address (after start()).
   Endpoint endpoint() const;

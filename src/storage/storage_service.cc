@@ -91,39 +91,33 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
       method("Write"),
       [this](net::CallContext& ctx, const WriteReq& req,
              WriteResp& resp) -> asio::awaitable<Status> {
-        std::span<const uint8_t> data = ctx.requestPayload();
         std::shared_ptr<const ShmMapping> shm;
-        if (req.shm_handle() != 0) {
-          if (!data.empty()) {
-            co_return Status(ErrorCode::kInvalidArgument,
-                             "a write names shared memory and carries a payload");
-          }
-          CO_ASSIGN_OR_RETURN(shm, shmRange(req.shm_handle(), req.shm_offset(), req.shm_length()));
-          data = {shm->data + req.shm_offset(), req.shm_length()};
-        }
+        CO_ASSIGN_OR_RETURN(auto data, writeData(req, ctx.requestPayload(), &shm));
         Admission admitted(*this, data.size());
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
-        co_return co_await net::runBlocking(pool_, [&]() -> Status {
-          // Bytes in a client's shared memory are copied before they are
-          // checksummed: the client changing them meanwhile cannot make the
-          // CRC disagree. A payload is this request's own (aligned) buffer.
-          ASSIGN_OR_RETURN(ChunkMeta m, engine_.write(idOf(req.chunk()), req.offset(), data,
-                                                      req.chain_version(), /*stable=*/!shm));
-          fill(resp.mutable_info(), m);
-          return Status::OK();
-        });
+        // Bytes in a client's shared memory are copied before they are
+        // checksummed: the client changing them meanwhile cannot make the CRC
+        // disagree. A payload is this request's own (aligned) buffer.
+        co_return co_await net::runBlocking(
+            pool_, [&] { return writeChunk(req, data, /*copy=*/shm != nullptr, resp); });
       });
+  // From a client in this process (net/local_call.h), on its thread: the
+  // payload is the caller's buffer, which is not ours to keep stable.
+  server.handleLocal(method("Write"),
+                     [this](const google::protobuf::Message& m, google::protobuf::Message& r,
+                            net::LocalPayloads& p) -> Status {
+                       const auto& req = static_cast<const WriteReq&>(m);
+                       std::shared_ptr<const ShmMapping> shm;
+                       ASSIGN_OR_RETURN(auto data, writeData(req, p.request, &shm));
+                       Admission admitted(*this, data.size());
+                       RETURN_ON_ERROR(admitted.admit(req.qos()));
+                       return writeChunk(req, data, /*copy=*/true, static_cast<WriteResp&>(r));
+                     });
   server.handle<BatchReadReq, BatchReadResp>(
       method("BatchRead"),
       [this](net::CallContext& ctx, const BatchReadReq& req,
              BatchReadResp& resp) -> asio::awaitable<Status> {
-        uint64_t total = 0;
-        for (const auto& r : req.ranges()) total += r.length();
-        if (total > options_.batch_read_bytes_max) {
-          co_return Status(ErrorCode::kPayloadTooLarge,
-                           fmt::format("batch read of {} bytes exceeds {}", total,
-                                       options_.batch_read_bytes_max));
-        }
+        CO_ASSIGN_OR_RETURN(uint64_t total, readBytes(req));
         Admission admitted(*this, total);
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         std::shared_ptr<const ShmMapping> shm;
@@ -141,18 +135,36 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
           co_return Status::OK();
         }
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
-          size_t at = 0;
-          for (const auto& r : req.ranges()) {
-            auto n = engine_.read(idOf(r.chunk()), r.offset(),
-                                  std::span<uint8_t>(dest + at, r.length()));
-            resp.add_codes(static_cast<uint32_t>(n.code()));
-            size_t got = n.ok() ? *n : 0;
-            resp.add_lengths(static_cast<uint32_t>(got));
-            at += got;  // only the bytes returned, back to back
-          }
+          size_t at = readRanges(req, dest, resp);
           if (out) ctx.setResponsePayload(std::span<const uint8_t>(out->data(), at), out);
           return Status::OK();
         });
+      });
+  // From a client in this process: straight into the caller's buffer (or
+  // the shared memory it names).
+  server.handleLocal(
+      method("BatchRead"),
+      [this](const google::protobuf::Message& m, google::protobuf::Message& r,
+             net::LocalPayloads& p) -> Status {
+        const auto& req = static_cast<const BatchReadReq&>(m);
+        ASSIGN_OR_RETURN(uint64_t total, readBytes(req));
+        Admission admitted(*this, total);
+        RETURN_ON_ERROR(admitted.admit(req.qos()));
+        std::shared_ptr<const ShmMapping> shm;
+        uint8_t* dest;
+        if (req.shm_handle() != 0) {
+          ASSIGN_OR_RETURN(shm, shmRange(req.shm_handle(), req.shm_offset(), total));
+          dest = shm->data + req.shm_offset();
+        } else if (total > p.response.size()) {
+          return Status(ErrorCode::kPayloadTooLarge,
+                        fmt::format("batch read of {} bytes exceeds the caller's {}-byte buffer",
+                                    total, p.response.size()));
+        } else {
+          dest = p.response.data();
+        }
+        size_t at = readRanges(req, dest, static_cast<BatchReadResp&>(r));
+        if (!shm) p.response_len = at;
+        return Status::OK();
       });
   server.handle<RemoveReq, RemoveResp>(
       method("Remove"),
@@ -177,19 +189,23 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
           return Status::OK();
         });
       });
-  server.handle<TruncateReq, TruncateResp>(
-      method("Truncate"),
-      [this](net::CallContext&, const TruncateReq& req,
-             TruncateResp& resp) -> asio::awaitable<Status> {
-        Admission admitted(*this, kRequestBytes);
-        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
-        co_return co_await net::runBlocking(pool_, [&]() -> Status {
-          ASSIGN_OR_RETURN(ChunkMeta m,
-                           engine_.truncate(idOf(req.chunk()), req.length(), req.chain_version()));
-          fill(resp.mutable_info(), m);
-          return Status::OK();
-        });
-      });
+  server.handle<TruncateReq, TruncateResp>(method("Truncate"),
+                                           [this](net::CallContext&, const TruncateReq& req,
+                                                  TruncateResp& resp) -> asio::awaitable<Status> {
+                                             Admission admitted(*this, kRequestBytes);
+                                             if (Status a = admitted.admit(req.qos()); !a.ok())
+                                               co_return a;
+                                             co_return co_await net::runBlocking(
+                                                 pool_, [&] { return truncateChunk(req, resp); });
+                                           });
+  server.handleLocal(method("Truncate"),
+                     [this](const google::protobuf::Message& m, google::protobuf::Message& r,
+                            net::LocalPayloads&) -> Status {
+                       const auto& req = static_cast<const TruncateReq&>(m);
+                       Admission admitted(*this, kRequestBytes);
+                       RETURN_ON_ERROR(admitted.admit(req.qos()));
+                       return truncateChunk(req, static_cast<TruncateResp&>(r));
+                     });
   server.handle<ListReq, ListResp>(
       method("List"),
       [this](net::CallContext&, const ListReq& req, ListResp& resp) -> asio::awaitable<Status> {
@@ -353,6 +369,54 @@ asio::awaitable<bool> StorageService::readOnLoop(net::CallContext& ctx, const Ba
 }
 
 StorageService::~StorageService() { pool_.join(); }
+
+Result<std::span<const uint8_t>> StorageService::writeData(const WriteReq& req,
+                                                           std::span<const uint8_t> payload,
+                                                           std::shared_ptr<const ShmMapping>* shm) {
+  if (req.shm_handle() == 0) return payload;
+  if (!payload.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "a write names shared memory and carries a payload");
+  }
+  ASSIGN_OR_RETURN(*shm, shmRange(req.shm_handle(), req.shm_offset(), req.shm_length()));
+  return std::span<const uint8_t>((*shm)->data + req.shm_offset(), req.shm_length());
+}
+
+Status StorageService::writeChunk(const WriteReq& req, std::span<const uint8_t> data, bool copy,
+                                  WriteResp& resp) {
+  ASSIGN_OR_RETURN(ChunkMeta m, engine_.write(idOf(req.chunk()), req.offset(), data,
+                                              req.chain_version(), /*stable=*/!copy));
+  fill(resp.mutable_info(), m);
+  return Status::OK();
+}
+
+Result<uint64_t> StorageService::readBytes(const BatchReadReq& req) const {
+  uint64_t total = 0;
+  for (const auto& r : req.ranges()) total += r.length();
+  if (total > options_.batch_read_bytes_max) {
+    return Status(ErrorCode::kPayloadTooLarge, fmt::format("batch read of {} bytes exceeds {}",
+                                                           total, options_.batch_read_bytes_max));
+  }
+  return total;
+}
+
+size_t StorageService::readRanges(const BatchReadReq& req, uint8_t* dest, BatchReadResp& resp) {
+  size_t at = 0;
+  for (const auto& r : req.ranges()) {
+    auto n = engine_.read(idOf(r.chunk()), r.offset(), std::span<uint8_t>(dest + at, r.length()));
+    resp.add_codes(static_cast<uint32_t>(n.code()));
+    size_t got = n.ok() ? *n : 0;
+    resp.add_lengths(static_cast<uint32_t>(got));
+    at += got;  // only the bytes returned, back to back
+  }
+  return at;
+}
+
+Status StorageService::truncateChunk(const TruncateReq& req, TruncateResp& resp) {
+  ASSIGN_OR_RETURN(ChunkMeta m,
+                   engine_.truncate(idOf(req.chunk()), req.length(), req.chain_version()));
+  fill(resp.mutable_info(), m);
+  return Status::OK();
+}
 
 Result<std::shared_ptr<const ShmMapping>> StorageService::shmRange(uint64_t handle, uint64_t offset,
                                                                    uint64_t bytes) {

@@ -29,6 +29,10 @@ namespace cistern::storage {
 
 class BatchReadReq;
 class BatchReadResp;
+class TruncateReq;
+class TruncateResp;
+class WriteReq;
+class WriteResp;
 
 struct StorageServiceOptions {
   uint32_t blocking_threads = 8;
@@ -62,6 +66,18 @@ class StorageService {
   // nothing is sent and the caller reads everything on the pool.
   asio::awaitable<bool> readOnLoop(net::CallContext& ctx, const BatchReadReq& req, uint8_t* dest,
                                    std::shared_ptr<net::PooledBuffer> out, BatchReadResp& resp);
+  // The bytes a write carries: its payload, or the range of a client's
+  // shared memory it names (`*shm` then holds that mapping).
+  Result<std::span<const uint8_t>> writeData(const WriteReq& req, std::span<const uint8_t> payload,
+                                             std::shared_ptr<const ShmMapping>* shm);
+  // The engine's part of a write, a truncate and a batch read (they block).
+  // `copy`: `data` may change meanwhile (the engine checksums a copy).
+  Status writeChunk(const WriteReq& req, std::span<const uint8_t> data, bool copy, WriteResp& resp);
+  Status truncateChunk(const TruncateReq& req, TruncateResp& resp);
+  // The bytes a batch read asks for, if within batch_read_bytes_max.
+  Result<uint64_t> readBytes(const BatchReadReq& req) const;
+  // Reads the ranges back to back into `dest`; returns the bytes read.
+  size_t readRanges(const BatchReadReq& req, uint8_t* dest, BatchReadResp& resp);
   // The mapping attached under `handle` if it holds `bytes` at `offset`.
   Result<std::shared_ptr<const ShmMapping>> shmRange(uint64_t handle, uint64_t offset,
                                                      uint64_t bytes);

@@ -103,7 +103,25 @@ class StorageServiceTest : public ::testing::Test {
   std::unique_ptr<net::RpcClient> client_ = std::make_unique<net::RpcClient>();
 };
 
-TEST_F(StorageServiceTest, WriteThenBatchReadManyRanges) {
+// The requests that a client may send from the server's own process (the
+// FUSE mount of `cistern up --mount`, net/local_call.h) run both ways: over
+// the socket, and on the caller's thread with the caller's buffers.
+class StorageServiceCallers : public StorageServiceTest,
+                              public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    StorageServiceTest::SetUp();
+    client_ = std::make_unique<net::RpcClient>(net::ClientOptions{.local_calls = GetParam()});
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(From, StorageServiceCallers, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "local" : "socket"; });
+
+uint64_t counter(const char* name) { return metrics::Registry::global().counter(name).value(); }
+
+TEST_P(StorageServiceCallers, WriteThenBatchReadManyRanges) {
+  const uint64_t connections = counter("rpc_server_connections_total");
   auto a = bytes(100000, 1), b = bytes(5000, 2);
   WriteResp w;
   ASSERT_TRUE(write(1, 0, 0, a, &w).ok());
@@ -126,9 +144,9 @@ TEST_F(StorageServiceTest, WriteThenBatchReadManyRanges) {
   EXPECT_TRUE(std::equal(payload.begin(), payload.begin() + 1000, a.begin() + 10));
   EXPECT_TRUE(std::equal(payload.begin() + 1000, payload.begin() + 6000, b.begin()));
   EXPECT_TRUE(std::equal(payload.begin() + 6000, payload.begin() + 6010, a.begin() + 99990));
+  // Local calls open no connection.
+  EXPECT_EQ(counter("rpc_server_connections_total") == connections, GetParam());
 }
-
-uint64_t counter(const char* name) { return metrics::Registry::global().counter(name).value(); }
 
 // Small batch reads are served on the I/O thread, through its io_uring, with
 // the same answers as the pool gives; larger ones and batches of many ranges
@@ -225,7 +243,7 @@ TEST_F(StorageServiceTest, SmallReadsOnTheIoThreadSeeWholeVersionsUnderRewrites)
 
 // A payload of whole blocks lands in the request's own aligned buffer, which
 // the engine writes from without a copy: it reads back exactly, verified.
-TEST_F(StorageServiceTest, WholeBlockPayloadsReadBackExactly) {
+TEST_P(StorageServiceCallers, WholeBlockPayloadsReadBackExactly) {
   auto whole = bytes(1 << 20, 9), grown = bytes((1 << 20) + 8192, 10);
   WriteResp w;
   ASSERT_TRUE(write(9, 0, 0, whole, &w).ok());
@@ -252,7 +270,7 @@ TEST_F(StorageServiceTest, WholeBlockPayloadsReadBackExactly) {
   EXPECT_TRUE(bad->empty());
 }
 
-TEST_F(StorageServiceTest, QueryRemoveAndLimits) {
+TEST_P(StorageServiceCallers, QueryRemoveAndLimits) {
   WriteResp w;
   ASSERT_TRUE(write(2, 0, 0, bytes(10, 3), &w).ok());
   QueryReq q;
@@ -279,7 +297,7 @@ TEST_F(StorageServiceTest, QueryRemoveAndLimits) {
   EXPECT_EQ(write(3, 0, kMaxChunkBytes, bytes(1, 4), &w).code(), ErrorCode::kInvalidArgument);
 }
 
-TEST_F(StorageServiceTest, TruncateListAndSpace) {
+TEST_P(StorageServiceCallers, TruncateListAndSpace) {
   WriteResp w;
   for (uint32_t i = 0; i < 5; ++i) ASSERT_TRUE(write(4, i, 0, bytes(70000, i), &w).ok());
   TruncateReq t;
@@ -330,7 +348,7 @@ TEST_F(StorageServiceTest, TruncateListAndSpace) {
 // With writes parked in the engine, the queued bytes reach the budget and
 // further requests are refused with kTargetBusy instead of queuing; a
 // background request is refused earlier than a foreground one.
-TEST_F(StorageServiceTest, QueuedBytesAreBoundedPerTarget) {
+TEST_P(StorageServiceCallers, QueuedBytesAreBoundedPerTarget) {
   fault::enable("storage.write.after_data", fault::Spec{.action = fault::Action::kDelay,
                                                         .delay = std::chrono::milliseconds(300)});
   auto data = bytes(1 << 20, 5);
@@ -358,7 +376,7 @@ TEST_F(StorageServiceTest, QueuedBytesAreBoundedPerTarget) {
   EXPECT_TRUE(write(5, 9, 0, data, &w).ok());
 }
 
-TEST_F(StorageServiceTest, BatchReadsAndWritesUseAttachedSharedMemory) {
+TEST_P(StorageServiceCallers, BatchReadsAndWritesUseAttachedSharedMemory) {
   auto a = bytes(300000, 7);
   WriteResp w;
   ASSERT_TRUE(write(9, 0, 0, a, &w).ok());

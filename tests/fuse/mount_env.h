@@ -55,6 +55,7 @@ class MountEnv : public ::testing::Environment {
 
   static MountEnv& get() { return *instance_; }
   const std::string& mnt() const { return mnt_; }
+  const std::string& options() const { return options_; }
   ClusterProcess& cluster() { return *cluster_; }
 
  private:
