@@ -10,13 +10,16 @@
 #   FUSE_BENCH_MIB   size of the sequential files (default 1024)
 #   FUSE_BENCH_FILES number of small files (default 10000)
 #   CISTERN_BIN      the cistern binary (default build/cistern; another build for A/B runs)
+#   FUSE_BENCH_OPTIONS mount options (-o), e.g. socket_calls: reach the servers over
+#                    loopback TCP as a mount in another process does (docs/fuse.md)
 set -euo pipefail
 root=$(mktemp -d "${BENCH_DIR:-/var/tmp}/cistern-bench-fuse.XXXXXX")
 mib=${FUSE_BENCH_MIB:-1024}
 files=${FUSE_BENCH_FILES:-10000}
 mkdir -p "$root/local" "$root/mnt"
 up_log="$root/up.log"
-"${CISTERN_BIN:-build/cistern}" up --data "$root/data" --listen 127.0.0.1:0 --mount "$root/mnt" >"$up_log" 2>&1 &
+"${CISTERN_BIN:-build/cistern}" up --data "$root/data" --listen 127.0.0.1:0 --mount "$root/mnt" \
+  ${FUSE_BENCH_OPTIONS:+-o "$FUSE_BENCH_OPTIONS"} >"$up_log" 2>&1 &
 up_pid=$!
 cleanup() {
   kill "$up_pid" 2>/dev/null || true
