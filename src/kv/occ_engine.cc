@@ -456,14 +456,15 @@ Status OccEngine::commit(TxnImpl& txn) {
       // thread, sparing two wake-ups (the writer's, then this thread's).
       leading_ = true;
       Batch b = formBatch();
-      if (!b.accepted.empty()) {
+      if (b.accepted.empty()) {
+        leading_ = false;  // refused when resolved: nothing to log
+      } else {
         logBatch(b, lock);
         leading_ = false;
         // Whoever queued meanwhile is the writer's (logged after this batch).
         if (!queue_.empty()) writer_cv_.notify_one();
         applyBatch(b, lock);
       }
-      leading_ = false;
     } else if (writer_idle_ && !leading_) {
       writer_cv_.notify_one();
     }
