@@ -8,15 +8,17 @@
 // thread could run itself. RpcClient::callSync() asks callLocal() first when
 // ClientOptions::local_calls is on: methods the server registered with
 // handleLocal() run right there, with the server's per-method metrics, and
-// raw payloads are the caller's buffers (a read lands in the caller's
-// buffer, a write's bytes are read from it: no copies); anything else, or another process's
-// endpoint, goes over the socket as before. A local call is not bounded by the call's deadline or
-// cancel token once it runs (the handler's own work is: a KV transaction, a synced commit).
-// RpcServer::stop() stops taking local calls first and waits for those running.
+// the raw payloads are the caller's buffers (a read lands in the caller's
+// buffer; a write is taken from the caller's). Anything else, or another
+// process's endpoint, goes over the socket as before; so does a server
+// listening on a wildcard address, which callers reach by another one. A
+// local call is not bounded by the call's deadline or cancel token once it
+// runs (what it runs is bounded on its own: a KV transaction, a synced
+// commit, a chunk read or write). RpcServer::stop() stops taking local calls
+// first and waits for those running.
 #pragma once
 
 #include <optional>
-
 #include <span>
 
 #include "common/status.h"
