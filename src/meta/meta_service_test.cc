@@ -8,6 +8,7 @@
 #include "kv/engine.h"
 #include "meta/schema.h"
 #include "net/rpc_client.h"
+#include "tests/support/both_callers.h"
 
 namespace cistern::meta {
 namespace {
@@ -55,16 +56,8 @@ class MetaServiceTest : public ::testing::Test {
 
 // Every method runs both ways: over the socket, and on the caller's thread
 // (a caller in the server's process, net/local_call.h).
-class MetaServiceCallers : public MetaServiceTest, public ::testing::WithParamInterface<bool> {
- protected:
-  void SetUp() override {
-    MetaServiceTest::SetUp();
-    client_ = std::make_unique<net::RpcClient>(net::ClientOptions{.local_calls = GetParam()});
-  }
-};
-
-INSTANTIATE_TEST_SUITE_P(From, MetaServiceCallers, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "local" : "socket"; });
+using MetaServiceCallers = testing::BothCallers<MetaServiceTest>;
+INSTANTIATE_TEST_SUITE_P(From, MetaServiceCallers, ::testing::Bool(), testing::callerName);
 
 TEST_P(MetaServiceCallers, CreateLookupReaddirUnlinkOverRpc) {
   CreateReq c;

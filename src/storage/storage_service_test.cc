@@ -21,6 +21,7 @@
 #include "common/random.h"
 #include "net/rpc_client.h"
 #include "storage.pb.h"
+#include "tests/support/both_callers.h"
 
 namespace cistern::storage {
 namespace {
@@ -106,17 +107,8 @@ class StorageServiceTest : public ::testing::Test {
 // The requests that a client may send from the server's own process (the
 // FUSE mount of `cistern up --mount`, net/local_call.h) run both ways: over
 // the socket, and on the caller's thread with the caller's buffers.
-class StorageServiceCallers : public StorageServiceTest,
-                              public ::testing::WithParamInterface<bool> {
- protected:
-  void SetUp() override {
-    StorageServiceTest::SetUp();
-    client_ = std::make_unique<net::RpcClient>(net::ClientOptions{.local_calls = GetParam()});
-  }
-};
-
-INSTANTIATE_TEST_SUITE_P(From, StorageServiceCallers, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "local" : "socket"; });
+using StorageServiceCallers = testing::BothCallers<StorageServiceTest>;
+INSTANTIATE_TEST_SUITE_P(From, StorageServiceCallers, ::testing::Bool(), testing::callerName);
 
 uint64_t counter(const char* name) { return metrics::Registry::global().counter(name).value(); }
 
@@ -145,7 +137,7 @@ TEST_P(StorageServiceCallers, WriteThenBatchReadManyRanges) {
   EXPECT_TRUE(std::equal(payload.begin() + 1000, payload.begin() + 6000, b.begin()));
   EXPECT_TRUE(std::equal(payload.begin() + 6000, payload.begin() + 6010, a.begin() + 99990));
   // Local calls open no connection.
-  EXPECT_EQ(counter("rpc_server_connections_total") == connections, GetParam());
+  EXPECT_EQ(counter("rpc_server_connections_total") == connections, local());
 }
 
 // Small batch reads are served on the I/O thread, through its io_uring, with
