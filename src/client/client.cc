@@ -191,6 +191,7 @@ Error toError(const Status& s, const std::string& path) {
 
 ClientImpl::~ClientImpl() {
   if (driver_) driver_->join();
+  if (local_pool_) local_pool_->join();
   if (shm_ && rpc_) {
     // Let the servers unmap our memory now rather than when they need room.
     for (const auto& [server, handle] : shm_->attached()) {

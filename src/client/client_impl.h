@@ -110,6 +110,8 @@ class ClientImpl final : public Client {
 
   // Runs one piece (with retries); public for the coroutine worker.
   asio::awaitable<Status> runPiece(bool write, const meta::Inode& inode, Piece& piece);
+  // runPiece() from a blocking caller, over the socket (or as a local call).
+  Status runPieceBlocking(bool write, const meta::Inode& inode, Piece& piece);
 
  private:
   struct ChainRoute {
@@ -136,10 +138,10 @@ class ClientImpl final : public Client {
   // again after `backoff` (the routing refreshed if it was stale).
   std::optional<Status> giveUp(const Status& s, std::chrono::steady_clock::time_point deadline,
                                std::chrono::steady_clock::duration backoff);
-  // runPiece() from a blocking caller, over the socket (or as a local call).
-  Status runPieceBlocking(bool write, const meta::Inode& inode, Piece& piece);
   // A server of this process serves the chain's reads (or writes) as local calls.
   bool servedHere(bool write, uint32_t chain);
+  // Threads that run pieces served by this process (io_parallel_max, started on first use).
+  asio::thread_pool& localPool();
   // The handle under which `route`'s server maps our shared memory (attaching
   // on first use); 0 when it cannot (another host, an attach in progress).
   asio::awaitable<uint64_t> shmHandle(const ChainRoute& route);
@@ -173,6 +175,8 @@ class ClientImpl final : public Client {
   std::atomic<uint64_t> seq_{0};
   std::unique_ptr<net::RpcClient> rpc_;
   std::unique_ptr<asio::thread_pool> driver_;
+  std::once_flag local_pool_once_;
+  std::unique_ptr<asio::thread_pool> local_pool_;
   std::unique_ptr<ShmSlots> shm_;  // null: off
 
   std::shared_mutex routing_mu_;

@@ -6,6 +6,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -66,19 +67,39 @@ bool endedUnanswered(const Status& s) {
          s.code() == ErrorCode::kConnectionClosed || s.code() == ErrorCode::kBadFrame;
 }
 
-asio::awaitable<void> pieceWorker(PendingIo* run) {
-  for (;;) {
-    size_t i = run->next.fetch_add(1);
-    if (i >= run->pieces.size()) break;
-    Status s = co_await run->client->runPiece(run->write, run->inode, run->pieces[i]);
-    if (!s.ok()) {
-      std::lock_guard lock(run->mu);
-      if (run->error.ok()) run->error = s;
-      run->next.store(run->pieces.size());  // stop handing out pieces
-    }
-  }
+// A worker's next piece, or null when none is left.
+Piece* nextPiece(PendingIo* run) {
+  size_t i = run->next.fetch_add(1);
+  return i < run->pieces.size() ? &run->pieces[i] : nullptr;
+}
+
+// A piece failed: the first error is the call's, and no more pieces start.
+void pieceFailed(PendingIo* run, const Status& s) {
+  std::lock_guard lock(run->mu);
+  if (run->error.ok()) run->error = s;
+  run->next.store(run->pieces.size());
+}
+
+void workerDone(PendingIo* run) {
   std::lock_guard lock(run->mu);
   if (--run->running == 0) run->cv.notify_all();
+}
+
+asio::awaitable<void> pieceWorker(PendingIo* run) {
+  while (Piece* p = nextPiece(run)) {
+    Status s = co_await run->client->runPiece(run->write, run->inode, *p);
+    if (!s.ok()) pieceFailed(run, s);
+  }
+  workerDone(run);
+}
+
+// pieceWorker() for pieces served by this process, on a thread that may block.
+void blockingPieceWorker(PendingIo* run) {
+  while (Piece* p = nextPiece(run)) {
+    Status s = run->client->runPieceBlocking(run->write, run->inode, *p);
+    if (!s.ok()) pieceFailed(run, s);
+  }
+  workerDone(run);
 }
 
 // The status of a one-range BatchRead's range: a hole (a chunk never
@@ -377,9 +398,33 @@ std::unique_ptr<PendingIo> ClientImpl::start(bool write, const meta::Inode& inod
   run->pieces = std::move(pieces);
   size_t workers = std::min<size_t>(options_.io_parallel_max, run->pieces.size());
   run->running = workers;
-  for (size_t i = 0; i < workers; ++i)
-    asio::co_spawn(*driver_, pieceWorker(run.get()), asio::detached);
+  // Pieces whose servers are all in this process run as blocking local calls
+  // on a pool of their own (no sockets, no shared-memory slots, each piece
+  // straight between its buffer and the engine); else as coroutines on the
+  // driver thread.
+  bool local = true;
+  for (const Piece& p : run->pieces) {
+    if (!servedHere(write, p.chain)) {
+      local = false;
+      break;
+    }
+  }
+  for (size_t i = 0; i < workers; ++i) {
+    if (local) {
+      asio::post(localPool(), [run = run.get()] { blockingPieceWorker(run); });
+    } else {
+      asio::co_spawn(*driver_, pieceWorker(run.get()), asio::detached);
+    }
+  }
   return run;
+}
+
+asio::thread_pool& ClientImpl::localPool() {
+  std::call_once(local_pool_once_, [&] {
+    local_pool_ =
+        std::make_unique<asio::thread_pool>(std::max<uint32_t>(options_.io_parallel_max, 1));
+  });
+  return *local_pool_;
 }
 
 bool ClientImpl::servedHere(bool write, uint32_t chain) {

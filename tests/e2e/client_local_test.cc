@@ -1,0 +1,178 @@
+// libcistern inside the process of its cluster (as the FUSE mount of
+// `cistern up --mount` is): metadata calls and chunk I/O run as local calls
+// (net/local_call.h) — one-chunk I/O on the caller's thread, several chunks,
+// read-ahead and write-behind on the client's local pool — and give the same
+// bytes as a client that goes through the sockets. A failed write is reported.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cistern/client.h"
+#include "common/fault.h"
+#include "common/metrics.h"
+#include "server/local_cluster.h"
+
+namespace cistern {
+namespace {
+
+constexpr uint64_t kChunk = 1 << 20;  // the default layout
+
+void fill(uint8_t* p, size_t n, uint64_t offset, uint64_t seed) {
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t x = (offset + i) * 0x9E3779B97F4A7C15ull ^ seed;
+    p[i] = static_cast<uint8_t>((x >> 29) ^ (x >> 47));
+  }
+}
+
+uint64_t bytes(const char* name, const char* path) {
+  return metrics::Registry::global().counter(name, {{"path", path}}).value();
+}
+
+class LocalClient : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("cistern-local-" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir_);
+    server::LocalClusterOptions o;
+    o.data_dir = dir_.string();
+    o.targets = 2;
+    auto c = server::LocalCluster::start(o);
+    ASSERT_TRUE(c.ok()) << c.status().toString();
+    cluster_ = std::move(*c);
+    local_ = connect(true);
+    socket_ = connect(false);
+  }
+  void TearDown() override {
+    fault::disableAll();
+    local_.reset();
+    socket_.reset();
+    cluster_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::unique_ptr<Client> connect(bool local_calls) {
+    Client::Options o;
+    o.cluster = cluster_->endpoint().toString();
+    o.retry_ms = 2000;
+    o.local_calls = local_calls;
+    auto [c, e] = Client::connect(o);
+    EXPECT_FALSE(e) << e.message;
+    return std::move(c);
+  }
+
+  // Writes `size` bytes of `seed` to `path` in `step`-byte writes.
+  void writeFile(Client& c, const std::string& path, size_t size, size_t step, uint64_t seed) {
+    std::unique_ptr<File> f;
+    ASSERT_FALSE(c.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &f));
+    std::vector<uint8_t> buf(step);
+    for (size_t off = 0; off < size; off += step) {
+      size_t n = std::min(step, size - off);
+      fill(buf.data(), n, off, seed);
+      size_t done = 0;
+      Error e = f->pwrite(buf.data(), n, off, &done);
+      ASSERT_FALSE(e) << e.message;
+      ASSERT_EQ(done, n);
+    }
+    Error e = f->close();
+    ASSERT_FALSE(e) << e.message;
+  }
+
+  // Reads all of `path` in `step`-byte reads (sequential: read-ahead).
+  std::vector<uint8_t> readFile(Client& c, const std::string& path, size_t step) {
+    FileInfo info;
+    EXPECT_FALSE(c.stat(path, &info));
+    std::vector<uint8_t> out(info.size);
+    std::unique_ptr<File> f;
+    EXPECT_FALSE(c.open(path, O_RDONLY, 0, &f));
+    if (!f) return {};
+    for (size_t off = 0; off < out.size(); off += step) {
+      size_t n = std::min(step, out.size() - off), got = 0;
+      Error e = f->pread(out.data() + off, n, off, &got);
+      EXPECT_FALSE(e) << e.message;
+      EXPECT_EQ(got, n);
+    }
+    EXPECT_FALSE(f->close());
+    return out;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<server::LocalCluster> cluster_;
+  std::unique_ptr<Client> local_, socket_;
+};
+
+TEST_F(LocalClient, FilesRoundTripAsLocalCallsAndMatchWhatTheSocketsSee) {
+  const std::vector<size_t> sizes = {
+      0, 1, 4095, kChunk - 1, kChunk, kChunk + 1, 3 * kChunk + kChunk / 2, 10 * kChunk};
+  const uint64_t shm_read = bytes("client_read_bytes_total", "shm"),
+                 socket_read = bytes("client_read_bytes_total", "socket"),
+                 shm_written = bytes("client_write_bytes_total", "shm"),
+                 socket_written = bytes("client_write_bytes_total", "socket"),
+                 local_read = bytes("client_read_bytes_total", "local"),
+                 local_written = bytes("client_write_bytes_total", "local");
+  uint64_t total = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE(sizes[i]);
+    const std::string path = "/f" + std::to_string(i);
+    // Whole chunks written behind, and odd pieces that straddle chunks.
+    writeFile(*local_, path, sizes[i], i % 2 ? kChunk : 70001, i + 1);
+    std::vector<uint8_t> want(sizes[i]);
+    fill(want.data(), want.size(), 0, i + 1);
+    EXPECT_TRUE(readFile(*local_, path, 65536) == want);       // read-ahead
+    EXPECT_TRUE(readFile(*local_, path, 4 * kChunk) == want);  // several chunks at once
+    total += sizes[i];
+  }
+  // Only local calls so far: nothing through the sockets or shared memory.
+  EXPECT_EQ(bytes("client_read_bytes_total", "shm"), shm_read);
+  EXPECT_EQ(bytes("client_read_bytes_total", "socket"), socket_read);
+  EXPECT_EQ(bytes("client_write_bytes_total", "shm"), shm_written);
+  EXPECT_EQ(bytes("client_write_bytes_total", "socket"), socket_written);
+  EXPECT_EQ(bytes("client_write_bytes_total", "local") - local_written, total);
+  EXPECT_GE(bytes("client_read_bytes_total", "local") - local_read, 2 * total);
+  // What a client in another process would read, and the other way round.
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE(sizes[i]);
+    std::vector<uint8_t> want(sizes[i]);
+    fill(want.data(), want.size(), 0, i + 1);
+    EXPECT_TRUE(readFile(*socket_, "/f" + std::to_string(i), kChunk) == want);
+    writeFile(*socket_, "/g" + std::to_string(i), sizes[i], 300000, i + 100);
+    fill(want.data(), want.size(), 0, i + 100);
+    EXPECT_TRUE(readFile(*local_, "/g" + std::to_string(i), 3 * kChunk) == want);
+  }
+  CheckReport report;
+  ASSERT_FALSE(local_->fsck(&report));
+  EXPECT_TRUE(report.problems.empty()) << report.problems.front();
+}
+
+// The engine refuses writes after the first two: a failed write behind (on
+// the local pool) or on the caller's thread is reported by a later write,
+// fsync or close as EIO; nothing hangs, and the client works once the fault
+// is gone.
+TEST_F(LocalClient, AFailedLocalWriteIsReportedAndNothingHangs) {
+  fault::enable("storage.write.after_data", fault::Spec{.code = ErrorCode::kIOError, .skip = 2});
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(local_->open("/lost", O_WRONLY | O_CREAT | O_TRUNC, 0644, &f));
+  std::vector<uint8_t> buf(kChunk);
+  fill(buf.data(), buf.size(), 0, 7);
+  Error failed;
+  size_t done = 0;
+  for (uint64_t i = 0; i < 16 && !failed; ++i)
+    failed = f->pwrite(buf.data(), kChunk, i * kChunk, &done);
+  if (!failed) failed = f->fsync();
+  ASSERT_TRUE(failed) << "no write and no fsync reported the refused writes";
+  EXPECT_EQ(failed.errno_value, EIO) << failed.message;
+  EXPECT_TRUE(f->close()) << "close reported no error after a lost write";
+  // One chunk, written on the caller's thread.
+  ASSERT_FALSE(local_->open("/one", O_WRONLY | O_CREAT | O_TRUNC, 0644, &f));
+  Error e = f->pwrite(buf.data(), 4096, 0, &done);
+  if (!e) e = f->close();
+  EXPECT_EQ(e.errno_value, EIO) << e.message;
+  fault::disableAll();
+  writeFile(*local_, "/after", 3 * kChunk, kChunk, 9);
+  std::vector<uint8_t> want(3 * kChunk);
+  fill(want.data(), want.size(), 0, 9);
+  EXPECT_TRUE(readFile(*local_, "/after", kChunk) == want);
+}
+
+}  // namespace
+}  // namespace cistern
