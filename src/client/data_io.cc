@@ -122,6 +122,7 @@ class ClientImpl::SocketPiece {
  public:
   SocketPiece(bool write, const meta::Inode& inode, Piece& p, const ChainRoute& r)
       : write_(write), p_(p) {
+    options_.ran_locally = &local_;
     if (write) {
       write_req_.mutable_chunk()->set_inode(inode.ino());
       write_req_.mutable_chunk()->set_index(p.index);
@@ -138,6 +139,8 @@ class ClientImpl::SocketPiece {
       options_.response_payload_len = &got_;
     }
   }
+  SocketPiece(const SocketPiece&) = delete;  // options_ points into it
+  SocketPiece& operator=(const SocketPiece&) = delete;
   const net::Method& method() const { return write_ ? kWrite() : kBatchRead(); }
   const google::protobuf::Message& request() const {
     return write_ ? static_cast<const google::protobuf::Message&>(write_req_) : read_req_;
@@ -148,9 +151,10 @@ class ClientImpl::SocketPiece {
   const net::CallOptions& options() const { return options_; }
 
   // The call's status, with a read's per-range code applied: a hole or a
-  // short chunk reads as zeros. `path`: how it went, for the metrics.
-  Status finish(Status s, const char* path) {
+  // short chunk reads as zeros.
+  Status finish(Status s) {
     if (!s.ok()) return s;
+    const char* path = local_ ? "local" : "socket";
     if (write_) {
       writeBytes(path).inc(p_.length);
       return s;
@@ -169,6 +173,7 @@ class ClientImpl::SocketPiece {
   storage::BatchReadReq read_req_;
   storage::BatchReadResp read_resp_;
   size_t got_ = 0;
+  bool local_ = false;  // callSync() ran it as a local call
   net::CallOptions options_;
 };
 
@@ -205,7 +210,7 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
       SocketPiece call(write, inode, p, *r);
       s = co_await rpc_->call(r->endpoint, call.method(), call.request(), call.response(),
                               call.options());
-      s = call.finish(std::move(s), "socket");
+      s = call.finish(std::move(s));
     }
     if (s.ok()) co_return s;
     if (auto end = giveUp(s, deadline, backoff))
@@ -223,10 +228,8 @@ Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece&
     auto r = route(p.chain);
     if (!r.ok()) return r.status().withContext(pieceName(write, inode, p));
     SocketPiece call(write, inode, p, *r);
-    const char* path = rpc_->callsLocally(r->endpoint, call.method()) ? "local" : "socket";
-    Status s = call.finish(
-        rpc_->callSync(r->endpoint, call.method(), call.request(), call.response(), call.options()),
-        path);
+    Status s = call.finish(rpc_->callSync(r->endpoint, call.method(), call.request(),
+                                          call.response(), call.options()));
     if (s.ok()) return s;
     if (auto end = giveUp(s, deadline, backoff))
       return end->withContext(pieceName(write, inode, p));

@@ -554,13 +554,6 @@ TEST_P(KvDurable, CommittedDataSurvivesReopen) {
   EXPECT_EQ(read("big"), std::string(100000, 'x'));
 }
 
-// The next log write sleeps 200 ms (at kv.log.before_write).
-void delayOneLogWrite() {
-  fault::enable("kv.log.before_write", fault::Spec{.action = fault::Action::kDelay,
-                                                   .delay = std::chrono::milliseconds(200),
-                                                   .times = 1});
-}
-
 // Commits `key` = "1".
 Status setOne(Engine& engine, const std::string& key) {
   auto t = engine.begin();
@@ -580,10 +573,13 @@ void waitForLoneLogWrite() {
 struct LoneAndQueued {
   Status lone, queued[3];
 };
-// Commits "lone" on an idle engine (its log write delayed by
-// delayOneLogWrite()), then "queued0".."queued2" while it sleeps; returns
+// Commits "lone" on an idle engine, its log write delayed 200 ms (at
+// kv.log.before_write), then "queued0".."queued2" while it sleeps; returns
 // their results once all four are done (a failure after 10 s).
 LoneAndQueued commitLoneThenQueued(Engine& engine) {
+  fault::enable("kv.log.before_write", fault::Spec{.action = fault::Action::kDelay,
+                                                   .delay = std::chrono::milliseconds(200),
+                                                   .times = 1});
   LoneAndQueued c;
   std::atomic<int> done{0};
   std::thread first([&] {
@@ -661,7 +657,6 @@ TEST(KvRocks, CommitsQueuedBehindALoneCommitAreTakenOverByTheWriter) {
     auto e = openRocksEngine(o);
     ASSERT_TRUE(e.ok());
     Engine& engine = **e;
-    delayOneLogWrite();
     LoneAndQueued c = commitLoneThenQueued(engine);
     EXPECT_EQ(fault::fired("kv.log.before_write"), 1u);  // the lone commit's log write slept
     fault::disableAll();
@@ -687,7 +682,6 @@ TEST(KvRocks, AFailedLogWriteOfTheWritersBatchFailsItAndLaterCommits) {
     Engine& engine = **e;
     // The lone commit's log write sleeps while the others queue; the next
     // batch (the writer's) fails before its log write.
-    delayOneLogWrite();
     fault::enable("kv.commit.before_apply",
                   fault::Spec{.code = ErrorCode::kIOError, .skip = 1, .times = 1});
     LoneAndQueued c = commitLoneThenQueued(engine);

@@ -532,10 +532,12 @@ Status RpcClient::callSync(const Endpoint& to, const Method& method,
                            const google::protobuf::Message& request,
                            google::protobuf::Message* response, CallOptions options) {
   impl_->calls->inc();
+  if (options.ran_locally) *options.ran_locally = false;
   if (impl_->options.local_calls && !(options.cancel && options.cancel->cancelled())) {
     if (std::optional<Status> s =
             callLocal(to, method, request, response, options.request_payload,
                       options.response_payload, options.response_payload_len)) {
+      if (options.ran_locally) *options.ran_locally = true;
       if (!s->ok()) impl_->errors->inc();
       return std::move(*s);
     }

@@ -96,6 +96,8 @@ struct CallOptions {
   uint8_t priority = 0;
   uint64_t tenant_token = 0;
   std::shared_ptr<CancelToken> cancel;
+  // Set by callSync() to whether the call ran as a local call (local_call.h).
+  bool* ran_locally = nullptr;
 };
 
 class RpcClient {

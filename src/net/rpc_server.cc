@@ -9,6 +9,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -156,7 +157,6 @@ struct RpcServer::Impl {
   Endpoint bound;
   bool started = false;
   bool stopped = false;
-  bool has_local = false;                   // some method has a LocalHandler
   std::string local_key;                    // the registry's key once registered, else empty
   std::atomic<uint64_t> local_inflight{0};  // local calls running
 
@@ -187,16 +187,26 @@ struct LocalServers {
   }
 };
 
+// The local handler of `method` at `to` and its server, under servers.mu;
+// null when there is none.
+const MethodEntry* findLocal(const LocalServers& servers, const Endpoint& to, const Method& method,
+                             RpcServer::Impl** server) {
+  if (servers.by_endpoint.empty()) return nullptr;
+  auto it = servers.by_endpoint.find(to.toString());
+  if (it == servers.by_endpoint.end()) return nullptr;
+  auto m = it->second->methods.find(method.id);
+  if (m == it->second->methods.end() || !m->second.local) return nullptr;
+  *server = it->second;
+  return &m->second;
+}
+
 }  // namespace
 
 bool servedLocally(const Endpoint& to, const Method& method) {
   LocalServers& servers = LocalServers::get();
   std::shared_lock lock(servers.mu);
-  if (servers.by_endpoint.empty()) return false;
-  auto it = servers.by_endpoint.find(to.toString());
-  if (it == servers.by_endpoint.end()) return false;
-  auto m = it->second->methods.find(method.id);
-  return m != it->second->methods.end() && m->second.local;
+  RpcServer::Impl* server = nullptr;
+  return findLocal(servers, to, method, &server) != nullptr;
 }
 
 std::optional<Status> callLocal(const Endpoint& to, const Method& method,
@@ -209,16 +219,10 @@ std::optional<Status> callLocal(const Endpoint& to, const Method& method,
   const MethodEntry* entry = nullptr;
   {
     std::shared_lock lock(servers.mu);
-    if (servers.by_endpoint.empty()) return std::nullopt;
-    auto it = servers.by_endpoint.find(to.toString());
-    if (it == servers.by_endpoint.end()) return std::nullopt;
-    auto m = it->second->methods.find(method.id);
-    if (m == it->second->methods.end() || !m->second.local ||
-        request.GetDescriptor() != m->second.request->GetDescriptor() ||
-        response->GetDescriptor() != m->second.response->GetDescriptor())
+    entry = findLocal(servers, to, method, &server);
+    if (!entry || request.GetDescriptor() != entry->request->GetDescriptor() ||
+        response->GetDescriptor() != entry->response->GetDescriptor())
       return std::nullopt;
-    server = it->second;
-    entry = &m->second;
     // Before the lock is released: stop() unregisters, then waits for these.
     server->local_inflight.fetch_add(1);
   }
@@ -535,7 +539,6 @@ void RpcServer::handleLocal(const Method& method, LocalHandler local) {
   auto it = impl_->methods.find(method.id);
   CISTERN_CHECK(it != impl_->methods.end(), "handleLocal before handleRaw: " + method.name);
   it->second.local = std::move(local);
-  impl_->has_local = true;
 }
 
 Status RpcServer::start() {
@@ -567,7 +570,8 @@ Status RpcServer::start() {
   auto local = acceptor.local_endpoint(ec);
   impl_->bound = Endpoint{local.address().to_string(), local.port()};
   asio::co_spawn(impl_->pool->at(0), impl_->acceptLoop(), asio::detached);
-  if (impl_->has_local) {
+  if (std::any_of(impl_->methods.begin(), impl_->methods.end(),
+                  [](const auto& m) { return m.second.local != nullptr; })) {
     LocalServers& servers = LocalServers::get();
     std::lock_guard lock(servers.mu);
     // A second server on the same endpoint cannot have bound; keep the first.

@@ -730,10 +730,14 @@ TEST(LocalCalls, RunOnTheCallingThreadWithTheCallersBuffers) {
   EchoResponse resp;
   resp.set_text("stale");  // a response is cleared before the handler fills it
   uint64_t calls = serverCalls(kEcho());
-  ASSERT_TRUE(
-      rpc.callSync(s.endpoint(), kEcho(), req, &resp,
-                   {.request_payload = in, .response_payload = out, .response_payload_len = &got})
-          .ok());
+  bool ran_locally = false;
+  ASSERT_TRUE(rpc.callSync(s.endpoint(), kEcho(), req, &resp,
+                           {.request_payload = in,
+                            .response_payload = out,
+                            .response_payload_len = &got,
+                            .ran_locally = &ran_locally})
+                  .ok());
+  EXPECT_TRUE(ran_locally);
   EXPECT_EQ(s.local_thread.load(), std::this_thread::get_id());
   EXPECT_EQ(s.local_calls.load(), 1);
   EXPECT_EQ(resp.text(), "near");
@@ -780,7 +784,10 @@ TEST(LocalCalls, WithoutTheOptionOrALocalHandlerCallsGoOverTheSocket) {
   req.set_text("far");
   EchoResponse resp;
   RpcClient plain;  // local_calls off by default
-  ASSERT_TRUE(plain.callSync(s.endpoint(), kEcho(), req, &resp).ok());
+  bool ran_locally = true;
+  ASSERT_TRUE(
+      plain.callSync(s.endpoint(), kEcho(), req, &resp, {.ran_locally = &ran_locally}).ok());
+  EXPECT_FALSE(ran_locally);
   EXPECT_EQ(resp.text(), "far");
   RpcClient local(ClientOptions{.local_calls = true});
   ASSERT_TRUE(local.callSync(s.endpoint(), kSlow(), req, &resp).ok());  // no local handler

@@ -20,6 +20,7 @@
 #include "net/endpoint.h"
 #include "net/rpc_client.h"
 #include "storage.pb.h"
+#include "tests/support/client_files.h"
 #include "tests/support/cluster_process.h"
 #include "tests/support/http_get.h"
 
@@ -27,18 +28,15 @@ namespace cistern {
 namespace {
 
 using testing::ClusterProcess;
+using testing::fill;
+using testing::firstWriteError;
 using testing::httpGet;
+using testing::readAll;
+using testing::readFile;
 using testing::runProgram;
+using testing::writeFile;
 
 constexpr uint64_t kChunk = 1 << 20;  // the default layout
-
-// Deterministic contents: byte i of a file with `seed` depends on (seed, i).
-void fill(uint8_t* p, size_t n, uint64_t offset, uint64_t seed) {
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t x = (offset + i) * 0x9E3779B97F4A7C15ull ^ seed;
-    p[i] = static_cast<uint8_t>((x >> 29) ^ (x >> 47));
-  }
-}
 
 class E2E : public ::testing::Test {
  protected:
@@ -106,65 +104,6 @@ class E2E : public ::testing::Test {
       }
     }
     EXPECT_EQ(servers, 2);
-  }
-
-  // Writes `size` bytes of (seed) contents in `block` writes; returns their CRC.
-  uint32_t writeFile(Client& c, const std::string& path, uint64_t size, uint64_t seed,
-                     size_t block = 4 << 20) {
-    std::unique_ptr<File> f;
-    Error e = c.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &f);
-    EXPECT_FALSE(e) << e.message;
-    if (e) return 0;
-    std::vector<uint8_t> buf(block);
-    uint32_t crc = 0;
-    for (uint64_t off = 0; off < size; off += block) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(block, size - off)), done = 0;
-      fill(buf.data(), n, off, seed);
-      crc = crc32cExtend(crc, buf.data(), n);
-      e = f->pwrite(buf.data(), n, off, &done);
-      EXPECT_FALSE(e) << e.message;
-      EXPECT_EQ(done, n);
-    }
-    e = f->close();
-    EXPECT_FALSE(e) << e.message;
-    return crc;
-  }
-
-  // Reads the whole file; returns its CRC and size.
-  std::pair<uint32_t, uint64_t> readFile(Client& c, const std::string& path,
-                                         size_t block = 4 << 20) {
-    std::unique_ptr<File> f;
-    Error e = c.open(path, O_RDONLY, 0, &f);
-    EXPECT_FALSE(e) << e.message;
-    if (e) return {0, 0};
-    std::vector<uint8_t> buf(block);
-    uint32_t crc = 0;
-    uint64_t off = 0;
-    for (;;) {
-      size_t got = 0;
-      e = f->pread(buf.data(), block, off, &got);
-      EXPECT_FALSE(e) << e.message;
-      if (e || got == 0) break;
-      crc = crc32cExtend(crc, buf.data(), got);
-      off += got;
-    }
-    EXPECT_FALSE(f->close());
-    return {crc, off};
-  }
-
-  std::vector<uint8_t> readAll(Client& c, const std::string& path) {
-    FileInfo info;
-    EXPECT_FALSE(c.stat(path, &info));
-    std::vector<uint8_t> out(info.size);
-    std::unique_ptr<File> f;
-    EXPECT_FALSE(c.open(path, O_RDONLY, 0, &f));
-    if (!f) return {};
-    size_t got = 0;
-    Error e = f->pread(out.data(), out.size(), 0, &got);
-    EXPECT_FALSE(e) << e.message;
-    EXPECT_EQ(got, out.size());
-    EXPECT_FALSE(f->close());
-    return out;
   }
 
   testing::CliResult cli(std::vector<std::string> args) {
@@ -362,11 +301,7 @@ TEST_F(E2E, WritesBehindLandInOrderAndAFailureIsReported) {
       << cluster_->log();
   std::unique_ptr<File> g;
   ASSERT_FALSE(client_->open("/lost", O_WRONLY | O_CREAT | O_TRUNC, 0644, &g));
-  Error failed;
-  size_t done = 0;
-  for (uint64_t i = 0; i < 16 && !failed; ++i)
-    failed = g->pwrite(buf.data(), kMiB, i * kMiB, &done);
-  if (!failed) failed = g->fsync();
+  Error failed = firstWriteError(*g, buf, 16);
   EXPECT_TRUE(failed) << "no write and no fsync reported the refused writes";
   EXPECT_EQ(failed.errno_value, EIO) << failed.message;
   EXPECT_NE(failed.message.find("/lost"), std::string::npos) << failed.message;

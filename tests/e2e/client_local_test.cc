@@ -12,18 +12,17 @@
 #include "common/fault.h"
 #include "common/metrics.h"
 #include "server/local_cluster.h"
+#include "tests/support/client_files.h"
 
 namespace cistern {
 namespace {
 
-constexpr uint64_t kChunk = 1 << 20;  // the default layout
+using testing::fill;
+using testing::firstWriteError;
+using testing::readAll;
+using testing::writeFile;
 
-void fill(uint8_t* p, size_t n, uint64_t offset, uint64_t seed) {
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t x = (offset + i) * 0x9E3779B97F4A7C15ull ^ seed;
-    p[i] = static_cast<uint8_t>((x >> 29) ^ (x >> 47));
-  }
-}
+constexpr uint64_t kChunk = 1 << 20;  // the default layout
 
 uint64_t bytes(const char* name, const char* path) {
   return metrics::Registry::global().counter(name, {{"path", path}}).value();
@@ -61,41 +60,6 @@ class LocalClient : public ::testing::Test {
     return std::move(c);
   }
 
-  // Writes `size` bytes of `seed` to `path` in `step`-byte writes.
-  void writeFile(Client& c, const std::string& path, size_t size, size_t step, uint64_t seed) {
-    std::unique_ptr<File> f;
-    ASSERT_FALSE(c.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &f));
-    std::vector<uint8_t> buf(step);
-    for (size_t off = 0; off < size; off += step) {
-      size_t n = std::min(step, size - off);
-      fill(buf.data(), n, off, seed);
-      size_t done = 0;
-      Error e = f->pwrite(buf.data(), n, off, &done);
-      ASSERT_FALSE(e) << e.message;
-      ASSERT_EQ(done, n);
-    }
-    Error e = f->close();
-    ASSERT_FALSE(e) << e.message;
-  }
-
-  // Reads all of `path` in `step`-byte reads (sequential: read-ahead).
-  std::vector<uint8_t> readFile(Client& c, const std::string& path, size_t step) {
-    FileInfo info;
-    EXPECT_FALSE(c.stat(path, &info));
-    std::vector<uint8_t> out(info.size);
-    std::unique_ptr<File> f;
-    EXPECT_FALSE(c.open(path, O_RDONLY, 0, &f));
-    if (!f) return {};
-    for (size_t off = 0; off < out.size(); off += step) {
-      size_t n = std::min(step, out.size() - off), got = 0;
-      Error e = f->pread(out.data() + off, n, off, &got);
-      EXPECT_FALSE(e) << e.message;
-      EXPECT_EQ(got, n);
-    }
-    EXPECT_FALSE(f->close());
-    return out;
-  }
-
   std::filesystem::path dir_;
   std::unique_ptr<server::LocalCluster> cluster_;
   std::unique_ptr<Client> local_, socket_;
@@ -115,11 +79,11 @@ TEST_F(LocalClient, FilesRoundTripAsLocalCallsAndMatchWhatTheSocketsSee) {
     SCOPED_TRACE(sizes[i]);
     const std::string path = "/f" + std::to_string(i);
     // Whole chunks written behind, and odd pieces that straddle chunks.
-    writeFile(*local_, path, sizes[i], i % 2 ? kChunk : 70001, i + 1);
+    writeFile(*local_, path, sizes[i], i + 1, i % 2 ? kChunk : 70001);
     std::vector<uint8_t> want(sizes[i]);
     fill(want.data(), want.size(), 0, i + 1);
-    EXPECT_TRUE(readFile(*local_, path, 65536) == want);       // read-ahead
-    EXPECT_TRUE(readFile(*local_, path, 4 * kChunk) == want);  // several chunks at once
+    EXPECT_TRUE(readAll(*local_, path, 65536) == want);       // read-ahead
+    EXPECT_TRUE(readAll(*local_, path, 4 * kChunk) == want);  // several chunks at once
     total += sizes[i];
   }
   // Only local calls so far: nothing through the sockets or shared memory.
@@ -134,10 +98,10 @@ TEST_F(LocalClient, FilesRoundTripAsLocalCallsAndMatchWhatTheSocketsSee) {
     SCOPED_TRACE(sizes[i]);
     std::vector<uint8_t> want(sizes[i]);
     fill(want.data(), want.size(), 0, i + 1);
-    EXPECT_TRUE(readFile(*socket_, "/f" + std::to_string(i), kChunk) == want);
-    writeFile(*socket_, "/g" + std::to_string(i), sizes[i], 300000, i + 100);
+    EXPECT_TRUE(readAll(*socket_, "/f" + std::to_string(i), kChunk) == want);
+    writeFile(*socket_, "/g" + std::to_string(i), sizes[i], i + 100, 300000);
     fill(want.data(), want.size(), 0, i + 100);
-    EXPECT_TRUE(readFile(*local_, "/g" + std::to_string(i), 3 * kChunk) == want);
+    EXPECT_TRUE(readAll(*local_, "/g" + std::to_string(i), 3 * kChunk) == want);
   }
   CheckReport report;
   ASSERT_FALSE(local_->fsck(&report));
@@ -154,24 +118,21 @@ TEST_F(LocalClient, AFailedLocalWriteIsReportedAndNothingHangs) {
   ASSERT_FALSE(local_->open("/lost", O_WRONLY | O_CREAT | O_TRUNC, 0644, &f));
   std::vector<uint8_t> buf(kChunk);
   fill(buf.data(), buf.size(), 0, 7);
-  Error failed;
-  size_t done = 0;
-  for (uint64_t i = 0; i < 16 && !failed; ++i)
-    failed = f->pwrite(buf.data(), kChunk, i * kChunk, &done);
-  if (!failed) failed = f->fsync();
+  Error failed = firstWriteError(*f, buf, 16);
   ASSERT_TRUE(failed) << "no write and no fsync reported the refused writes";
   EXPECT_EQ(failed.errno_value, EIO) << failed.message;
   EXPECT_TRUE(f->close()) << "close reported no error after a lost write";
   // One chunk, written on the caller's thread.
   ASSERT_FALSE(local_->open("/one", O_WRONLY | O_CREAT | O_TRUNC, 0644, &f));
+  size_t done = 0;
   Error e = f->pwrite(buf.data(), 4096, 0, &done);
   if (!e) e = f->close();
   EXPECT_EQ(e.errno_value, EIO) << e.message;
   fault::disableAll();
-  writeFile(*local_, "/after", 3 * kChunk, kChunk, 9);
+  writeFile(*local_, "/after", 3 * kChunk, 9, kChunk);
   std::vector<uint8_t> want(3 * kChunk);
   fill(want.data(), want.size(), 0, 9);
-  EXPECT_TRUE(readFile(*local_, "/after", kChunk) == want);
+  EXPECT_TRUE(readAll(*local_, "/after", kChunk) == want);
 }
 
 }  // namespace
