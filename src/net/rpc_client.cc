@@ -18,6 +18,7 @@
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "net/blocking.h"
 #include "net/io_pool.h"
 #include "net/local_call.h"
 #include "net/recv_buffer.h"
@@ -522,8 +523,7 @@ awaitable<Status> RpcClient::call(const Endpoint& to, const Method& method,
                                   google::protobuf::Message* response, CallOptions options) {
   auto conn = impl_->pick(to);
   impl_->calls->inc();
-  Status s = co_await asio::co_spawn(conn->executor(),
-                                     conn->call(method, request, response, options), use_awaitable);
+  Status s = co_await runOn(conn->executor(), conn->call(method, request, response, options));
   if (!s.ok()) impl_->errors->inc();
   co_return s;
 }
