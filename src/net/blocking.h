@@ -16,6 +16,7 @@
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/dispatch.hpp>
 #include <asio/execution/outstanding_work.hpp>
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
@@ -40,8 +41,10 @@ asio::awaitable<void> suspendUntilResumed(Start start) {
       [&](auto handler) {
         start([back, work = std::move(work), h = std::move(handler)]() mutable {
           // The last touch of the caller's context: `work` is dropped there.
-          asio::post(back,
-                     [work = std::move(work), h = std::move(h)]() mutable { std::move(h)(); });
+          // On the caller's own thread (runOn to the same context) the
+          // coroutine resumes at once.
+          asio::dispatch(back,
+                         [work = std::move(work), h = std::move(h)]() mutable { std::move(h)(); });
         });
       },
       asio::use_awaitable);
