@@ -240,9 +240,11 @@ std::optional<Status> callLocal(const Endpoint& to, const Method& method,
   if (response_payload_len) *response_payload_len = payloads.response_len;
   record(*entry, status, request.ByteSizeLong() + request_payload.size(), payloads.response_len,
          start);
-  if (server->local_inflight.fetch_sub(1) == 1) {
+  {
+    // Under the lock: once stop() sees no call running it may free the
+    // server, so nothing of it may be touched after the count drops.
     std::lock_guard lock(server->mu);
-    server->cv.notify_all();
+    if (server->local_inflight.fetch_sub(1) == 1) server->cv.notify_all();
   }
   return status;
 }
