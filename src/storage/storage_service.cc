@@ -122,11 +122,8 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         std::shared_ptr<const ShmMapping> shm;
         std::shared_ptr<net::PooledBuffer> out;
-        uint8_t* dest;
-        if (req.shm_handle() != 0) {
-          CO_ASSIGN_OR_RETURN(shm, shmRange(req.shm_handle(), req.shm_offset(), total));
-          dest = shm->data + req.shm_offset();
-        } else {
+        CO_ASSIGN_OR_RETURN(auto dest, readShm(req, total, &shm));
+        if (!dest) {
           out = std::make_shared<net::PooledBuffer>(buffers_.get(total));
           dest = out->data();
         }
@@ -151,15 +148,13 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         Admission admitted(*this, total);
         RETURN_ON_ERROR(admitted.admit(req.qos()));
         std::shared_ptr<const ShmMapping> shm;
-        uint8_t* dest;
-        if (req.shm_handle() != 0) {
-          ASSIGN_OR_RETURN(shm, shmRange(req.shm_handle(), req.shm_offset(), total));
-          dest = shm->data + req.shm_offset();
-        } else if (total > p.response.size()) {
-          return Status(ErrorCode::kPayloadTooLarge,
-                        fmt::format("batch read of {} bytes exceeds the caller's {}-byte buffer",
-                                    total, p.response.size()));
-        } else {
+        ASSIGN_OR_RETURN(auto dest, readShm(req, total, &shm));
+        if (!dest) {
+          if (total > p.response.size()) {
+            return Status(ErrorCode::kPayloadTooLarge,
+                          fmt::format("batch read of {} bytes exceeds the caller's {}-byte buffer",
+                                      total, p.response.size()));
+          }
           dest = p.response.data();
         }
         size_t at = readRanges(req, dest, static_cast<BatchReadResp&>(r));
@@ -397,6 +392,13 @@ Result<uint64_t> StorageService::readBytes(const BatchReadReq& req) const {
                                                            total, options_.batch_read_bytes_max));
   }
   return total;
+}
+
+Result<uint8_t*> StorageService::readShm(const BatchReadReq& req, uint64_t total,
+                                         std::shared_ptr<const ShmMapping>* shm) {
+  if (req.shm_handle() == 0) return static_cast<uint8_t*>(nullptr);
+  ASSIGN_OR_RETURN(*shm, shmRange(req.shm_handle(), req.shm_offset(), total));
+  return (*shm)->data + req.shm_offset();
 }
 
 size_t StorageService::readRanges(const BatchReadReq& req, uint8_t* dest, BatchReadResp& resp) {

@@ -74,6 +74,10 @@ class StorageService {
   // `copy`: `data` may change meanwhile (the engine checksums a copy).
   Status writeChunk(const WriteReq& req, std::span<const uint8_t> data, bool copy, WriteResp& resp);
   Status truncateChunk(const TruncateReq& req, TruncateResp& resp);
+  // Where a batch read's bytes go in the client's shared memory it names
+  // (`*shm` then holds that mapping); null when it names none.
+  Result<uint8_t*> readShm(const BatchReadReq& req, uint64_t total,
+                           std::shared_ptr<const ShmMapping>* shm);
   // The bytes a batch read asks for, if within batch_read_bytes_max.
   Result<uint64_t> readBytes(const BatchReadReq& req) const;
   // Reads the ranges back to back into `dest`; returns the bytes read.
