@@ -115,6 +115,7 @@ bool transient(const Status& s) {
     case ErrorCode::kTxnTooOld:
     case ErrorCode::kTxnRetriesExhausted:
     case ErrorCode::kShuttingDown:
+    case ErrorCode::kInodeBusy:
       return true;
     default:
       return false;

@@ -56,6 +56,8 @@
   X(kTooManyLinks,         305, EMLINK,       "too many links")                     \
   X(kNoAttribute,          306, ENODATA,      "no such attribute")                  \
   X(kRangeError,           307, ERANGE,       "result does not fit")                \
+  X(kInlineRefused,        308, EIO,          "inline file data: convert it first") \
+  X(kInodeBusy,            309, EBUSY,        "inode busy: its data is being moved") \
   /* storage (400-499) */                                                            \
   X(kStaleChainVersion,    400, ESTALE,       "stale chain version")                \
   X(kTargetBusy,           401, EAGAIN,       "storage target busy")

@@ -30,6 +30,7 @@ namespace cistern::kv {
   X(kXattr,          0x16, "(inode, name) -> extended attribute value")                 \
   X(kQuota,          0x17, "(tenant, directory) -> quota and usage")                    \
   X(kStats,          0x18, "namespace counters (inodes in use), atomic adds")          \
+  X(kInlineData,     0x19, "inode id -> the bytes of a small file kept in the KV")      \
   /* tests and tools */                                                                  \
   X(kTest,           0x7f, "keys written by tests and benchmarks")
 // clang-format on

@@ -30,6 +30,9 @@ struct Node {
   uint64_t parent;
   uint32_t links = 0;          // dentries naming it
   uint64_t dentry_parent = 0;  // for directories: where its dentry is
+  bool data_inline = false;
+  uint64_t size = 0;
+  bool inline_found = false;  // its (kInlineData, ino) row exists
 };
 
 }  // namespace
@@ -49,7 +52,10 @@ Result<FsckReport> fsck(kv::Engine& engine) {
           problem("an inode record does not parse");
           return Status::OK();
         }
-        nodes[n.ino()] = Node{n.type(), n.nlink(), n.parent()};
+        Node& node = nodes[n.ino()];
+        node = Node{n.type(), n.nlink(), n.parent()};
+        node.data_inline = n.data_inline();
+        node.size = n.size();
         report.inodes++;
         return Status::OK();
       }));
@@ -63,6 +69,23 @@ Result<FsckReport> fsck(kv::Engine& engine) {
         open.insert(ino);
         report.sessions++;
         if (!nodes.count(ino)) problem(fmt::format("session of missing inode {}", ino));
+        return Status::OK();
+      }));
+  const std::string inline_begin = kv::KeyWriter(kv::Prefix::kInlineData).key();
+  RETURN_ON_ERROR(
+      scan(*t, inline_begin, kv::strinc(inline_begin), [&](const kv::KeyValue& row) -> Status {
+        kv::KeyReader r(row.key);
+        ASSIGN_OR_RETURN(auto p, r.prefix());
+        (void)p;
+        ASSIGN_OR_RETURN(uint64_t ino, r.u64());
+        auto it = nodes.find(ino);
+        if (it == nodes.end() || !it->second.data_inline) {
+          problem(fmt::format("inline bytes of inode {}, which is not an inline file", ino));
+        } else if (row.value.size() != it->second.size) {
+          problem(fmt::format("inode {} has size {} but {} inline bytes", ino, it->second.size,
+                              row.value.size()));
+        }
+        if (it != nodes.end()) it->second.inline_found = true;
         return Status::OK();
       }));
   const std::string dentry_begin = kv::KeyWriter(kv::Prefix::kDentry).key();
@@ -147,6 +170,8 @@ Result<FsckReport> fsck(kv::Engine& engine) {
         problem(fmt::format("directory {} does not reach the root (cycle or lost parent)", ino));
       continue;
     }
+    if (n.data_inline && !n.inline_found)
+      problem(fmt::format("inline inode {} has no inline bytes", ino));
     if (n.links == 0) {
       if (!(n.nlink == 0 && open.count(ino)))
         problem(fmt::format("orphan inode {} (nlink {}, no dentry)", ino, n.nlink));

@@ -128,13 +128,25 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
                                              r.client(), rid(r.client(), r.seq()), r.hold()));
         *out.mutable_inode() = std::move(opened.inode);
         out.set_session(opened.session);
+        out.set_inline_data(std::move(opened.inline_data));
         return Status::OK();
       },
       // Without write or hold, MetaStore::open is a read-only transaction.
       [](const OpenReq& r) { return !r.write() && !r.hold(); });
   add<CloseReq, InodeResp>("Close", [&s](const CloseReq& r, InodeResp& out) {
-    return into(s.close(r.ino(), r.session(), r.length(), r.wrote(), rid(r.client(), r.seq())),
+    std::optional<std::string> inline_data;
+    if (r.has_inline_data()) inline_data = r.inline_data();
+    return into(s.close(r.ino(), r.session(), r.length(), r.wrote(), rid(r.client(), r.seq()),
+                        inline_data),
                 out.mutable_inode());
+  });
+  add<UninlineReq, UninlineResp>("Uninline", [&s](const UninlineReq& r, UninlineResp& out) {
+    ASSIGN_OR_RETURN(auto u, s.uninline(r.ino(), r.token(), rid(r.client(), r.seq())));
+    out.set_was_inline(u.was_inline);
+    out.set_data(std::move(u.data));
+    out.set_token(u.token);
+    *out.mutable_inode() = std::move(u.inode);
+    return Status::OK();
   });
   add<XattrReq, Empty>("SetXattr", [&s](const XattrReq& r, Empty&) {
     return s.setxattr(r.caller(), r.ino(), r.name(), r.value(), r.flags(),

@@ -41,6 +41,12 @@ struct MetaOptions {
   uint32_t inode_alloc_block = 1024;
   // Most entries one readdir call returns. Default: 1000.
   uint32_t readdir_limit_max = 1000;
+  // Files up to this size may keep their bytes in the KV instead of chunks
+  // (close() with inline data); 0 turns that off. At most 64 KiB (the
+  // smallest chunk). Default: 8 KiB.
+  uint32_t inline_max_bytes = 8u << 10;
+  // How long a client converting an inline file holds it. Default: 10 s.
+  uint32_t inline_convert_lease_ms = 10000;
 };
 
 struct RequestId {
@@ -106,7 +112,8 @@ class MetaStore {
                        bool exclusive, const RequestId& rid = {});
   struct Opened {
     Inode inode;
-    uint64_t session = 0;  // 0 for read-only opens
+    uint64_t session = 0;      // 0 for read-only opens
+    std::string inline_data;   // the bytes of a data_inline file
   };
   // create() that also opens a file it creates for writing, in the same
   // transaction: `session` is 0 when the file already existed (open it).
@@ -140,8 +147,26 @@ class MetaStore {
                       std::string_view client, const RequestId& rid = {}, bool hold = false);
   // close: ends a write session, raising the length to `length` when larger
   // and setting mtime when `wrote`. The last close of an unlinked file removes it.
+  // With `inline_data` (the whole file, `length` bytes, nothing of it in
+  // chunks) the bytes are kept in the KV if the inode is still inline_ok and
+  // they fit inline_max_bytes; otherwise kInlineRefused and the session stays.
   Result<Inode> close(uint64_t ino, uint64_t session, uint64_t length, bool wrote,
-                      const RequestId& rid = {});
+                      const RequestId& rid = {},
+                      const std::optional<std::string>& inline_data = std::nullopt);
+  // Moving a data_inline file's bytes into chunks, in two calls around the
+  // caller's chunk write. begin (token 0) takes the inode for
+  // inline_convert_lease_ms (kInodeBusy while another holder's lease runs)
+  // and returns the bytes; the caller writes them to chunk 0, cuts chunk 0 to
+  // their length, then calls finish with the token, which clears data_inline
+  // (kInlineRefused when the lease was lost: begin again). Writers, truncates
+  // past inline_max_bytes and O_TRUNC opens wait for a holder to finish.
+  struct Uninlined {
+    bool was_inline = false;
+    std::string data;
+    uint64_t token = 0;
+    Inode inode;
+  };
+  Result<Uninlined> uninline(uint64_t ino, uint64_t token, const RequestId& rid = {});
 
   // Extended attributes. Names need a namespace ("user.", "trusted.",
   // "security."; others are kNotSupported); values are at most 64 KiB.

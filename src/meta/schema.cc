@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kv/key_codec.h"
 
 namespace cistern::meta {
@@ -28,6 +30,7 @@ void queueGc(kv::Transaction& txn, const Inode& inode, uint64_t first_chunk, boo
   uint64_t chunk = inode.layout().chunk_size();
   if (inode.type() != REGULAR || chunk == 0) return;
   uint64_t end = (inode.size() + chunk - 1) / chunk;
+  if (inode.data_inline()) end = std::max<uint64_t>(end, 1);
   if (first_chunk >= end && !whole_file) return;
   GcEntry e;
   *e.mutable_layout() = inode.layout();
@@ -39,6 +42,7 @@ void queueGc(kv::Transaction& txn, const Inode& inode, uint64_t first_chunk, boo
 std::string xattrKey(uint64_t ino, std::string_view name) {
   return KeyWriter(Prefix::kXattr).u64(ino).bytes(name).key();
 }
+std::string inlineKey(uint64_t ino) { return KeyWriter(Prefix::kInlineData).u64(ino).key(); }
 std::string sessionKey(uint64_t ino, uint64_t session) {
   return KeyWriter(Prefix::kSession).u64(ino).u64(session).key();
 }
@@ -129,9 +133,14 @@ Status dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns) {
       return Status::OK();
     }
   }
-  txn.clear(inodeKey(inode.ino()));
+  return removeInode(txn, inode.ino());
+}
+
+Status removeInode(kv::Transaction& txn, uint64_t ino) {
+  txn.clear(inodeKey(ino));
+  txn.clear(inlineKey(ino));
   txn.atomicAdd(inodeCountKey(), -1);
-  return clearXattrs(txn, inode.ino());
+  return clearXattrs(txn, ino);
 }
 
 Result<bool> hasEntries(kv::ReadTransaction& txn, uint64_t ino) {

@@ -8,6 +8,7 @@
 //   xattr      (kXattr, ino, name)           -> value
 //   session    (kSession, ino, session id)   -> Session (an open-for-write handle)
 //   inode count (kStats, "inodes")           -> counter (kv::encodeCounter) of inodes in use
+//   inline     (kInlineData, ino)            -> the bytes of a data_inline file
 //   chains     (kChain, chain id)            -> (chain record; mgmtd owns it)
 //
 // Functions here only read and write keys inside a caller's transaction; they
@@ -40,8 +41,11 @@ std::string allocatorKey();
 std::string mutationKey(std::string_view client, uint64_t seq);
 std::string gcKey(uint64_t ino, uint64_t first_chunk, uint64_t end_chunk);
 // Queues chunks [first_chunk, end of `inode`) for deletion; nothing when empty.
+// An inline file counts as one chunk long: a conversion that did not finish
+// may have left chunk 0 behind.
 void queueGc(kv::Transaction& txn, const Inode& inode, uint64_t first_chunk, bool whole_file);
 std::string xattrKey(uint64_t ino, std::string_view name);
+std::string inlineKey(uint64_t ino);
 std::string sessionKey(uint64_t ino, uint64_t session);
 std::string sessionBegin(uint64_t ino);
 std::string sessionEnd(uint64_t ino);
@@ -68,6 +72,9 @@ void storeDentry(kv::Transaction& txn, uint64_t parent, std::string_view name, c
 // the inode, unless the file is open for writing: then the inode stays with
 // nlink 0 (open-unlinked) until the last session closes.
 Status dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns);
+// Removes the inode record of `ino` with its xattrs and inline bytes, and
+// counts it out.
+Status removeInode(kv::Transaction& txn, uint64_t ino);
 // Removes every extended attribute of `ino`.
 Status clearXattrs(kv::Transaction& txn, uint64_t ino);
 // True when directory `ino` has at least one entry.

@@ -1,10 +1,12 @@
 // open and close. A write open records a session (kSession, ino, id) so that
 // an unlinked file stays until its last writer closes, and so that the GC
 // worker leaves the chunks of a file being written alone. close() reports the
-// length the writer reached and ends the session.
+// length the writer reached and ends the session; a close may also hand over
+// a small file's bytes to keep inline (ops/inline.cc).
 #include <fmt/format.h>
 
 #include "meta/meta_store.h"
+#include "meta/ops/inline.h"
 #include "meta/ops/new_inode.h"
 #include "meta/permission.h"
 #include "meta/schema.h"
@@ -18,14 +20,16 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
     return Status(ErrorCode::kInvalidArgument, "O_TRUNC without write access");
   if (!write && !hold) {
     // A read open changes nothing: a read-only transaction, no idempotency record, no commit.
-    Inode out;
+    Opened out;
     RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
-      ASSIGN_OR_RETURN(out, requireInode(t, ino));
-      if (out.type() == SYMLINK)
+      ASSIGN_OR_RETURN(out.inode, requireInode(t, ino));
+      if (out.inode.type() == SYMLINK)
         return Status(ErrorCode::kInvalidArgument, fmt::format("open of symlink {}", ino));
-      return checkAccess(out, c, read ? kMayRead : 0);
+      RETURN_ON_ERROR(checkAccess(out.inode, c, read ? kMayRead : 0));
+      ASSIGN_OR_RETURN(out.inline_data, loadInline(t, out.inode));
+      return Status::OK();
     }));
-    return Opened{std::move(out), 0};
+    return out;
   }
   uint64_t session = 0;
   ASSIGN_OR_RETURN(session, allocator_.next());
@@ -44,21 +48,37 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
                        s.set_opened_ns(nowNs());
                        t.set(sessionKey(ino, session), s.SerializeAsString());
                      }
-                     if (truncate && n.size() > 0) {
+                     if (truncate && (n.size() > 0 || n.data_inline())) {
+                       RETURN_ON_ERROR(notConverting(n, nowNs()));
                        queueGc(t, n, 0, /*whole_file=*/false);
+                       if (n.data_inline()) {
+                         n.set_data_inline(false);
+                         t.clear(inlineKey(ino));
+                       }
                        n.set_size(0);
                        n.set_mtime_ns(nowNs());
                        n.set_ctime_ns(n.mtime_ns());
+                       n.set_inline_ok(false);
+                       storeInode(t, n);
+                     } else if (write && n.inline_ok()) {
+                       n.set_inline_ok(false);  // a second writer: its bytes go to chunks
                        storeInode(t, n);
                      }
-                     return n.SerializeAsString();
+                     OpenResp r;
+                     ASSIGN_OR_RETURN(*r.mutable_inline_data(), loadInline(t, n));
+                     *r.mutable_inode() = std::move(n);
+                     r.set_session(write || hold ? session : 0);
+                     return r.SerializeAsString();
                    }));
-  ASSIGN_OR_RETURN(Inode inode, parseInode(bytes));
-  return Opened{std::move(inode), session};
+  OpenResp r;
+  if (!r.ParseFromString(bytes))
+    return Status(ErrorCode::kCorruption, fmt::format("open result of inode {} does not parse", ino));
+  return Opened{std::move(*r.mutable_inode()), r.session(), std::move(*r.mutable_inline_data())};
 }
 
 Result<Inode> MetaStore::close(uint64_t ino, uint64_t session, uint64_t length, bool wrote,
-                               const RequestId& rid) {
+                               const RequestId& rid,
+                               const std::optional<std::string>& inline_data) {
   ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
                      ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
                      if (session != 0) {
@@ -69,6 +89,19 @@ Result<Inode> MetaStore::close(uint64_t ino, uint64_t session, uint64_t length, 
                        t.clear(sessionKey(ino, session));
                      }
                      bool changed = false;
+                     if (inline_data) {
+                       RETURN_ON_ERROR(takeInline(t, n, session, length, *inline_data,
+                                                  options_.inline_max_bytes));
+                       changed = true;
+                     } else if (wrote && n.data_inline()) {
+                       return Status(ErrorCode::kInlineRefused,
+                                     fmt::format("inode {} is inline: chunk writes need a "
+                                                 "conversion first",
+                                                 ino));
+                     } else if (wrote && n.inline_ok()) {
+                       n.set_inline_ok(false);  // its bytes are in chunks now
+                       changed = true;
+                     }
                      if (length > n.size()) {
                        n.set_size(length);
                        changed = true;
@@ -84,9 +117,7 @@ Result<Inode> MetaStore::close(uint64_t ino, uint64_t session, uint64_t length, 
                          // Last close of an unlinked file: queue the chunks at the final length and
                          // drop the inode.
                          queueGc(t, n, 0, /*whole_file=*/true);
-                         t.clear(inodeKey(ino));
-                         t.atomicAdd(inodeCountKey(), -1);
-                         RETURN_ON_ERROR(clearXattrs(t, ino));
+                         RETURN_ON_ERROR(removeInode(t, ino));
                          return n.SerializeAsString();
                        }
                      }

@@ -4,7 +4,10 @@
 // truncate needs write permission; a chown drops set-user/group-ID bits.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "meta/meta_store.h"
+#include "meta/ops/inline.h"
 #include "meta/ops/new_inode.h"
 #include "meta/permission.h"
 #include "meta/schema.h"
@@ -55,7 +58,19 @@ Result<Inode> MetaStore::setattr(const Caller& c, uint64_t ino, const SetAttr& a
           if (n.type() != REGULAR)
             return Status(ErrorCode::kInvalidArgument, fmt::format("truncate inode {}", ino));
           RETURN_ON_ERROR(checkAccess(n, c, kMayWrite));
-          if (*a.size < n.size()) {
+          n.set_inline_ok(false);
+          if (n.data_inline() && *a.size != n.size()) {
+            // In place while it fits; past inline_max_bytes the client moves the bytes to
+            // chunks first (uninline) and asks again.
+            RETURN_ON_ERROR(notConverting(n, now));
+            if (*a.size > std::min(options_.inline_max_bytes, kInlineMaxBytesLimit)) {
+              return Status(ErrorCode::kInlineRefused,
+                            fmt::format("inode {} is inline: {} bytes do not fit", ino, *a.size));
+            }
+            ASSIGN_OR_RETURN(std::string data, loadInline(t, n));
+            data.resize(*a.size, '\0');
+            t.set(inlineKey(ino), data);
+          } else if (*a.size < n.size()) {
             // Chunks wholly past the new end are garbage; the chunk holding the new end is trimmed
             // by the client.
             uint64_t chunk = n.layout().chunk_size();
