@@ -148,6 +148,11 @@ class Client {
     // --mount`) run on the calling thread instead of over loopback TCP;
     // false: always over the socket, as from another process.
     bool local_calls = true;
+    // A new file written whole by its creator and no larger than this is
+    // handed to the metadata service at close, which may keep its bytes in
+    // the KV instead of a chunk (one commit instead of two; reads need no
+    // storage call). 0: never. The service has its own limit (8 KiB).
+    uint32_t inline_max_bytes = 8u << 10;
   };
 
   static std::pair<std::unique_ptr<Client>, Error> connect(const Options& options);

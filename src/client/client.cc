@@ -83,6 +83,10 @@ const net::Method& kClose() {
   static const auto m = metaMethod("Close");
   return m;
 }
+const net::Method& kUninline() {
+  static const auto m = metaMethod("Uninline");
+  return m;
+}
 const net::Method& kStatfs() {
   static const auto m = metaMethod("Statfs");
   return m;
@@ -558,6 +562,12 @@ Error ClientImpl::truncate(const std::string& path, uint64_t size) {
   req.set_seq(nextSeq());
   meta::InodeResp resp;
   Status s = metaCall(kSetattr(), req, &resp);
+  if (s.code() == ErrorCode::kInlineRefused) {
+    // An inline file grown past the service's inline limit: its bytes move to chunks first.
+    s = convertInline(*fresh);
+    req.set_seq(nextSeq());
+    if (s.ok()) s = metaCall(kSetattr(), req, &resp);
+  }
   forgetAttrs(fresh->ino());
   if (!s.ok()) return toError(s, path);
   if (size < fresh->size()) return toError(trimData(*fresh, fresh->size(), size), path);
@@ -594,8 +604,10 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
     if (!s.ok()) return toError(s, path);
     if (resp.session() != 0) {
       // A new file, already open for writing: no separate Open.
-      *out = std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
-                                        (flags & O_APPEND) != 0);
+      auto file = std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read,
+                                             write, (flags & O_APPEND) != 0);
+      file->setFresh();
+      *out = std::move(file);
       return {};
     }
     inode = resp.inode();
@@ -634,18 +646,28 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
       return toError(t, path);
     }
   }
+  if (write && resp.inode().data_inline()) {
+    // Writes go to chunks: the bytes move there first.
+    Status c = convertInline(resp.inode());
+    if (!c.ok()) {
+      (void)metaClose(inode.ino(), resp.session(), 0, false);
+      return toError(c, path);
+    }
+    resp.mutable_inode()->set_data_inline(false);
+  }
   *out = std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
-                                    (flags & O_APPEND) != 0);
+                                    (flags & O_APPEND) != 0, std::move(*resp.mutable_inline_data()));
   return {};
 }
 
 Result<meta::Inode> ClientImpl::metaClose(uint64_t ino, uint64_t session, uint64_t length,
-                                          bool wrote) {
+                                          bool wrote, const std::string* inline_data) {
   meta::CloseReq req;
   req.set_ino(ino);
   req.set_session(session);
   req.set_length(length);
   req.set_wrote(wrote);
+  if (inline_data) req.set_inline_data(*inline_data);
   req.set_client(client_id_);
   req.set_seq(nextSeq());
   meta::InodeResp resp;
@@ -653,6 +675,49 @@ Result<meta::Inode> ClientImpl::metaClose(uint64_t ino, uint64_t session, uint64
   forgetAttrs(ino);
   RETURN_ON_ERROR(s);
   return resp.inode();
+}
+
+Status ClientImpl::convertInline(const meta::Inode& inode) {
+  // Another client's conversion holds the inode for at most the service's
+  // lease (10 s): wait that long beyond the usual retries.
+  auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_ms) +
+                  std::chrono::seconds(10);
+  auto backoff = std::chrono::milliseconds(1);
+  for (;;) {
+    meta::UninlineReq begin;
+    begin.set_ino(inode.ino());
+    begin.set_client(client_id_);
+    begin.set_seq(nextSeq());
+    meta::UninlineResp held;
+    Status s = metaCall(kUninline(), begin, &held);
+    if (s.code() == ErrorCode::kInodeBusy && Clock::now() + backoff < deadline) {
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+      continue;
+    }
+    RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", inode.ino())));
+    if (!held.was_inline()) break;
+    // Chunk 0 becomes exactly the bytes: written over, then cut to their length
+    // (or removed when there are none), so no leftover shows through.
+    meta::Inode file = held.inode();
+    file.set_data_inline(false);
+    const std::string& bytes = held.data();
+    if (!bytes.empty()) {
+      RETURN_ON_ERROR(writeData(file, 0, bytes.size(),
+                                reinterpret_cast<const uint8_t*>(bytes.data())));
+    }
+    RETURN_ON_ERROR(trimData(file, file.layout().chunk_size(), bytes.size()));
+    meta::UninlineReq finish = begin;
+    finish.set_token(held.token());
+    finish.set_seq(nextSeq());
+    meta::UninlineResp done;
+    s = metaCall(kUninline(), finish, &done);
+    if (s.code() == ErrorCode::kInlineRefused) continue;  // the lease ran out: once more
+    RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", inode.ino())));
+    break;
+  }
+  forgetAttrs(inode.ino());
+  return Status::OK();
 }
 
 Error ClientImpl::statfs(SpaceInfo* out) {

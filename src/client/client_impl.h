@@ -86,7 +86,9 @@ class ClientImpl final : public Client {
   Status readData(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* out);
   Status writeData(const meta::Inode& inode, uint64_t offset, size_t n, const uint8_t* in);
   // Drops the file's bytes in [new_size, old_size) from storage: trims the
-  // chunk holding new_size and removes the chunks wholly past it.
+  // chunk holding new_size and removes the chunks wholly past it. For an
+  // inline file (its bytes in the KV) only a cut to 0 touches storage: it
+  // removes chunk 0, which may hold leftovers of an unfinished conversion.
   Status trimData(const meta::Inode& inode, uint64_t old_size, uint64_t new_size);
   // Starts reading [offset, offset + n) into `out` (read-ahead); wait() on the result.
   std::unique_ptr<PendingIo> startRead(const meta::Inode& inode, uint64_t offset, size_t n,
@@ -95,7 +97,14 @@ class ClientImpl final : public Client {
   std::unique_ptr<PendingIo> startWrite(const meta::Inode& inode, uint64_t offset, size_t n,
                                         const uint8_t* in);
   // A meta Close: ends `session` (0: none) and raises the length to `length`.
-  Result<meta::Inode> metaClose(uint64_t ino, uint64_t session, uint64_t length, bool wrote);
+  // With `inline_data` (the whole file) the service may keep the bytes
+  // instead of chunks; kInlineRefused leaves the session open.
+  Result<meta::Inode> metaClose(uint64_t ino, uint64_t session, uint64_t length, bool wrote,
+                                const std::string* inline_data = nullptr);
+  // Moves the bytes of a data_inline file into chunk 0 (docs/client.md,
+  // "Inline files"); the file is an ordinary one when this returns OK.
+  // Writers and growing truncates call it first.
+  Status convertInline(const meta::Inode& inode);
   void forgetAttrs(uint64_t ino);
   const Options& options() const { return options_; }
   ShmSlots* shm() const { return shm_.get(); }  // null: off

@@ -478,6 +478,10 @@ Status ClientImpl::trimData(const meta::Inode& inode, uint64_t old_size, uint64_
   const auto& layout = inode.layout();
   uint64_t chunk = layout.chunk_size();
   if (chunk == 0 || layout.chains_size() == 0 || new_size >= old_size) return Status::OK();
+  if (inode.data_inline()) {
+    if (new_size > 0) return Status::OK();  // the bytes are in the KV, cut there
+    old_size = std::max<uint64_t>(old_size, 1);
+  }
   auto chainOf = [&](uint64_t index) {
     return layout.chains(static_cast<int>(index % static_cast<uint64_t>(layout.chains_size())));
   };

@@ -11,18 +11,75 @@ namespace {
 constexpr size_t kWindowMin = 128 << 10;
 }
 
-FileImpl::FileImpl(ClientImpl* client, std::string path, meta::Inode inode, uint64_t session,
-                   bool read, bool write, bool append)
+namespace {
+// The inode as storage I/O sees it: its bytes in chunks.
+meta::Inode chunked(meta::Inode inode) {
+  inode.set_data_inline(false);
+  return inode;
+}
+}  // namespace
+
+FileImpl::FileImpl(ClientImpl* client, std::string path, const meta::Inode& inode,
+                   uint64_t session, bool read, bool write, bool append, std::string inline_data)
     : client_(client),
       path_(std::move(path)),
-      inode_(std::move(inode)),
+      inode_(chunked(inode)),
       session_(session),
       can_read_(read),
       can_write_(write),
       append_(append) {
   size_ = inode_.size();
   meta_size_ = size_;
-  last_inode_ = inode_;
+  last_inode_ = inode;
+  has_inline_ = inode.data_inline();
+  if (has_inline_) inline_ = std::move(inline_data);
+}
+
+void FileImpl::setFresh() {
+  std::lock_guard lock(mu_);
+  fresh_ = true;
+}
+
+void FileImpl::adoptInline(const meta::Inode& inode, std::string data) {
+  std::lock_guard lock(mu_);
+  has_inline_ = inode.data_inline();
+  inline_ = has_inline_ ? std::move(data) : std::string();
+  if (has_inline_ && wbuf_len_ == 0 && behind_.empty()) {
+    size_ = inode.size();
+    meta_size_ = size_;
+  }
+}
+
+void FileImpl::readInlineLocked(uint8_t* p, size_t n, uint64_t offset) const {
+  size_t have = offset < inline_.size() ? std::min<size_t>(n, inline_.size() - offset) : 0;
+  if (have > 0) std::memcpy(p, inline_.data() + offset, have);
+  std::memset(p + have, 0, n - have);
+}
+
+Status FileImpl::checkChunked() const {
+  if (!has_inline_) return Status::OK();
+  return Status(ErrorCode::kInlineRefused, "a write through a handle that reads inline bytes");
+}
+
+bool FileImpl::closeInlineLocked(uint64_t session) {
+  const uint64_t max = client_->options().inline_max_bytes;
+  if (!fresh_ || session == 0 || has_inline_ || !behind_.empty() || !sticky_error_.ok() ||
+      size_ == 0 || size_ > max || wbuf_len_ == 0 || wbuf_offset_ + wbuf_len_ != size_) {
+    return false;
+  }
+  fresh_ = false;
+  // Nothing of the file is in storage: bytes before the buffer are a hole.
+  std::string data(static_cast<size_t>(size_), '\0');
+  std::memcpy(data.data() + wbuf_offset_, wbuf_.data(), wbuf_len_);
+  auto n = client_->metaClose(inode_.ino(), session, size_, true, &data);
+  if (!n.ok()) return false;  // refused (or unreachable): the ordinary close follows
+  last_inode_ = *n;
+  meta_size_ = size_;
+  wrote_ = false;
+  wbuf_len_ = 0;
+  has_inline_ = true;
+  inline_ = std::move(data);
+  return true;
 }
 
 FileImpl::~FileImpl() {
@@ -39,6 +96,7 @@ Status FileImpl::flushLocked() {
   // Older buffers may hold the same bytes: they land first.
   Status s = drainLocked();
   if (wbuf_len_ > 0) {
+    fresh_ = false;
     Status w = client_->writeData(inode_, wbuf_offset_, wbuf_len_, wbuf_.data());
     // A failed flush loses the buffered bytes: fsync() and close() report it.
     if (!w.ok() && sticky_error_.ok()) sticky_error_ = w;
@@ -78,6 +136,7 @@ Status FileImpl::flushBehindLocked() {
     wbuf_len_ = 0;
     return sticky_error_;
   }
+  fresh_ = false;
   Behind b;
   b.buf = std::move(wbuf_);
   b.offset = wbuf_offset_;
@@ -97,10 +156,12 @@ Status FileImpl::flushBehindLocked() {
 Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
   const uint64_t chunk = chunkSize();
   if (chunk == 0) return Status(ErrorCode::kCorruption, "file has no layout");
+  RETURN_ON_ERROR(checkChunked());
   // Coherent reads after writes: read-ahead bytes may now be stale.
   rbuf_len_ = 0;
   dropPrefetch();
   if (!buffered_) {
+    fresh_ = false;
     RETURN_ON_ERROR(client_->writeData(inode_, offset, n, p));
     size_ = std::max(size_, offset + n);
     return Status::OK();
@@ -125,6 +186,7 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
       // Whole chunks go straight from the caller's buffer, in parallel
       // (after the buffers written behind, which may hold the same bytes).
       RETURN_ON_ERROR(drainLocked());
+      fresh_ = false;
       size_t whole = static_cast<size_t>(n / chunk * chunk);
       RETURN_ON_ERROR(client_->writeData(inode_, offset, whole, p));
       p += whole;
@@ -180,6 +242,10 @@ void FileImpl::startPrefetch(uint64_t offset) {
 }
 
 Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
+  if (has_inline_) {
+    readInlineLocked(p, n, offset);
+    return Status::OK();
+  }
   const size_t window_max =
       buffered_ ? static_cast<size_t>(client_->options().readahead_max_bytes) : 0;
   bool sequential = offset == next_sequential_;
@@ -256,6 +322,11 @@ Error FileImpl::preadDirect(void* buf, size_t n, uint64_t offset, size_t* done) 
   {
     std::lock_guard lock(mu_);
     if (Error e = startReadLocked(n, offset, &len); e || len == 0) return e;
+    if (has_inline_) {
+      readInlineLocked(static_cast<uint8_t*>(buf), len, offset);
+      *done = len;
+      return {};
+    }
   }
   Status s = client_->readData(inode_, offset, len, static_cast<uint8_t*>(buf));
   if (!s.ok()) return toError(s, path_);
@@ -270,6 +341,8 @@ Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t*
   {
     std::lock_guard lock(mu_);
     if (closed_ || !can_write_) return Error{EBADF, path_ + ": Bad file descriptor"};
+    if (Status c = checkChunked(); !c.ok()) return toError(c, path_);
+    fresh_ = false;
     // Buffered bytes first, so that they cannot land over this write later.
     Status s = flushLocked();
     if (!s.ok()) return toError(s, path_);
@@ -316,6 +389,7 @@ void FileImpl::setSize(uint64_t size) {
   (void)drainLocked();  // no older write may land past the new end
   size_ = size;
   meta_size_ = size;
+  if (size < inline_.size()) inline_.resize(static_cast<size_t>(size));  // cut in place by meta
   rbuf_len_ = 0;
   dropPrefetch();
 }
@@ -323,6 +397,7 @@ void FileImpl::setSize(uint64_t size) {
 Error FileImpl::syncAndEnd(uint64_t session) {
   std::lock_guard lock(mu_);
   if (closed_) return Error{EBADF, path_ + ": Bad file descriptor"};
+  if (closeInlineLocked(session)) return {};
   Status s = flushLocked();
   if (s.ok()) s = sticky_error_;
   if (!s.ok()) {
@@ -347,12 +422,14 @@ Error FileImpl::close() {
   std::lock_guard lock(mu_);
   if (closed_) return Error{EBADF, path_ + ": Bad file descriptor"};
   closed_ = true;
-  Status flushed = flushLocked();
-  if (flushed.ok()) flushed = sticky_error_;
-  uint64_t length = flushed.ok() ? size_ : meta_size_;
-  Status closed;
-  if (session_ != 0 || wrote_)
-    closed = client_->metaClose(inode_.ino(), session_, length, wrote_).status();
+  Status flushed, closed;
+  if (!closeInlineLocked(session_)) {
+    flushed = flushLocked();
+    if (flushed.ok()) flushed = sticky_error_;
+    uint64_t length = flushed.ok() ? size_ : meta_size_;
+    if (session_ != 0 || wrote_)
+      closed = client_->metaClose(inode_.ino(), session_, length, wrote_).status();
+  }
   dropPrefetch();
   wbuf_ = {};
   rbuf_ = {};

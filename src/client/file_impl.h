@@ -23,8 +23,10 @@ namespace cistern::client {
 
 class FileImpl final : public File {
  public:
-  FileImpl(ClientImpl* client, std::string path, meta::Inode inode, uint64_t session, bool read,
-           bool write, bool append);
+  // `inline_data`: the bytes of a data_inline inode (from its open), which
+  // reads are then served from.
+  FileImpl(ClientImpl* client, std::string path, const meta::Inode& inode, uint64_t session,
+           bool read, bool write, bool append, std::string inline_data = {});
   ~FileImpl() override;
 
   Error pread(void* buf, size_t n, uint64_t offset, size_t* done) override;
@@ -49,6 +51,14 @@ class FileImpl final : public File {
   // after buffered bytes). A write raises the length when it completes.
   Error preadDirect(void* buf, size_t n, uint64_t offset, size_t* done);
   Error pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t* done);
+  // This handle's session created the file: if everything it writes fits
+  // Options::inline_max_bytes and stays in the write buffer until the
+  // session ends, the bytes go to the metadata service with the close
+  // instead of to a chunk (docs/client.md, "Inline files").
+  void setFresh();
+  // What an open of the inode said about inline bytes: reads are served from
+  // `data` when inode.data_inline(), from storage otherwise.
+  void adoptInline(const meta::Inode& inode, std::string data);
   // No write buffer and no read-ahead: writes go to storage as they come and
   // reads fetch what is asked. Keeps the memory of a mount with many open
   // files bounded. Call before the first read or write.
@@ -71,6 +81,14 @@ class FileImpl final : public File {
   // *len: how many bytes the file has there (0: none).
   Error startReadLocked(size_t n, uint64_t offset, size_t* len);
   Status syncLocked();
+  // The close of a fresh file with its bytes inline; false when it does not
+  // apply or the service refused (the bytes are still buffered then).
+  bool closeInlineLocked(uint64_t session);
+  // Reads from the inline bytes (zeros past them, up to the length).
+  void readInlineLocked(uint8_t* p, size_t n, uint64_t offset) const;
+  // Writes need chunks: refused on a handle that still reads inline bytes
+  // (writers move them to chunks at open).
+  Status checkChunked() const;
   Status writeLocked(const uint8_t* p, size_t n, uint64_t offset);
   Status readLocked(uint8_t* p, size_t n, uint64_t offset);
   void startPrefetch(uint64_t offset);
@@ -91,6 +109,9 @@ class FileImpl final : public File {
   uint64_t meta_size_ = 0;  // length the meta service has
   Status sticky_error_;     // a failed flush: reported by fsync/close
   meta::Inode last_inode_;  // from the last meta Close
+  bool fresh_ = false;       // setFresh(), and nothing of it written to storage yet
+  bool has_inline_ = false;  // reads come from inline_
+  std::string inline_;       // at most the service's inline limit (64 KiB)
 
   // Buffers are never zeroed: only the pages that bytes land in are touched
   // (a small file must not pay for a chunk-sized or window-sized memset).

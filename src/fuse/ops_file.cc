@@ -21,7 +21,7 @@ bool wantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & 
 // writers, and O_TRUNC (whose old bytes leave storage now, so that none of
 // them shows through a hole of the new contents).
 bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inode* inode,
-                  uint64_t* session) {
+                  uint64_t* session, std::string* inline_data) {
   int acc = flags & O_ACCMODE;
   bool write = wantsWrite(flags);
   bool trunc = write && (flags & O_TRUNC);
@@ -52,16 +52,34 @@ bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inod
     }
   }
   if (trunc && node) node->file->setSize(0);
+  if (write && out.inode().data_inline()) {
+    // Writes go to chunks: an inline file's bytes move there first.
+    Status s = f.client().convertInline(out.inode());
+    if (!s.ok()) {
+      (void)f.client().metaClose(ino, out.session(), 0, false);
+      replyErr(req, replyErrno(s));
+      return false;
+    }
+    out.mutable_inode()->set_data_inline(false);
+  }
   *inode = out.inode();
   *session = out.session();
+  *inline_data = std::move(*out.mutable_inline_data());
   return true;
 }
 
 // The kernel's handle: the shared FileImpl of the inode plus this open's session.
 void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bool fresh,
-            fuse_file_info* fi) {
+            std::string inline_data, fuse_file_info* fi) {
   bool write = wantsWrite(flags);
   auto node = f.acquire(inode, write);
+  // A file this open created may end with its bytes inline; any other open
+  // says whether they are (and they are the ones to read then).
+  if (fresh && session != 0) {
+    node->file->setFresh();
+  } else {
+    node->file->adoptInline(inode, std::move(inline_data));
+  }
   bool shared = f.handles(*node) > 1;
   bool direct = (flags & O_DIRECT) != 0;
   fi->fh = reinterpret_cast<uint64_t>(new Handle{node, session, write, direct});
@@ -114,16 +132,17 @@ void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   uint64_t session = out.session();
   if (session != 0) f.noteNoXattrs(inode.ino());  // a write session: made by this call
   bool fresh = session != 0 || !write;
+  std::string inline_data;
   if (session == 0) {
     // It existed (no O_EXCL): open it like open(2) would, or it is new and read-only.
     if (inode.type() != meta::REGULAR) {
       replyErr(req, inode.type() == meta::DIRECTORY ? EISDIR : EINVAL);
       return;
     }
-    if (!openExisting(req, f, inode.ino(), fi->flags, &inode, &session)) return;
+    if (!openExisting(req, f, inode.ino(), fi->flags, &inode, &session, &inline_data)) return;
     fresh = false;
   }
-  attach(f, inode, session, fi->flags, fresh, fi);
+  attach(f, inode, session, fi->flags, fresh, std::move(inline_data), fi);
   fuse_entry_param e = f.entryOf(inode);
   if (fuse_reply_create(req, &e, fi) != 0) {
     // The opener is gone (interrupted): drop the handle again.
@@ -138,8 +157,9 @@ void open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   FuseFs& f = fs(req);
   meta::Inode inode;
   uint64_t session = 0;
-  if (!openExisting(req, f, ino, fi->flags, &inode, &session)) return;
-  attach(f, inode, session, fi->flags, false, fi);
+  std::string inline_data;
+  if (!openExisting(req, f, ino, fi->flags, &inode, &session, &inline_data)) return;
+  attach(f, inode, session, fi->flags, false, std::move(inline_data), fi);
   if (fuse_reply_open(req, fi) != 0) {
     auto* h = handleOf(fi);
     (void)f.release(h);

@@ -157,7 +157,21 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   }
   stamp(f, &in);
   meta::InodeResp out;
-  if (!f.call(req, "Setattr", in, &out)) return;
+  if (in.has_size()) {
+    Status s = f.meta("Setattr", in, &out);
+    if (s.code() == ErrorCode::kInlineRefused) {
+      // An inline file grown past the service's inline limit: its bytes move to chunks first.
+      s = f.client().convertInline(before);
+      stamp(f, &in);
+      if (s.ok()) s = f.meta("Setattr", in, &out);
+    }
+    if (!s.ok()) {
+      replyErr(req, replyErrno(s));
+      return;
+    }
+  } else if (!f.call(req, "Setattr", in, &out)) {
+    return;
+  }
   if (in.has_size()) {
     if (in.size() < old_size && before.type() == meta::REGULAR) {
       Status s = f.client().trimData(before, old_size, in.size());

@@ -310,9 +310,10 @@ TEST_F(E2E, WritesBehindLandInOrderAndAFailureIsReported) {
 
 // Small files go to storage in one blocking call from the writer's thread
 // (no driver thread): a busy target is retried there, a failing one is
-// reported by close with the path, and nothing else is lost.
+// reported by close with the path, and nothing else is lost. (16 KiB: past
+// the inline limit, which keeps smaller new files out of storage.)
 TEST_F(E2E, SmallPieceWritesRetryBusyTargetsAndReportFailures) {
-  std::vector<uint8_t> small(4096 + 13);
+  std::vector<uint8_t> small((16 << 10) + 13);
   fill(small.data(), small.size(), 0, 21);
   auto writeSmall = [&](const std::string& path) -> Error {
     std::unique_ptr<File> f;
@@ -730,14 +731,143 @@ TEST_F(E2E, SameHostWritesGoThroughSharedMemoryAndMatchSocketWrites) {
     EXPECT_EQ(readAll(*without, path), want) << path;
 }
 
+// Inline files (docs/client.md): a new file written whole by its creator and
+// no larger than the limit keeps its bytes in the metadata service; writers
+// that come later move them to chunk 0 first. Every path reads the same
+// bytes as a file in chunks would, before and after a restart.
+TEST_F(E2E, SmallNewFilesStayInlineUntilALaterWriterMovesThem) {
+  const uint64_t limit = Client::Options{}.inline_max_bytes;
+  auto storageWrites = [&] {
+    auto m = parseMetrics(httpGet(cluster_->metricsPort(), "/metrics"));
+    return sumOf(m, "rpc_server_calls_total{method=\"cistern.storage.StorageService.Write\"");
+  };
+  double writes0 = storageWrites();
+  std::map<std::string, std::vector<uint8_t>> model;
+  for (uint64_t size : {uint64_t{1}, uint64_t{4095}, limit}) {
+    std::string path = "/in" + std::to_string(size);
+    model[path].resize(size);
+    fill(model[path].data(), size, 0, static_cast<uint32_t>(size));
+    writeFile(*client_, path, size, static_cast<uint32_t>(size));
+    EXPECT_EQ(readAll(*client_, path), model[path]) << path;
+  }
+  EXPECT_EQ(storageWrites(), writes0) << "inline files reached storage";
+  // One byte more goes to a chunk.
+  writeFile(*client_, "/over", limit + 1, 5);
+  EXPECT_GT(storageWrites(), writes0);
+
+  // Another client's reader, a hard link, and a restart see the same bytes.
+  auto other = connect();
+  EXPECT_EQ(readAll(*other, "/in4095"), model["/in4095"]);
+  ASSERT_TRUE(restartWithFaults("")) << cluster_->log();
+  other = connect();
+  for (auto& [path, want] : model) EXPECT_EQ(readAll(*client_, path), want) << path;
+
+  // A writer moves the bytes to chunk 0, then patches the middle.
+  std::unique_ptr<File> f;
+  size_t done = 0;
+  ASSERT_FALSE(client_->open("/in4095", O_RDWR, 0, &f));
+  ASSERT_FALSE(f->pwrite("PATCH", 5, 100, &done));
+  ASSERT_FALSE(f->close());
+  std::memcpy(model["/in4095"].data() + 100, "PATCH", 5);
+  EXPECT_EQ(readAll(*other, "/in4095"), model["/in4095"]);
+  // Appends past the limit, and a reader that opened before the writer
+  // still reads what it opened (close-to-open).
+  std::unique_ptr<File> early;
+  ASSERT_FALSE(other->open("/in1", O_RDONLY, 0, &early));
+  ASSERT_FALSE(client_->open("/in1", O_WRONLY | O_APPEND, 0, &f));
+  std::vector<uint8_t> tail(limit * 2);
+  fill(tail.data(), tail.size(), 0, 77);
+  ASSERT_FALSE(f->pwrite(tail.data(), tail.size(), 0, &done));
+  ASSERT_FALSE(f->close());
+  model["/in1"].insert(model["/in1"].end(), tail.begin(), tail.end());
+  EXPECT_EQ(readAll(*other, "/in1"), model["/in1"]);
+  uint8_t first = 0;
+  ASSERT_FALSE(early->pread(&first, 1, 0, &done));
+  EXPECT_EQ(done, 1u);
+  EXPECT_EQ(first, model["/in1"][0]);
+  ASSERT_FALSE(early->close());
+
+  // Truncates: in place below the limit (cut bytes come back as zeros),
+  // through a move to chunks past it.
+  writeFile(*client_, "/t", 3000, 9);
+  std::vector<uint8_t> t(3000);
+  fill(t.data(), t.size(), 0, 9);
+  ASSERT_FALSE(client_->truncate("/t", 1000));
+  t.resize(1000);
+  EXPECT_EQ(readAll(*client_, "/t"), t);
+  ASSERT_FALSE(client_->truncate("/t", 2000));
+  t.resize(2000, 0);
+  EXPECT_EQ(readAll(*client_, "/t"), t);
+  ASSERT_FALSE(client_->truncate("/t", 3 * kChunk));
+  t.resize(3 * kChunk, 0);
+  EXPECT_EQ(readAll(*client_, "/t"), t);
+  // O_TRUNC and a write past a hole: nothing of the inline bytes shows through.
+  writeFile(*client_, "/o", 4000, 3);
+  ASSERT_FALSE(client_->open("/o", O_WRONLY | O_TRUNC, 0, &f));
+  ASSERT_FALSE(f->pwrite("z", 1, 5000, &done));
+  ASSERT_FALSE(f->close());
+  std::vector<uint8_t> o(5001, 0);
+  o[5000] = 'z';
+  EXPECT_EQ(readAll(*client_, "/o"), o);
+
+  // Eight clients open one inline file for writing at once and each patches
+  // its own bytes: one of them moves the bytes, the others wait for it, and
+  // every patch lands on them.
+  writeFile(*client_, "/shared", 4096, 11);
+  std::vector<uint8_t> shared(4096);
+  fill(shared.data(), shared.size(), 0, 11);
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < 8; ++i) {
+    writers.emplace_back([&, i] {
+      auto c = connect();
+      std::unique_ptr<File> w;
+      size_t n = 0;
+      uint8_t mark[16];
+      std::memset(mark, 'a' + i, sizeof(mark));
+      if (c->open("/shared", O_WRONLY, 0, &w) || w->pwrite(mark, 16, 1000 + 100 * i, &n) ||
+          w->close())
+        failures++;
+    });
+  }
+  for (auto& w : writers) w.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (int i = 0; i < 8; ++i) std::memset(shared.data() + 1000 + 100 * i, 'a' + i, 16);
+  EXPECT_EQ(readAll(*client_, "/shared"), shared);
+
+  // Unlinked while open for reading: still readable through the handle.
+  ASSERT_FALSE(client_->open("/in" + std::to_string(limit), O_RDONLY, 0, &f));
+  ASSERT_FALSE(client_->unlink("/in" + std::to_string(limit)));
+  std::vector<uint8_t> back(limit);
+  ASSERT_FALSE(f->pread(back.data(), back.size(), 0, &done));
+  EXPECT_EQ(done, limit);
+  EXPECT_EQ(back, model["/in" + std::to_string(limit)]);
+  ASSERT_FALSE(f->close());
+
+  // Turned off in the client: small files go to chunks.
+  Client::Options o2;
+  o2.cluster = cluster_->cluster();
+  o2.inline_max_bytes = 0;
+  auto [plain, err] = Client::connect(o2);
+  ASSERT_FALSE(err) << err.message;
+  double before = storageWrites();
+  writeFile(*plain, "/plain", 100, 1);
+  EXPECT_GT(storageWrites(), before);
+
+  CheckReport report;
+  ASSERT_FALSE(client_->fsck(&report));
+  EXPECT_TRUE(report.problems.empty()) << report.problems.front();
+}
+
 TEST_F(E2E, MetricsParseAndMoveWithTheWorkload) {
   EXPECT_EQ(httpGet(cluster_->metricsPort(), "/healthz").substr(0, 2), "ok");
   auto before = parseMetrics(httpGet(cluster_->metricsPort(), "/metrics"));
   ASSERT_FALSE(before.empty());
   writeFile(*client_, "/m", 5 * kChunk, 1);
   readFile(*client_, "/m");
-  // A small file's read is served on the storage server's I/O thread.
-  uint32_t small_crc = writeFile(*client_, "/small", 4096, 2);
+  // A small file's read is served on the storage server's I/O thread (16
+  // KiB: past the inline limit).
+  uint32_t small_crc = writeFile(*client_, "/small", 16 << 10, 2);
   EXPECT_EQ(readFile(*client_, "/small").first, small_crc);
   auto after = parseMetrics(httpGet(cluster_->metricsPort(), "/metrics"));
   const char* moving[] = {"rpc_server_calls_total{method=\"cistern.storage.StorageService.Write\"",
