@@ -9,6 +9,7 @@ namespace cistern::client {
 
 namespace {
 constexpr size_t kWindowMin = 128 << 10;
+constexpr size_t kWriteBufferMin = 64 << 10;
 }
 
 namespace {
@@ -171,6 +172,7 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
     if (wbuf_len_ > 0 && offset == wbuf_offset_ + wbuf_len_ && offset % chunk != 0) {
       uint64_t room = chunk - offset % chunk;
       size_t take = static_cast<size_t>(std::min<uint64_t>(room, n));
+      growBufferLocked(wbuf_len_ + take);
       std::memcpy(wbuf_.data() + wbuf_len_, p, take);
       wbuf_len_ += take;
       p += take;
@@ -195,9 +197,10 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
       size_ = std::max(size_, offset);
       continue;
     }
-    wbuf_.ensure(chunk);
     uint64_t room = chunk - offset % chunk;
     size_t take = static_cast<size_t>(std::min<uint64_t>(room, n));
+    wbuf_len_ = 0;
+    growBufferLocked(take);
     std::memcpy(wbuf_.data(), p, take);
     wbuf_offset_ = offset;
     wbuf_len_ = take;
@@ -208,6 +211,14 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
     if (offset % chunk == 0) RETURN_ON_ERROR(flushBehindLocked());
   }
   return Status::OK();
+}
+
+void FileImpl::growBufferLocked(size_t need) {
+  if (need <= wbuf_.size()) return;
+  // Doubling from 64 KiB up to a chunk: a small file's handle does not take
+  // (and the allocator map, touch and give back) a chunk-sized buffer.
+  size_t cap = std::max<size_t>({need, 2 * wbuf_.size(), kWriteBufferMin});
+  wbuf_.grow(std::min<size_t>(cap, chunkSize()), wbuf_len_);
 }
 
 Error FileImpl::pwrite(const void* buf, size_t n, uint64_t offset, size_t* done) {

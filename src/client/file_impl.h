@@ -90,6 +90,8 @@ class FileImpl final : public File {
   // (writers move them to chunks at open).
   Status checkChunked() const;
   Status writeLocked(const uint8_t* p, size_t n, uint64_t offset);
+  // Room for `need` bytes in the write buffer, keeping its wbuf_len_ bytes.
+  void growBufferLocked(size_t need);
   Status readLocked(uint8_t* p, size_t n, uint64_t offset);
   void startPrefetch(uint64_t offset);
   void dropPrefetch();
