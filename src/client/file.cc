@@ -57,9 +57,15 @@ void FileImpl::readInlineLocked(uint8_t* p, size_t n, uint64_t offset) const {
   std::memset(p + have, 0, n - have);
 }
 
-Status FileImpl::checkChunked() const {
+Status FileImpl::ensureChunkedLocked() {
   if (!has_inline_) return Status::OK();
-  return Status(ErrorCode::kInlineRefused, "a write through a handle that reads inline bytes");
+  // Bytes this handle put inline at an early close (a FUSE flush of one of
+  // several descriptors, e.g. a forked child's exit), and its owner writes
+  // on: they move to chunk 0 first, as for any writer.
+  RETURN_ON_ERROR(client_->convertInline(inode_));
+  has_inline_ = false;
+  inline_.clear();
+  return Status::OK();
 }
 
 bool FileImpl::closeInlineLocked(uint64_t session) {
@@ -157,7 +163,7 @@ Status FileImpl::flushBehindLocked() {
 Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
   const uint64_t chunk = chunkSize();
   if (chunk == 0) return Status(ErrorCode::kCorruption, "file has no layout");
-  RETURN_ON_ERROR(checkChunked());
+  RETURN_ON_ERROR(ensureChunkedLocked());
   // Coherent reads after writes: read-ahead bytes may now be stale.
   rbuf_len_ = 0;
   dropPrefetch();
@@ -352,7 +358,7 @@ Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t*
   {
     std::lock_guard lock(mu_);
     if (closed_ || !can_write_) return Error{EBADF, path_ + ": Bad file descriptor"};
-    if (Status c = checkChunked(); !c.ok()) return toError(c, path_);
+    if (Status c = ensureChunkedLocked(); !c.ok()) return toError(c, path_);
     fresh_ = false;
     // Buffered bytes first, so that they cannot land over this write later.
     Status s = flushLocked();

@@ -86,9 +86,9 @@ class FileImpl final : public File {
   bool closeInlineLocked(uint64_t session);
   // Reads from the inline bytes (zeros past them, up to the length).
   void readInlineLocked(uint8_t* p, size_t n, uint64_t offset) const;
-  // Writes need chunks: refused on a handle that still reads inline bytes
-  // (writers move them to chunks at open).
-  Status checkChunked() const;
+  // Writes need chunks: a handle that reads inline bytes moves them to
+  // chunk 0 first (writers that open the file do it at open).
+  Status ensureChunkedLocked();
   Status writeLocked(const uint8_t* p, size_t n, uint64_t offset);
   // Room for `need` bytes in the write buffer, keeping its wbuf_len_ bytes.
   void growBufferLocked(size_t need);

@@ -1485,6 +1485,99 @@ TEST(Concurrency, AppendersFromManyThreadsLoseNothing) {
   EXPECT_EQ(all.size(), static_cast<size_t>(threads * lines * 8));
 }
 
+// Small new files keep their bytes in the metadata service (inline, up to 8
+// KiB); every way of reading and changing them sees what a file in chunks
+// would show, including after the page cache is dropped.
+void dropCaches() {
+  ::sync();
+  int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY);
+  if (fd >= 0) {
+    (void)!::write(fd, "3", 1);
+    ::close(fd);
+  }
+}
+
+TEST(Inline, SmallFilesOfEverySizeReadBackCold) {
+  auto d = testDir();
+  const std::vector<size_t> sizes = {0, 1, 4095, 4096, 8191, 8192, 8193, 20000};
+  for (size_t n : sizes)
+    ASSERT_TRUE(writeFile(d + "/f" + std::to_string(n), pattern(n, static_cast<uint32_t>(n))));
+  dropCaches();
+  for (size_t n : sizes) {
+    EXPECT_EQ(statOf(d + "/f" + std::to_string(n)).st_size, static_cast<off_t>(n));
+    EXPECT_TRUE(readFile(d + "/f" + std::to_string(n)) == pattern(n, static_cast<uint32_t>(n)))
+        << n;
+  }
+  // A hard link and a rename read the same bytes; an unlinked open file too.
+  ASSERT_EQ(::link((d + "/f4095").c_str(), (d + "/link").c_str()), 0);
+  ASSERT_EQ(::rename((d + "/f1").c_str(), (d + "/moved").c_str()), 0);
+  dropCaches();
+  EXPECT_TRUE(readFile(d + "/link") == pattern(4095, 4095));
+  EXPECT_TRUE(readFile(d + "/moved") == pattern(1, 1));
+  int fd = ::open((d + "/f8192").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::unlink((d + "/f8192").c_str()), 0);
+  std::string back(8192, '\0');
+  EXPECT_EQ(::pread(fd, back.data(), back.size(), 0), 8192);
+  EXPECT_TRUE(back == pattern(8192, 8192));
+  ::close(fd);
+}
+
+TEST(Inline, WritersTruncatesAndMmapSeeTheSameBytes) {
+  auto d = testDir();
+  std::string want = pattern(3000, 5);
+  ASSERT_TRUE(writeFile(d + "/f", want));
+  // Overwrite in the middle: the bytes move to a chunk first.
+  int fd = ::open((d + "/f").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, "MIDDLE", 6, 1000), 6);
+  ASSERT_EQ(::close(fd), 0);
+  want.replace(1000, 6, "MIDDLE");
+  dropCaches();
+  EXPECT_TRUE(readFile(d + "/f") == want);
+  // Truncates of an inline file: down, up within the limit, past it.
+  ASSERT_TRUE(writeFile(d + "/t", pattern(5000, 6)));
+  ASSERT_EQ(::truncate((d + "/t").c_str(), 100), 0);
+  ASSERT_EQ(::truncate((d + "/t").c_str(), 7000), 0);
+  std::string t = pattern(5000, 6).substr(0, 100) + std::string(6900, '\0');
+  dropCaches();
+  EXPECT_TRUE(readFile(d + "/t") == t);
+  ASSERT_EQ(::truncate((d + "/t").c_str(), 100000), 0);
+  t.resize(100000, '\0');
+  dropCaches();
+  EXPECT_TRUE(readFile(d + "/t") == t);
+  // mmap of an inline file.
+  ASSERT_TRUE(writeFile(d + "/m", pattern(6000, 7)));
+  dropCaches();
+  fd = ::open((d + "/m").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void* p = ::mmap(nullptr, 6000, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  EXPECT_TRUE(std::string(static_cast<const char*>(p), 6000) == pattern(6000, 7));
+  ::munmap(p, 6000);
+  ::close(fd);
+}
+
+// The kernel flushes at every close of a descriptor of the file (a dup, a
+// forked child's exit): the first such flush may put the bytes inline while
+// the writer goes on; its next writes move them to a chunk and land after them.
+TEST(Inline, WritesAfterAFlushOfAnotherDescriptorLandAfterTheInlineBytes) {
+  auto d = testDir();
+  int fd = ::open((d + "/f").c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "first-", 6), 6);
+  int dup = ::dup(fd);
+  ASSERT_EQ(::close(dup), 0);
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);  // the child's exit closes its copy: another flush
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_EQ(::write(fd, "second", 6), 6);
+  ASSERT_EQ(::close(fd), 0);
+  dropCaches();
+  EXPECT_EQ(readFile(d + "/f"), "first-second");
+}
+
 TEST(Concurrency, AppendersFromManyProcessesLoseNothing) {
   auto d = testDir();
   ASSERT_TRUE(writeFile(d + "/log", ""));
