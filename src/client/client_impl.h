@@ -87,8 +87,8 @@ class ClientImpl final : public Client {
   Status writeData(const meta::Inode& inode, uint64_t offset, size_t n, const uint8_t* in);
   // Drops the file's bytes in [new_size, old_size) from storage: trims the
   // chunk holding new_size and removes the chunks wholly past it. For an
-  // inline file (its bytes in the KV) only a cut to 0 touches storage: it
-  // removes chunk 0, which may hold leftovers of an unfinished conversion.
+  // inline file (its bytes in the KV) only a cut to 0 of one whose
+  // conversion began touches storage: it removes the leftover chunk 0.
   Status trimData(const meta::Inode& inode, uint64_t old_size, uint64_t new_size);
   // Starts reading [offset, offset + n) into `out` (read-ahead); wait() on the result.
   std::unique_ptr<PendingIo> startRead(const meta::Inode& inode, uint64_t offset, size_t n,

@@ -479,7 +479,9 @@ Status ClientImpl::trimData(const meta::Inode& inode, uint64_t old_size, uint64_
   uint64_t chunk = layout.chunk_size();
   if (chunk == 0 || layout.chains_size() == 0 || new_size >= old_size) return Status::OK();
   if (inode.data_inline()) {
-    if (new_size > 0) return Status::OK();  // the bytes are in the KV, cut there
+    // The bytes are in the KV and cut there. Chunk 0 exists only if a
+    // conversion began and did not finish; a cut to 0 removes it.
+    if (new_size > 0 || inode.convert_token() == 0) return Status::OK();
     old_size = std::max<uint64_t>(old_size, 1);
   }
   auto chainOf = [&](uint64_t index) {

@@ -1014,8 +1014,12 @@ TEST_P(InlineTest, TruncatesChangeTheBytesInPlaceUpToTheLimit) {
   ASSERT_TRUE(store_->setattr(kAlice, n.ino(), a).ok());
   EXPECT_EQ(inlineRow(n.ino()), "");
   // O_TRUNC makes it an ordinary empty file, and chunk 0 (leftovers of a
-  // conversion that did not finish) goes to the GC.
+  // conversion that did not finish: its lease ran out) goes to the GC.
   Inode m = inlined("g", "world");
+  MetaOptions quick;
+  quick.inline_convert_lease_ms = 1;
+  ASSERT_TRUE(MetaStore(*engine_, quick).uninline(m.ino(), 0).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
   auto t = store_->open(kAlice, m.ino(), false, true, true, "c2");
   ASSERT_TRUE(t.ok()) << t.status().toString();
   EXPECT_FALSE(t->inode.data_inline());
@@ -1030,12 +1034,20 @@ TEST_P(InlineTest, TruncatesChangeTheBytesInPlaceUpToTheLimit) {
 }
 
 TEST_P(InlineTest, UnlinkRemovesTheBytesWithTheInode) {
+  // Never converted: no chunk can exist, the GC has nothing to remove.
   Inode n = inlined("f", "hello");
   ASSERT_TRUE(store_->unlink(kAlice, dir(), "f").ok());
   EXPECT_EQ(inlineRow(n.ino()), "<none>");
   auto gc = gcEntries(n.ino());
   ASSERT_EQ(gc.size(), 1u);
   EXPECT_TRUE(gc[0].whole_file());
+  EXPECT_EQ(gc[0].end_chunk(), 0u);
+  // A conversion began and never finished: chunk 0 may hold leftovers.
+  Inode c = inlined("c", "hello");
+  ASSERT_TRUE(store_->uninline(c.ino(), 0).ok());
+  ASSERT_TRUE(store_->unlink(kAlice, dir(), "c").ok());
+  gc = gcEntries(c.ino());
+  ASSERT_EQ(gc.size(), 1u);
   EXPECT_EQ(gc[0].end_chunk(), 1u);
   // Open-unlinked: the bytes stay readable until the last session closes.
   Inode m = inlined("g", "world");

@@ -30,7 +30,8 @@ void queueGc(kv::Transaction& txn, const Inode& inode, uint64_t first_chunk, boo
   uint64_t chunk = inode.layout().chunk_size();
   if (inode.type() != REGULAR || chunk == 0) return;
   uint64_t end = (inode.size() + chunk - 1) / chunk;
-  if (inode.data_inline()) end = std::max<uint64_t>(end, 1);
+  // An inline file has chunk 0 only if a conversion began (and did not finish).
+  if (inode.data_inline()) end = inode.convert_token() != 0 ? 1 : 0;
   if (first_chunk >= end && !whole_file) return;
   GcEntry e;
   *e.mutable_layout() = inode.layout();

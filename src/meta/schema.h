@@ -41,8 +41,8 @@ std::string allocatorKey();
 std::string mutationKey(std::string_view client, uint64_t seq);
 std::string gcKey(uint64_t ino, uint64_t first_chunk, uint64_t end_chunk);
 // Queues chunks [first_chunk, end of `inode`) for deletion; nothing when empty.
-// An inline file counts as one chunk long: a conversion that did not finish
-// may have left chunk 0 behind.
+// An inline file has no chunks, or chunk 0 when a conversion began and did
+// not finish (convert_token set): then it counts as one chunk long.
 void queueGc(kv::Transaction& txn, const Inode& inode, uint64_t first_chunk, bool whole_file);
 std::string xattrKey(uint64_t ino, std::string_view name);
 std::string inlineKey(uint64_t ino);
