@@ -5,7 +5,15 @@
 namespace cistern::meta {
 namespace {
 
-RequestId rid(const std::string& client, uint64_t seq) { return RequestId{client, seq}; }
+// Set while a call from this process runs (handleLocal): its reply cannot be
+// lost on the way, so its mutation needs no idempotency record — one key less
+// per commit, and the KV does not keep a record per file the mount creates.
+thread_local bool t_local_call = false;
+
+RequestId rid(const std::string& client, uint64_t seq) {
+  if (t_local_call) return RequestId{};
+  return RequestId{client, seq};
+}
 
 template <typename T>
 Status into(Result<T> r, T* out) {
@@ -32,6 +40,10 @@ void MetaService::add(const char* method, std::function<Status(const Req&, Resp&
   server_.handleLocal(
       m, [fn = std::move(fn)](const google::protobuf::Message& req, google::protobuf::Message& resp,
                               net::LocalPayloads&) {
+        struct Local {
+          Local() { t_local_call = true; }
+          ~Local() { t_local_call = false; }
+        } local;
         return fn(static_cast<const Req&>(req), static_cast<Resp&>(resp));
       });
 }
