@@ -604,8 +604,8 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
     if (!s.ok()) return toError(s, path);
     if (resp.session() != 0) {
       // A new file, already open for writing: no separate Open.
-      auto file = std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read,
-                                             write, (flags & O_APPEND) != 0);
+      auto file = std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
+                                             (flags & O_APPEND) != 0);
       file->setFresh();
       *out = std::move(file);
       return {};
@@ -655,8 +655,9 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
     }
     resp.mutable_inode()->set_data_inline(false);
   }
-  *out = std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
-                                    (flags & O_APPEND) != 0, std::move(*resp.mutable_inline_data()));
+  *out =
+      std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
+                                 (flags & O_APPEND) != 0, std::move(*resp.mutable_inline_data()));
   return {};
 }
 
@@ -680,8 +681,8 @@ Result<meta::Inode> ClientImpl::metaClose(uint64_t ino, uint64_t session, uint64
 Status ClientImpl::convertInline(const meta::Inode& inode) {
   // Another client's conversion holds the inode for at most the service's
   // lease (10 s): wait that long beyond the usual retries.
-  auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_ms) +
-                  std::chrono::seconds(10);
+  auto deadline =
+      Clock::now() + std::chrono::milliseconds(options_.retry_ms) + std::chrono::seconds(10);
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     meta::UninlineReq begin;
@@ -703,8 +704,8 @@ Status ClientImpl::convertInline(const meta::Inode& inode) {
     file.set_data_inline(false);
     const std::string& bytes = held.data();
     if (!bytes.empty()) {
-      RETURN_ON_ERROR(writeData(file, 0, bytes.size(),
-                                reinterpret_cast<const uint8_t*>(bytes.data())));
+      RETURN_ON_ERROR(
+          writeData(file, 0, bytes.size(), reinterpret_cast<const uint8_t*>(bytes.data())));
     }
     RETURN_ON_ERROR(trimData(file, file.layout().chunk_size(), bytes.size()));
     meta::UninlineReq finish = begin;

@@ -10,9 +10,7 @@ namespace cistern::client {
 namespace {
 constexpr size_t kWindowMin = 128 << 10;
 constexpr size_t kWriteBufferMin = 64 << 10;
-}
 
-namespace {
 // The inode as storage I/O sees it: its bytes in chunks.
 meta::Inode chunked(meta::Inode inode) {
   inode.set_data_inline(false);
@@ -20,8 +18,8 @@ meta::Inode chunked(meta::Inode inode) {
 }
 }  // namespace
 
-FileImpl::FileImpl(ClientImpl* client, std::string path, const meta::Inode& inode,
-                   uint64_t session, bool read, bool write, bool append, std::string inline_data)
+FileImpl::FileImpl(ClientImpl* client, std::string path, const meta::Inode& inode, uint64_t session,
+                   bool read, bool write, bool append, std::string inline_data)
     : client_(client),
       path_(std::move(path)),
       inode_(chunked(inode)),

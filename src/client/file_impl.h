@@ -106,11 +106,11 @@ class FileImpl final : public File {
 
   mutable std::mutex mu_;
   bool closed_ = false;
-  bool wrote_ = false;      // since the last length update
-  uint64_t size_ = 0;       // length including buffered bytes
-  uint64_t meta_size_ = 0;  // length the meta service has
-  Status sticky_error_;     // a failed flush: reported by fsync/close
-  meta::Inode last_inode_;  // from the last meta Close
+  bool wrote_ = false;       // since the last length update
+  uint64_t size_ = 0;        // length including buffered bytes
+  uint64_t meta_size_ = 0;   // length the meta service has
+  Status sticky_error_;      // a failed flush: reported by fsync/close
+  meta::Inode last_inode_;   // from the last meta Close
   bool fresh_ = false;       // setFresh(), and nothing of it written to storage yet
   bool has_inline_ = false;  // reads come from inline_
   std::string inline_;       // at most the service's inline limit (64 KiB)

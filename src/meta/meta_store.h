@@ -112,8 +112,8 @@ class MetaStore {
                        bool exclusive, const RequestId& rid = {});
   struct Opened {
     Inode inode;
-    uint64_t session = 0;      // 0 for read-only opens
-    std::string inline_data;   // the bytes of a data_inline file
+    uint64_t session = 0;     // 0 for read-only opens
+    std::string inline_data;  // the bytes of a data_inline file
   };
   // create() that also opens a file it creates for writing, in the same
   // transaction: `session` is 0 when the file already existed (open it).

@@ -909,8 +909,7 @@ TEST_P(InlineTest, BytesAreRefusedUnlessTheCreatorIsTheOnlyWriterAndTheyFit) {
   EXPECT_EQ(store_->close(once.ino(), again->session, 3, true, {}, std::string("xyz")).code(),
             ErrorCode::kInlineRefused);
   // Chunk writes to an inline file without converting it first: a protocol error.
-  EXPECT_EQ(store_->close(once.ino(), again->session, 3, true).code(),
-            ErrorCode::kInlineRefused);
+  EXPECT_EQ(store_->close(once.ino(), again->session, 3, true).code(), ErrorCode::kInlineRefused);
   EXPECT_EQ(inlineRow(once.ino()), "abc");
   ASSERT_TRUE(store_->close(once.ino(), again->session, 3, false).ok());
   // Turned off by configuration: files are created without inline_ok.
@@ -941,8 +940,7 @@ TEST_P(InlineTest, UninlineLocksMovesAndFinishesOnce) {
   SetAttr a;
   a.size = 2;
   EXPECT_EQ(store_->setattr(kAlice, n.ino(), a).code(), ErrorCode::kInodeBusy);
-  EXPECT_EQ(store_->open(kAlice, n.ino(), false, true, true, "c2").code(),
-            ErrorCode::kInodeBusy);
+  EXPECT_EQ(store_->open(kAlice, n.ino(), false, true, true, "c2").code(), ErrorCode::kInodeBusy);
   // Readers still get the bytes meanwhile.
   EXPECT_EQ(store_->open(kBob, n.ino(), true, false, false, "c2")->inline_data, "hello");
   EXPECT_EQ(store_->uninline(n.ino(), begin->token + 1).code(), ErrorCode::kInlineRefused);

@@ -71,36 +71,37 @@ Result<MetaStore::Uninlined> MetaStore::uninline(uint64_t ino, uint64_t token,
   if (token == 0) {
     ASSIGN_OR_RETURN(fresh_token, allocator_.next());
   }
-  ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-    ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
-    UninlineResp r;
-    int64_t now = nowNs();
-    if (!n.data_inline()) {
-      *r.mutable_inode() = std::move(n);
-      return r.SerializeAsString();
-    }
-    r.set_was_inline(true);
-    if (token == 0) {
-      RETURN_ON_ERROR(notConverting(n, now));
-      ASSIGN_OR_RETURN(*r.mutable_data(), loadInline(t, n));
-      n.set_convert_token(fresh_token);
-      n.set_convert_until_ns(now + int64_t{options_.inline_convert_lease_ms} * 1'000'000);
-      r.set_token(fresh_token);
-    } else {
-      if (n.convert_token() != token) {
-        return Status(ErrorCode::kInlineRefused,
-                      fmt::format("inode {}: the conversion lease was lost; begin again", ino));
-      }
-      t.clear(inlineKey(ino));
-      n.set_data_inline(false);
-      n.set_convert_token(0);
-      n.set_convert_until_ns(0);
-      r.set_token(token);
-    }
-    storeInode(t, n);
-    *r.mutable_inode() = std::move(n);
-    return r.SerializeAsString();
-  }));
+  ASSIGN_OR_RETURN(
+      std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
+        ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
+        UninlineResp r;
+        int64_t now = nowNs();
+        if (!n.data_inline()) {
+          *r.mutable_inode() = std::move(n);
+          return r.SerializeAsString();
+        }
+        r.set_was_inline(true);
+        if (token == 0) {
+          RETURN_ON_ERROR(notConverting(n, now));
+          ASSIGN_OR_RETURN(*r.mutable_data(), loadInline(t, n));
+          n.set_convert_token(fresh_token);
+          n.set_convert_until_ns(now + int64_t{options_.inline_convert_lease_ms} * 1'000'000);
+          r.set_token(fresh_token);
+        } else {
+          if (n.convert_token() != token) {
+            return Status(ErrorCode::kInlineRefused,
+                          fmt::format("inode {}: the conversion lease was lost; begin again", ino));
+          }
+          t.clear(inlineKey(ino));
+          n.set_data_inline(false);
+          n.set_convert_token(0);
+          n.set_convert_until_ns(0);
+          r.set_token(token);
+        }
+        storeInode(t, n);
+        *r.mutable_inode() = std::move(n);
+        return r.SerializeAsString();
+      }));
   UninlineResp r;
   if (!r.ParseFromString(bytes))
     return Status(ErrorCode::kCorruption, fmt::format("uninline result of {} does not parse", ino));

@@ -72,7 +72,8 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
                    }));
   OpenResp r;
   if (!r.ParseFromString(bytes))
-    return Status(ErrorCode::kCorruption, fmt::format("open result of inode {} does not parse", ino));
+    return Status(ErrorCode::kCorruption,
+                  fmt::format("open result of inode {} does not parse", ino));
   return Opened{std::move(*r.mutable_inode()), r.session(), std::move(*r.mutable_inline_data())};
 }
 
