@@ -24,6 +24,14 @@ Status scan(kv::ReadTransaction& t, const std::string& begin, const std::string&
   }
 }
 
+// The inode number that follows the prefix of a session, inline or GC key.
+Result<uint64_t> inoOf(std::string_view key) {
+  kv::KeyReader r(key);
+  ASSIGN_OR_RETURN(auto p, r.prefix());
+  (void)p;
+  return r.u64();
+}
+
 struct Node {
   FileType type;
   uint32_t nlink;
@@ -62,10 +70,7 @@ Result<FsckReport> fsck(kv::Engine& engine) {
   const std::string session_begin = kv::KeyWriter(kv::Prefix::kSession).key();
   RETURN_ON_ERROR(
       scan(*t, session_begin, kv::strinc(session_begin), [&](const kv::KeyValue& row) -> Status {
-        kv::KeyReader r(row.key);
-        ASSIGN_OR_RETURN(auto p, r.prefix());
-        (void)p;
-        ASSIGN_OR_RETURN(uint64_t ino, r.u64());
+        ASSIGN_OR_RETURN(uint64_t ino, inoOf(row.key));
         open.insert(ino);
         report.sessions++;
         if (!nodes.count(ino)) problem(fmt::format("session of missing inode {}", ino));
@@ -74,10 +79,7 @@ Result<FsckReport> fsck(kv::Engine& engine) {
   const std::string inline_begin = kv::KeyWriter(kv::Prefix::kInlineData).key();
   RETURN_ON_ERROR(
       scan(*t, inline_begin, kv::strinc(inline_begin), [&](const kv::KeyValue& row) -> Status {
-        kv::KeyReader r(row.key);
-        ASSIGN_OR_RETURN(auto p, r.prefix());
-        (void)p;
-        ASSIGN_OR_RETURN(uint64_t ino, r.u64());
+        ASSIGN_OR_RETURN(uint64_t ino, inoOf(row.key));
         auto it = nodes.find(ino);
         if (it == nodes.end() || !it->second.data_inline) {
           problem(fmt::format("inline bytes of inode {}, which is not an inline file", ino));
@@ -122,10 +124,7 @@ Result<FsckReport> fsck(kv::Engine& engine) {
       }));
   const std::string gc_begin = gcBegin();
   RETURN_ON_ERROR(scan(*t, gc_begin, gcEnd(), [&](const kv::KeyValue& row) -> Status {
-    kv::KeyReader r(row.key);
-    ASSIGN_OR_RETURN(auto p, r.prefix());
-    (void)p;
-    ASSIGN_OR_RETURN(uint64_t ino, r.u64());
+    ASSIGN_OR_RETURN(uint64_t ino, inoOf(row.key));
     report.gc_entries++;
     GcEntry e;
     if (!e.ParseFromString(row.value)) {
