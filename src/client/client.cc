@@ -686,6 +686,7 @@ Status ClientImpl::convertInline(const meta::Inode& inode) {
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     meta::UninlineReq begin;
+    *begin.mutable_caller() = caller_;
     begin.set_ino(inode.ino());
     begin.set_client(client_id_);
     begin.set_seq(nextSeq());

@@ -41,9 +41,12 @@ void FileImpl::setFresh() {
 
 void FileImpl::adoptInline(const meta::Inode& inode, std::string data) {
   std::lock_guard lock(mu_);
+  // A handle written through since is past any inline state an open that
+  // raced with its writer reports: the writer moved the bytes to chunks.
+  if (wrote_ || wbuf_len_ > 0 || !behind_.empty()) return;
   has_inline_ = inode.data_inline();
   inline_ = has_inline_ ? std::move(data) : std::string();
-  if (has_inline_ && wbuf_len_ == 0 && behind_.empty()) {
+  if (has_inline_) {
     size_ = inode.size();
     meta_size_ = size_;
   }

@@ -153,7 +153,7 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
         out.mutable_inode());
   });
   add<UninlineReq, UninlineResp>("Uninline", [&s](const UninlineReq& r, UninlineResp& out) {
-    ASSIGN_OR_RETURN(auto u, s.uninline(r.ino(), r.token(), rid(r.client(), r.seq())));
+    ASSIGN_OR_RETURN(auto u, s.uninline(r.caller(), r.ino(), r.token(), rid(r.client(), r.seq())));
     out.set_was_inline(u.was_inline);
     out.set_data(std::move(u.data));
     out.set_token(u.token);

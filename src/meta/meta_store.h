@@ -154,7 +154,7 @@ class MetaStore {
                       const RequestId& rid = {},
                       const std::optional<std::string>& inline_data = std::nullopt);
   // Moving a data_inline file's bytes into chunks, in two calls around the
-  // caller's chunk write. begin (token 0) takes the inode for
+  // caller's chunk write (it needs write permission). begin (token 0) takes the inode for
   // inline_convert_lease_ms (kInodeBusy while another holder's lease runs)
   // and returns the bytes; the caller writes them to chunk 0, cuts chunk 0 to
   // their length, then calls finish with the token, which clears data_inline
@@ -166,7 +166,8 @@ class MetaStore {
     uint64_t token = 0;
     Inode inode;
   };
-  Result<Uninlined> uninline(uint64_t ino, uint64_t token, const RequestId& rid = {});
+  Result<Uninlined> uninline(const Caller& c, uint64_t ino, uint64_t token,
+                             const RequestId& rid = {});
 
   // Extended attributes. Names need a namespace ("user.", "trusted.",
   // "security."; others are kNotSupported); values are at most 64 KiB.

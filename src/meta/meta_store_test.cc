@@ -871,6 +871,11 @@ TEST_P(InlineTest, TheCreatingSessionsCloseKeepsTheBytesInTheKv) {
   EXPECT_EQ(w->inline_data, "hello");
   EXPECT_TRUE(w->inode.data_inline());
   ASSERT_TRUE(store_->close(n.ino(), w->session, 5, false).ok());
+  // A write-only open is not a read: no bytes.
+  auto wo = store_->open(kAlice, n.ino(), false, true, false, "c2");
+  ASSERT_TRUE(wo.ok());
+  EXPECT_EQ(wo->inline_data, "");
+  ASSERT_TRUE(store_->close(n.ino(), wo->session, 5, false).ok());
 }
 
 TEST_P(InlineTest, BytesAreRefusedUnlessTheCreatorIsTheOnlyWriterAndTheyFit) {
@@ -930,21 +935,23 @@ TEST_P(InlineTest, BytesAreRefusedUnlessTheCreatorIsTheOnlyWriterAndTheyFit) {
 
 TEST_P(InlineTest, UninlineLocksMovesAndFinishesOnce) {
   Inode n = inlined("f", "hello");
-  auto begin = store_->uninline(n.ino(), 0);
+  // Moving the bytes is writing: bob may not (0644, alice's).
+  EXPECT_EQ(store_->uninline(kBob, n.ino(), 0).code(), ErrorCode::kPermissionDenied);
+  auto begin = store_->uninline(kAlice, n.ino(), 0);
   ASSERT_TRUE(begin.ok()) << begin.status().toString();
   EXPECT_TRUE(begin->was_inline);
   EXPECT_EQ(begin->data, "hello");
   EXPECT_NE(begin->token, 0u);
   // Another converter, a truncate in place and an O_TRUNC open wait for the holder.
-  EXPECT_EQ(store_->uninline(n.ino(), 0).code(), ErrorCode::kInodeBusy);
+  EXPECT_EQ(store_->uninline(kAlice, n.ino(), 0).code(), ErrorCode::kInodeBusy);
   SetAttr a;
   a.size = 2;
   EXPECT_EQ(store_->setattr(kAlice, n.ino(), a).code(), ErrorCode::kInodeBusy);
   EXPECT_EQ(store_->open(kAlice, n.ino(), false, true, true, "c2").code(), ErrorCode::kInodeBusy);
   // Readers still get the bytes meanwhile.
   EXPECT_EQ(store_->open(kBob, n.ino(), true, false, false, "c2")->inline_data, "hello");
-  EXPECT_EQ(store_->uninline(n.ino(), begin->token + 1).code(), ErrorCode::kInlineRefused);
-  auto done = store_->uninline(n.ino(), begin->token);
+  EXPECT_EQ(store_->uninline(kAlice, n.ino(), begin->token + 1).code(), ErrorCode::kInlineRefused);
+  auto done = store_->uninline(kAlice, n.ino(), begin->token);
   ASSERT_TRUE(done.ok()) << done.status().toString();
   EXPECT_TRUE(done->was_inline);
   EXPECT_FALSE(done->inode.data_inline());
@@ -952,7 +959,7 @@ TEST_P(InlineTest, UninlineLocksMovesAndFinishesOnce) {
   EXPECT_EQ(done->inode.size(), 5u);
   EXPECT_EQ(inlineRow(n.ino()), "<none>");
   EXPECT_EQ(store_->open(kBob, n.ino(), true, false, false, "c2")->inline_data, "");
-  auto after = store_->uninline(n.ino(), 0);
+  auto after = store_->uninline(kAlice, n.ino(), 0);
   ASSERT_TRUE(after.ok());
   EXPECT_FALSE(after->was_inline);
   // An ordinary file now: writers' chunked closes are fine, and it never goes inline again.
@@ -966,14 +973,14 @@ TEST_P(InlineTest, AnExpiredLeaseIsTakenOverAndItsHolderMustBeginAgain) {
   MetaOptions o;
   o.inline_convert_lease_ms = 1;
   MetaStore quick(*engine_, o);
-  auto first = quick.uninline(n.ino(), 0);
+  auto first = quick.uninline(kAlice, n.ino(), 0);
   ASSERT_TRUE(first.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  auto second = quick.uninline(n.ino(), 0);
+  auto second = quick.uninline(kAlice, n.ino(), 0);
   ASSERT_TRUE(second.ok()) << second.status().toString();
   EXPECT_NE(second->token, first->token);
-  EXPECT_EQ(quick.uninline(n.ino(), first->token).code(), ErrorCode::kInlineRefused);
-  ASSERT_TRUE(quick.uninline(n.ino(), second->token).ok());
+  EXPECT_EQ(quick.uninline(kAlice, n.ino(), first->token).code(), ErrorCode::kInlineRefused);
+  ASSERT_TRUE(quick.uninline(kAlice, n.ino(), second->token).ok());
   EXPECT_FALSE(store_->getattr(n.ino())->data_inline());
 }
 
@@ -986,12 +993,12 @@ TEST_P(InlineTest, RetriedCallsReturnTheFirstOutcome) {
   ASSERT_TRUE(replay.ok()) << replay.status().toString();
   EXPECT_TRUE(replay->data_inline());
   RequestId b{"c1", 8};
-  auto begin = store_->uninline(o.inode.ino(), 0, b);
-  auto again = store_->uninline(o.inode.ino(), 0, b);
+  auto begin = store_->uninline(kAlice, o.inode.ino(), 0, b);
+  auto again = store_->uninline(kAlice, o.inode.ino(), 0, b);
   ASSERT_TRUE(begin.ok() && again.ok());
   EXPECT_EQ(again->token, begin->token);
   EXPECT_EQ(again->data, "abc");
-  ASSERT_TRUE(store_->uninline(o.inode.ino(), begin->token).ok());
+  ASSERT_TRUE(store_->uninline(kAlice, o.inode.ino(), begin->token).ok());
 }
 
 TEST_P(InlineTest, TruncatesChangeTheBytesInPlaceUpToTheLimit) {
@@ -1016,7 +1023,7 @@ TEST_P(InlineTest, TruncatesChangeTheBytesInPlaceUpToTheLimit) {
   Inode m = inlined("g", "world");
   MetaOptions quick;
   quick.inline_convert_lease_ms = 1;
-  ASSERT_TRUE(MetaStore(*engine_, quick).uninline(m.ino(), 0).ok());
+  ASSERT_TRUE(MetaStore(*engine_, quick).uninline(kAlice, m.ino(), 0).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   auto t = store_->open(kAlice, m.ino(), false, true, true, "c2");
   ASSERT_TRUE(t.ok()) << t.status().toString();
@@ -1042,7 +1049,7 @@ TEST_P(InlineTest, UnlinkRemovesTheBytesWithTheInode) {
   EXPECT_EQ(gc[0].end_chunk(), 0u);
   // A conversion began and never finished: chunk 0 may hold leftovers.
   Inode c = inlined("c", "hello");
-  ASSERT_TRUE(store_->uninline(c.ino(), 0).ok());
+  ASSERT_TRUE(store_->uninline(kAlice, c.ino(), 0).ok());
   ASSERT_TRUE(store_->unlink(kAlice, dir(), "c").ok());
   gc = gcEntries(c.ino());
   ASSERT_EQ(gc.size(), 1u);

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 
+#include "meta/permission.h"
 #include "meta/schema.h"
 
 namespace cistern::meta {
@@ -65,7 +66,7 @@ Status takeInline(kv::Transaction& t, Inode& n, uint64_t session, uint64_t lengt
   return Status::OK();
 }
 
-Result<MetaStore::Uninlined> MetaStore::uninline(uint64_t ino, uint64_t token,
+Result<MetaStore::Uninlined> MetaStore::uninline(const Caller& c, uint64_t ino, uint64_t token,
                                                  const RequestId& rid) {
   uint64_t fresh_token = 0;
   if (token == 0) {
@@ -82,6 +83,7 @@ Result<MetaStore::Uninlined> MetaStore::uninline(uint64_t ino, uint64_t token,
         }
         r.set_was_inline(true);
         if (token == 0) {
+          RETURN_ON_ERROR(checkAccess(n, c, kMayWrite));
           RETURN_ON_ERROR(notConverting(n, now));
           ASSIGN_OR_RETURN(*r.mutable_data(), loadInline(t, n));
           n.set_convert_token(fresh_token);

@@ -26,7 +26,9 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
       if (out.inode.type() == SYMLINK)
         return Status(ErrorCode::kInvalidArgument, fmt::format("open of symlink {}", ino));
       RETURN_ON_ERROR(checkAccess(out.inode, c, read ? kMayRead : 0));
-      ASSIGN_OR_RETURN(out.inline_data, loadInline(t, out.inode));
+      if (read) {
+        ASSIGN_OR_RETURN(out.inline_data, loadInline(t, out.inode));
+      }
       return Status::OK();
     }));
     return out;
@@ -65,7 +67,9 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
                        storeInode(t, n);
                      }
                      OpenResp r;
-                     ASSIGN_OR_RETURN(*r.mutable_inline_data(), loadInline(t, n));
+                     if (read) {
+                       ASSIGN_OR_RETURN(*r.mutable_inline_data(), loadInline(t, n));
+                     }
                      *r.mutable_inode() = std::move(n);
                      r.set_session(write || hold ? session : 0);
                      return r.SerializeAsString();
