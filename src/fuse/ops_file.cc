@@ -283,7 +283,10 @@ void fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
   in.set_size(end);
   stamp(f, &in);
   meta::InodeResp out;
-  if (!f.call(req, "Setattr", in, &out)) return;
+  if (Status s = f.setattrSize(in, &out); !s.ok()) {
+    replyErr(req, replyErrno(s));
+    return;
+  }
   h->node->file->setSize(std::max(end, h->node->file->size()));
   f.client().forgetAttrs(ino);
   replyErr(req, 0);

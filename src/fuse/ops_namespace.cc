@@ -158,14 +158,7 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   stamp(f, &in);
   meta::InodeResp out;
   if (in.has_size()) {
-    Status s = f.meta("Setattr", in, &out);
-    if (s.code() == ErrorCode::kInlineRefused) {
-      // An inline file grown past the service's inline limit: its bytes move to chunks first.
-      s = f.client().convertInline(before);
-      stamp(f, &in);
-      if (s.ok()) s = f.meta("Setattr", in, &out);
-    }
-    if (!s.ok()) {
+    if (Status s = f.setattrSize(in, &out); !s.ok()) {
       replyErr(req, replyErrno(s));
       return;
     }

@@ -1576,6 +1576,17 @@ TEST(Inline, WritesAfterAFlushOfAnotherDescriptorLandAfterTheInlineBytes) {
   ASSERT_EQ(::close(fd), 0);
   dropCaches();
   EXPECT_EQ(readFile(d + "/f"), "first-second");
+  // The same with a preallocation past the inline limit after the flush.
+  fd = ::open((d + "/g").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "abc", 3), 3);
+  ASSERT_EQ(::close(::dup(fd)), 0);
+  ASSERT_EQ(::fallocate(fd, 0, 0, 100000), 0) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(fd, "z", 1, 99999), 1);
+  ASSERT_EQ(::close(fd), 0);
+  std::string g = "abc" + std::string(99996, '\0') + "z";
+  dropCaches();
+  EXPECT_TRUE(readFile(d + "/g") == g);
 }
 
 TEST(Concurrency, AppendersFromManyProcessesLoseNothing) {
