@@ -1028,6 +1028,7 @@ TEST_P(InlineTest, TruncatesChangeTheBytesInPlaceUpToTheLimit) {
   auto t = store_->open(kAlice, m.ino(), false, true, true, "c2");
   ASSERT_TRUE(t.ok()) << t.status().toString();
   EXPECT_FALSE(t->inode.data_inline());
+  EXPECT_EQ(t->inode.convert_token(), 0u);
   EXPECT_EQ(t->inode.size(), 0u);
   EXPECT_EQ(t->inline_data, "");
   EXPECT_EQ(inlineRow(m.ino()), "<none>");

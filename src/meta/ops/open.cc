@@ -55,6 +55,8 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
                        queueGc(t, n, 0, /*whole_file=*/false);
                        if (n.data_inline()) {
                          n.set_data_inline(false);
+                         n.set_convert_token(0);  // a holder whose lease ran out
+                         n.set_convert_until_ns(0);
                          t.clear(inlineKey(ino));
                        }
                        n.set_size(0);
