@@ -714,7 +714,9 @@ Status ClientImpl::convertInline(const meta::Inode& inode) {
     finish.set_seq(nextSeq());
     meta::UninlineResp done;
     s = metaCall(kUninline(), finish, &done);
-    if (s.code() == ErrorCode::kInlineRefused) continue;  // the lease ran out: once more
+    // The lease ran out and another client took over: once more (it finds the
+    // bytes moved, or takes the inode again).
+    if (s.code() == ErrorCode::kInlineRefused && Clock::now() < deadline) continue;
     RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", inode.ino())));
     break;
   }
