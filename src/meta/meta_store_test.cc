@@ -14,6 +14,7 @@
 #include "kv/kv_test_util.h"
 #include "meta/fsck.h"
 #include "meta/gc_worker.h"
+#include "meta/record_expiry.h"
 #include "meta/schema.h"
 
 namespace cistern::meta {
@@ -794,6 +795,54 @@ TEST_P(MetaTest, FsckFindsEachKindOfDamage) {
   expectProblem("does not reach the root");
   corrupt([&](kv::Transaction& t) { t.atomicAdd(inodeCountKey(), 5); });
   expectProblem("inode counter says");
+}
+
+// Idempotency records serve retries for a few seconds; older ones are deleted
+// so that the KV does not keep one per mutation ever made.
+TEST_P(MetaTest, MutationRecordsExpireOldestFirstPerClient) {
+  ManualClock clock;
+  MetaStore timed(*engine_, {}, clock);
+  auto mk = [&](const std::string& name, const std::string& client, uint64_t seq) {
+    return timed.mkdir(kRoot, kRootIno, name, 0755, RequestId{client, seq});
+  };
+  auto count = [&] {
+    size_t n = 0;
+    std::string begin = kv::KeyWriter(kv::Prefix::kIdempotency).key();
+    EXPECT_TRUE(kv::runReadTransaction(*engine_, [&](kv::ReadTransaction& t) -> Status {
+                  ASSIGN_OR_RETURN(auto rows, t.getRange(begin, kv::strinc(begin), {}));
+                  n = rows.kvs.size();
+                  return Status::OK();
+                }).ok());
+    return n;
+  };
+  const int64_t hour = 3600LL * 1'000'000'000;
+  ASSERT_TRUE(mk("a1", "a", 1).ok());
+  ASSERT_TRUE(mk("a2", "a", 2).ok());
+  ASSERT_TRUE(mk("b1", "b", 1).ok());
+  clock.advance(std::chrono::hours(1));
+  ASSERT_TRUE(mk("a3", "a", 3).ok());
+  ASSERT_TRUE(mk("c1", "c", 1).ok());
+  ASSERT_EQ(count(), 5u);
+  const int64_t now = clock.wallMicros() * 1000;
+  // Nothing is an hour and a half old.
+  auto none = expireMutationRecords(*engine_, now, hour + hour / 2);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0u);
+  // Half an hour: the first three go, a3 and c1 stay; at most `max` per call.
+  auto one = expireMutationRecords(*engine_, now, hour / 2, /*max_deletes=*/1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, 1u);
+  auto rest = expireMutationRecords(*engine_, now, hour / 2);
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(*rest, 2u);
+  EXPECT_EQ(count(), 2u);
+  // A live record still answers its retry; an expired one no longer does.
+  EXPECT_TRUE(mk("a3", "a", 3).ok());
+  EXPECT_EQ(mk("a1", "a", 1).code(), ErrorCode::kAlreadyExists);
+  auto all = expireMutationRecords(*engine_, now + hour, hour / 2);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, 2u);
+  EXPECT_EQ(count(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllEngines, MetaTest, ::testing::ValuesIn(kv::allEngines()),

@@ -8,11 +8,13 @@
 #include <set>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "kv/engine.h"
 #include "meta/fsck.h"
 #include "meta/gc_worker.h"
 #include "meta/meta_service.h"
+#include "meta/record_expiry.h"
 #include "meta/schema.h"
 #include "mgmt.pb.h"
 #include "net/blocking.h"
@@ -135,6 +137,9 @@ void LocalCluster::Impl::gcLoop() {
     lock.unlock();
     auto done = gc.runOnce();
     if (!done.ok()) CLOG_WARN("gc", "chunk GC: {}", done.status().toString());
+    auto expired = meta::expireMutationRecords(*kv, SystemClock::instance().wallMicros() * 1000,
+                                               meta::kMutationRecordTtlNs);
+    if (!expired.ok()) CLOG_WARN("gc", "record expiry: {}", expired.status().toString());
     lock.lock();
     // Busy while there is work; otherwise look again in a second.
     if (done.ok() && *done > 0) continue;
