@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kv/engine.h"
+#include "kv/key_codec.h"
 
 namespace cistern::kv {
 
@@ -68,6 +69,19 @@ inline std::vector<EngineFactory> allEngines() {
                     o->log_segments_max = 3;
                   }),
   };
+}
+
+// Rows whose key starts with `prefix` (all of them, in one read).
+inline size_t countRows(Engine& engine, Prefix prefix) {
+  size_t n = 0;
+  std::string begin = KeyWriter(prefix).key();
+  Status s = runReadTransaction(engine, [&](ReadTransaction& t) -> Status {
+    ASSIGN_OR_RETURN(auto rows, t.getRange(begin, strinc(begin), {}));
+    n = rows.kvs.size();
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s.toString();
+  return n;
 }
 
 }  // namespace cistern::kv

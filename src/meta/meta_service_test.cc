@@ -7,6 +7,7 @@
 
 #include "kv/engine.h"
 #include "kv/key_codec.h"
+#include "kv/kv_test_util.h"
 #include "meta/schema.h"
 #include "net/rpc_client.h"
 #include "tests/support/both_callers.h"
@@ -55,16 +56,7 @@ class MetaServiceTest : public ::testing::Test {
   Caller root_;
 
   // Idempotency records in the KV.
-  size_t countRecords() {
-    size_t n = 0;
-    std::string begin = kv::KeyWriter(kv::Prefix::kIdempotency).key();
-    EXPECT_TRUE(kv::runReadTransaction(*engine_, [&](kv::ReadTransaction& t) -> Status {
-                  ASSIGN_OR_RETURN(auto rows, t.getRange(begin, kv::strinc(begin), {}));
-                  n = rows.kvs.size();
-                  return Status::OK();
-                }).ok());
-    return n;
-  }
+  size_t countRecords() { return kv::countRows(*engine_, kv::Prefix::kIdempotency); }
 };
 
 // Every method runs both ways: over the socket, and on the caller's thread

@@ -805,16 +805,7 @@ TEST_P(MetaTest, MutationRecordsExpireOldestFirstPerClient) {
   auto mk = [&](const std::string& name, const std::string& client, uint64_t seq) {
     return timed.mkdir(kRoot, kRootIno, name, 0755, RequestId{client, seq});
   };
-  auto count = [&] {
-    size_t n = 0;
-    std::string begin = kv::KeyWriter(kv::Prefix::kIdempotency).key();
-    EXPECT_TRUE(kv::runReadTransaction(*engine_, [&](kv::ReadTransaction& t) -> Status {
-                  ASSIGN_OR_RETURN(auto rows, t.getRange(begin, kv::strinc(begin), {}));
-                  n = rows.kvs.size();
-                  return Status::OK();
-                }).ok());
-    return n;
-  };
+  auto count = [&] { return kv::countRows(*engine_, kv::Prefix::kIdempotency); };
   const int64_t hour = 3600LL * 1'000'000'000;
   ASSERT_TRUE(mk("a1", "a", 1).ok());
   ASSERT_TRUE(mk("a2", "a", 2).ok());
