@@ -561,13 +561,7 @@ Error ClientImpl::truncate(const std::string& path, uint64_t size) {
   req.set_client(client_id_);
   req.set_seq(nextSeq());
   meta::InodeResp resp;
-  Status s = metaCall(kSetattr(), req, &resp);
-  if (s.code() == ErrorCode::kInlineRefused) {
-    // An inline file grown past the service's inline limit: its bytes move to chunks first.
-    s = convertInline(*fresh);
-    req.set_seq(nextSeq());
-    if (s.ok()) s = metaCall(kSetattr(), req, &resp);
-  }
+  Status s = setattrSize(&req, &resp);
   forgetAttrs(fresh->ino());
   if (!s.ok()) return toError(s, path);
   if (size < fresh->size()) return toError(trimData(*fresh, fresh->size(), size), path);
@@ -646,14 +640,9 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
       return toError(t, path);
     }
   }
-  if (write && resp.inode().data_inline()) {
-    // Writes go to chunks: the bytes move there first.
-    Status c = convertInline(resp.inode());
-    if (!c.ok()) {
-      (void)metaClose(inode.ino(), resp.session(), 0, false);
-      return toError(c, path);
-    }
-    resp.mutable_inode()->set_data_inline(false);
+  if (write) {
+    // Writes go to chunks: an inline file's bytes move there first.
+    if (Status c = prepareWrites(&resp); !c.ok()) return toError(c, path);
   }
   *out =
       std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
@@ -678,7 +667,7 @@ Result<meta::Inode> ClientImpl::metaClose(uint64_t ino, uint64_t session, uint64
   return resp.inode();
 }
 
-Status ClientImpl::convertInline(const meta::Inode& inode) {
+Status ClientImpl::convertInline(uint64_t ino) {
   // Another client's conversion holds the inode for at most the service's
   // lease (10 s): wait that long beyond the usual retries.
   auto deadline =
@@ -687,7 +676,7 @@ Status ClientImpl::convertInline(const meta::Inode& inode) {
   for (;;) {
     meta::UninlineReq begin;
     *begin.mutable_caller() = caller_;
-    begin.set_ino(inode.ino());
+    begin.set_ino(ino);
     begin.set_client(client_id_);
     begin.set_seq(nextSeq());
     meta::UninlineResp held;
@@ -697,7 +686,7 @@ Status ClientImpl::convertInline(const meta::Inode& inode) {
       backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
       continue;
     }
-    RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", inode.ino())));
+    RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", ino)));
     if (!held.was_inline()) break;
     // Chunk 0 becomes exactly the bytes: written over, then cut to their length
     // (or removed when there are none), so no leftover shows through.
@@ -717,11 +706,30 @@ Status ClientImpl::convertInline(const meta::Inode& inode) {
     // The lease ran out and another client took over: once more (it finds the
     // bytes moved, or takes the inode again).
     if (s.code() == ErrorCode::kInlineRefused && Clock::now() < deadline) continue;
-    RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", inode.ino())));
+    RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", ino)));
     break;
   }
-  forgetAttrs(inode.ino());
+  forgetAttrs(ino);
   return Status::OK();
+}
+
+Status ClientImpl::prepareWrites(meta::OpenResp* resp) {
+  if (!resp->inode().data_inline()) return Status::OK();
+  Status s = convertInline(resp->inode().ino());
+  if (!s.ok()) {
+    (void)metaClose(resp->inode().ino(), resp->session(), 0, false);
+    return s;
+  }
+  resp->mutable_inode()->set_data_inline(false);
+  return Status::OK();
+}
+
+Status ClientImpl::setattrSize(meta::SetattrReq* req, meta::InodeResp* resp) {
+  Status s = metaCall(kSetattr(), *req, resp);
+  if (s.code() != ErrorCode::kInlineRefused) return s;
+  RETURN_ON_ERROR(convertInline(req->ino()));
+  req->set_seq(nextSeq());
+  return metaCall(kSetattr(), *req, resp);
 }
 
 Error ClientImpl::statfs(SpaceInfo* out) {

@@ -101,10 +101,16 @@ class ClientImpl final : public Client {
   // instead of chunks; kInlineRefused leaves the session open.
   Result<meta::Inode> metaClose(uint64_t ino, uint64_t session, uint64_t length, bool wrote,
                                 const std::string* inline_data = nullptr);
-  // Moves the bytes of a data_inline file into chunk 0 (docs/client.md,
+  // Moves the bytes of inode `ino`, if inline, into chunk 0 (docs/client.md,
   // "Inline files"); the file is an ordinary one when this returns OK.
   // Writers and growing truncates call it first.
-  Status convertInline(const meta::Inode& inode);
+  Status convertInline(uint64_t ino);
+  // After a meta Open for writing: an inline file's bytes move to chunks
+  // (resp's inode says so then); on failure the open's session is closed.
+  Status prepareWrites(meta::OpenResp* resp);
+  // A meta Setattr with a size; an inline file grown past the service's
+  // inline limit has its bytes moved to chunks first and is asked again.
+  Status setattrSize(meta::SetattrReq* req, meta::InodeResp* resp);
   void forgetAttrs(uint64_t ino);
   const Options& options() const { return options_; }
   ShmSlots* shm() const { return shm_.get(); }  // null: off

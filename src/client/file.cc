@@ -63,7 +63,7 @@ Status FileImpl::ensureChunkedLocked() {
   // Bytes this handle put inline at an early close (a FUSE flush of one of
   // several descriptors, e.g. a forked child's exit), and its owner writes
   // on: they move to chunk 0 first, as for any writer.
-  RETURN_ON_ERROR(client_->convertInline(inode_));
+  RETURN_ON_ERROR(client_->convertInline(inode_.ino()));
   has_inline_ = false;
   inline_.clear();
   return Status::OK();
@@ -206,7 +206,6 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
     }
     uint64_t room = chunk - offset % chunk;
     size_t take = static_cast<size_t>(std::min<uint64_t>(room, n));
-    wbuf_len_ = 0;
     growBufferLocked(take);
     std::memcpy(wbuf_.data(), p, take);
     wbuf_offset_ = offset;

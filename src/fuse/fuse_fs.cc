@@ -174,18 +174,6 @@ Status FuseFs::meta(const char* method, const google::protobuf::Message& in,
   return client_->metaCall(methods_.at(method), in, out);
 }
 
-Status FuseFs::setattrSize(meta::SetattrReq& in, meta::InodeResp* out) {
-  Status s = meta("Setattr", in, out);
-  if (s.code() != ErrorCode::kInlineRefused) return s;
-  meta::GetattrReq get;
-  get.set_ino(in.ino());
-  meta::InodeResp now;
-  RETURN_ON_ERROR(meta("Getattr", get, &now));
-  RETURN_ON_ERROR(client_->convertInline(now.inode()));
-  in.set_seq(client_->nextSeq());
-  return meta("Setattr", in, out);
-}
-
 bool FuseFs::call(fuse_req_t req, const char* method, const google::protobuf::Message& in,
                   google::protobuf::Message* out) {
   Status s = meta(method, in, out);

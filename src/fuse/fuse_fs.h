@@ -94,9 +94,6 @@ class FuseFs {
   Status meta(const char* method, const google::protobuf::Message& in,
               google::protobuf::Message* out);
   // A meta call whose status is the reply on error; true when it succeeded.
-  // A meta Setattr with a size: an inline file grown past the service's
-  // inline limit has its bytes moved to chunks first, then it is asked again.
-  Status setattrSize(meta::SetattrReq& in, meta::InodeResp* out);
   bool call(fuse_req_t req, const char* method, const google::protobuf::Message& in,
             google::protobuf::Message* out);
   // The kernel's entry for an inode (a lookup reply, create, readdirplus).

@@ -52,15 +52,12 @@ bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inod
     }
   }
   if (trunc && node) node->file->setSize(0);
-  if (write && out.inode().data_inline()) {
+  if (write) {
     // Writes go to chunks: an inline file's bytes move there first.
-    Status s = f.client().convertInline(out.inode());
-    if (!s.ok()) {
-      (void)f.client().metaClose(ino, out.session(), 0, false);
+    if (Status s = f.client().prepareWrites(&out); !s.ok()) {
       replyErr(req, replyErrno(s));
       return false;
     }
-    out.mutable_inode()->set_data_inline(false);
   }
   *inode = out.inode();
   *session = out.session();
@@ -283,7 +280,7 @@ void fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
   in.set_size(end);
   stamp(f, &in);
   meta::InodeResp out;
-  if (Status s = f.setattrSize(in, &out); !s.ok()) {
+  if (Status s = f.client().setattrSize(&in, &out); !s.ok()) {
     replyErr(req, replyErrno(s));
     return;
   }

@@ -158,7 +158,7 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   stamp(f, &in);
   meta::InodeResp out;
   if (in.has_size()) {
-    if (Status s = f.setattrSize(in, &out); !s.ok()) {
+    if (Status s = f.client().setattrSize(&in, &out); !s.ok()) {
       replyErr(req, replyErrno(s));
       return;
     }

@@ -1,5 +1,8 @@
 #include "meta/meta_store.h"
 
+#include <algorithm>
+
+#include "meta/ops/inline.h"
 #include "meta/schema.h"
 
 namespace cistern::meta {
@@ -8,7 +11,9 @@ MetaStore::MetaStore(kv::Engine& engine, const MetaOptions& options, Clock& cloc
     : engine_(engine),
       options_(options),
       clock_(clock),
-      allocator_(engine, options.inode_alloc_block) {}
+      allocator_(engine, options.inode_alloc_block) {
+  options_.inline_max_bytes = std::min(options_.inline_max_bytes, kInlineMaxBytesLimit);
+}
 
 Status MetaStore::init() {
   return kv::runTransaction(engine_, [&](kv::Transaction& t) -> Status {

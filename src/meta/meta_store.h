@@ -43,7 +43,7 @@ struct MetaOptions {
   uint32_t readdir_limit_max = 1000;
   // Files up to this size may keep their bytes in the KV instead of chunks
   // (close() with inline data); 0 turns that off. At most 64 KiB (the
-  // smallest chunk). Default: 8 KiB.
+  // smallest chunk; larger values are cut to that). Default: 8 KiB.
   uint32_t inline_max_bytes = 8u << 10;
   // How long a client converting an inline file holds it. Default: 10 s.
   uint32_t inline_convert_lease_ms = 10000;

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "kv/key_codec.h"
 
 namespace cistern::meta {

@@ -14,8 +14,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "meta/permission.h"
 #include "meta/schema.h"
 
@@ -42,7 +40,6 @@ Status notConverting(const Inode& n, int64_t now_ns) {
 
 Status takeInline(kv::Transaction& t, Inode& n, uint64_t session, uint64_t length,
                   std::string_view data, uint32_t max_bytes) {
-  uint32_t max = std::min(max_bytes, kInlineMaxBytesLimit);
   std::string_view why;
   if (n.type() != REGULAR) {
     why = "not a regular file";
@@ -52,7 +49,7 @@ Status takeInline(kv::Transaction& t, Inode& n, uint64_t session, uint64_t lengt
     why = "another writer or a truncate came first";
   } else if (data.size() != length || length < n.size()) {
     why = "the bytes are not the whole file";
-  } else if (length > max || length > n.layout().chunk_size()) {
+  } else if (length > max_bytes) {
     why = "too large";
   }
   if (!why.empty()) {

@@ -50,6 +50,7 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
                        s.set_opened_ns(nowNs());
                        t.set(sessionKey(ino, session), s.SerializeAsString());
                      }
+                     bool changed = false;
                      if (truncate && (n.size() > 0 || n.data_inline())) {
                        RETURN_ON_ERROR(notConverting(n, nowNs()));
                        queueGc(t, n, 0, /*whole_file=*/false);
@@ -62,12 +63,13 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
                        n.set_size(0);
                        n.set_mtime_ns(nowNs());
                        n.set_ctime_ns(n.mtime_ns());
-                       n.set_inline_ok(false);
-                       storeInode(t, n);
-                     } else if (write && n.inline_ok()) {
-                       n.set_inline_ok(false);  // a second writer: its bytes go to chunks
-                       storeInode(t, n);
+                       changed = true;
                      }
+                     if (write && n.inline_ok()) {
+                       n.set_inline_ok(false);  // a second writer: its bytes go to chunks
+                       changed = true;
+                     }
+                     if (changed) storeInode(t, n);
                      OpenResp r;
                      if (read) {
                        ASSIGN_OR_RETURN(*r.mutable_inline_data(), loadInline(t, n));

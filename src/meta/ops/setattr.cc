@@ -4,8 +4,6 @@
 // truncate needs write permission; a chown drops set-user/group-ID bits.
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "meta/meta_store.h"
 #include "meta/ops/inline.h"
 #include "meta/ops/new_inode.h"
@@ -63,7 +61,7 @@ Result<Inode> MetaStore::setattr(const Caller& c, uint64_t ino, const SetAttr& a
             // In place while it fits; past inline_max_bytes the client moves the bytes to
             // chunks first (uninline) and asks again.
             RETURN_ON_ERROR(notConverting(n, now));
-            if (*a.size > std::min(options_.inline_max_bytes, kInlineMaxBytesLimit)) {
+            if (*a.size > options_.inline_max_bytes) {
               return Status(ErrorCode::kInlineRefused,
                             fmt::format("inode {} is inline: {} bytes do not fit", ino, *a.size));
             }
