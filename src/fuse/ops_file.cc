@@ -102,6 +102,10 @@ void init(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
+  // Lookups, creates and readdirs in one directory run at the same time (the
+  // meta service's transactions order them); without it the kernel holds a
+  // per-directory lock around each request it sends.
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   if (f->options().writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
     conn->want |= FUSE_CAP_WRITEBACK_CACHE;
   conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
