@@ -4,14 +4,14 @@
 // durable before it returns: the engine group-commits, fio uses fdatasync=1),
 // reads them back sequentially with 4 readers, and does 4 KiB random reads
 // over the same 256 MiB with 32 readers (fio: 32 threads, psync, one shared
-// file). Both sides use O_DIRECT (the engine's default on a filesystem that
-// has it; fio --direct=1), so the page cache favours neither. The sequential
-// read is run a second time through the storage RPC on loopback (4 clients,
-// one 1 MiB BatchRead each at a time). Small durable writes: 16 writers each
-// make 256 new 4 KiB chunks (small files), next to fio's 16 jobs appending 4
-// KiB blocks with fdatasync=1; the engine runs twice, with small writes'
+// file; odd rounds run fio first in every phase). Both sides use O_DIRECT (the engine's default on
+// a filesystem that has it; fio --direct=1), so the page cache favours neither. The sequential read
+// is run a second time through the storage RPC on loopback (4 clients, one 1 MiB BatchRead each at
+// a time). Small durable writes: 16 writers each make 256 new 4 KiB chunks (small files), next to
+// fio's 16 jobs appending 4 KiB blocks with fdatasync=1; the engine runs twice, with small writes'
 // bytes in the metadata log (the default) and without (data fdatasync, then
-// the log). Usage: chunk_bench [RAND_SECS] [ROUNDS].
+// the log). Usage: chunk_bench [RAND_SECS] [ROUNDS]; CHUNK_BENCH_IO=psync|io_uring
+// picks the engine's I/O backend (default io_uring).
 // Figures: chunk_seqwrite_vs_fio, chunk_seqread_vs_fio, chunk_randread_vs_fio,
 // storage_rpc_seqread_vs_fio, chunk_smallwrite_vs_fio (x), the MB/s and IOPS
 // behind them, peak RSS.
@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
 
   ChunkEngineOptions o;
   o.path = base + "/target";
+  if (const char* io = std::getenv("CHUNK_BENCH_IO")) o.io_engine = io;
   auto engine = ChunkEngine::open(o);
   if (!engine.ok()) {
     std::fprintf(stderr, "chunk bench: %s\n", engine.status().toString().c_str());
@@ -215,28 +216,52 @@ int main(int argc, char** argv) {
     rpc_read = kChunks * kMiB / took;
     rpc_ratio.push_back(rpc_read / fio_read);
 
-    dropCaches();
-    std::atomic<uint64_t> reads{0};
-    took = parallel(32, [&](int t) {
-      Xoshiro256 rng(static_cast<uint64_t>(t) + 100u * static_cast<uint64_t>(round));
-      std::vector<uint8_t> out(4096);
-      auto t0 = std::chrono::steady_clock::now();
-      uint64_t n = 0;
-      while (bench::secondsSince(t0) < rand_secs) {
-        if (!e.read(id(static_cast<uint32_t>(rng.uniform(kChunks))), rng.uniform(256) * 4096, out)
-                 .ok())
-          std::exit(1);
-        ++n;
+    // Random reads alternate which side goes first too. The engine's 32
+    // readers start together once all are running, so thread start-up is
+    // not counted (nor is fio's).
+    auto engineRandRead = [&] {
+      dropCaches();
+      std::atomic<uint64_t> reads{0};
+      std::atomic<int> ready{0};
+      std::atomic<bool> go{false};
+      std::chrono::steady_clock::time_point t0;
+      double secs = 0;
+      std::vector<std::thread> readers;
+      for (int t = 0; t < 32; ++t) {
+        readers.emplace_back([&, t] {
+          Xoshiro256 rng(static_cast<uint64_t>(t) + 100u * static_cast<uint64_t>(round));
+          std::vector<uint8_t> out(4096);
+          ++ready;
+          while (!go.load()) std::this_thread::yield();
+          uint64_t n = 0;
+          while (bench::secondsSince(t0) < rand_secs) {
+            if (!e.read(id(static_cast<uint32_t>(rng.uniform(kChunks))), rng.uniform(256) * 4096,
+                        out)
+                     .ok())
+              std::exit(1);
+            ++n;
+          }
+          reads += n;
+        });
       }
-      reads += n;
-    });
-    eng_iops = static_cast<double>(reads.load()) / took;
-    dropCaches();
-    fio_iops = fio(common +
-                   " --name=r --filename=rand --rw=randread --bs=4k --size=256m "
-                   "--numjobs=32 --time_based --runtime=" +
-                   std::to_string(static_cast<int>(rand_secs)))
-                   .second;
+      while (ready.load() < 32) std::this_thread::yield();
+      t0 = std::chrono::steady_clock::now();
+      go = true;
+      for (auto& r : readers) r.join();
+      secs = bench::secondsSince(t0);
+      eng_iops = static_cast<double>(reads.load()) / secs;
+    };
+    auto fioRandRead = [&] {
+      dropCaches();
+      fio_iops = fio(common +
+                     " --name=r --filename=rand --rw=randread --bs=4k --size=256m "
+                     "--numjobs=32 --time_based --runtime=" +
+                     std::to_string(static_cast<int>(rand_secs)))
+                     .second;
+    };
+    if (fio_first) fioRandRead();
+    engineRandRead();
+    if (!fio_first) fioRandRead();
     rr_ratio.push_back(eng_iops / fio_iops);
 
     // Small durable writes: 16 x 256 new 4 KiB chunks, on inodes of their own.
