@@ -34,6 +34,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kRootIno = 1;
 constexpr size_t kCacheEntriesMax = 65536;
+// How far apart the wall clocks of the meta service and the storage servers
+// may be (NTP keeps them far closer): an inline file's conversion stops
+// writing this long before its lease ends by the meta service's clock.
+constexpr int64_t kLeaseClockSkewNs = 2'000'000'000;
 
 net::Method metaMethod(const char* name) {
   return net::Method::of(std::string("cistern.meta.MetaService.") + name);
@@ -688,16 +692,16 @@ Status ClientImpl::convertInline(uint64_t ino) {
     }
     RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", ino)));
     if (!held.was_inline()) break;
-    // Chunk 0 becomes exactly the bytes: written over, then cut to their length
-    // (or removed when there are none), so no leftover shows through.
-    meta::Inode file = held.inode();
-    file.set_data_inline(false);
-    const std::string& bytes = held.data();
-    if (!bytes.empty()) {
-      RETURN_ON_ERROR(
-          writeData(file, 0, bytes.size(), reinterpret_cast<const uint8_t*>(bytes.data())));
-    }
-    RETURN_ON_ERROR(trimData(file, file.layout().chunk_size(), bytes.size()));
+    // Chunk 0 becomes exactly the bytes. The lease fences the storage calls:
+    // each is refused once the chunk is locked past the lease's end, less a
+    // margin for the clocks of this service and the storage servers to
+    // differ by, so a call of ours delayed past the lease cannot land after
+    // those of the next client to take the inode (which begins only once
+    // the lease has run out). Then the lease is lost: begin again.
+    const int64_t not_after = held.inode().convert_until_ns() - kLeaseClockSkewNs;
+    s = moveInlineBytes(held.inode(), held.data(), not_after);
+    if (s.code() == ErrorCode::kLeaseExpired && Clock::now() < deadline) continue;
+    RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", ino)));
     meta::UninlineReq finish = begin;
     finish.set_token(held.token());
     finish.set_seq(nextSeq());

@@ -90,6 +90,10 @@ class ClientImpl final : public Client {
   // inline file (its bytes in the KV) only a cut to 0 of one whose
   // conversion began touches storage: it removes the leftover chunk 0.
   Status trimData(const meta::Inode& inode, uint64_t old_size, uint64_t new_size);
+  // An inline file's conversion: chunk 0 becomes exactly `bytes` (written,
+  // then cut to their length), each storage call refused with kLeaseExpired
+  // past `not_after_ns` (wall clock; see convertInline()).
+  Status moveInlineBytes(const meta::Inode& inode, const std::string& bytes, int64_t not_after_ns);
   // Starts reading [offset, offset + n) into `out` (read-ahead); wait() on the result.
   std::unique_ptr<PendingIo> startRead(const meta::Inode& inode, uint64_t offset, size_t n,
                                        uint8_t* out);

@@ -13,6 +13,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "client/client_impl.h"
@@ -41,6 +42,10 @@ const net::Method& kShmAttach() {
 }
 const net::Method& kTruncate() {
   static const auto m = net::Method::of("cistern.storage.StorageService.Truncate");
+  return m;
+}
+const net::Method& kRemove() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.Remove");
   return m;
 }
 
@@ -472,6 +477,65 @@ Status ClientImpl::writeData(const meta::Inode& inode, uint64_t offset, size_t n
   // Pieces only read from `data` when writing.
   auto pieces = cut(inode, offset, n, const_cast<uint8_t*>(in));
   return runPieces(true, inode, pieces);
+}
+
+Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& bytes,
+                                   int64_t not_after_ns) {
+  const auto& layout = inode.layout();
+  if (layout.chunk_size() == 0 || layout.chains_size() == 0)
+    return Status(ErrorCode::kCorruption, fmt::format("inode {} has no layout", inode.ino()));
+  storage::ChunkRef chunk;
+  chunk.set_inode(inode.ino());
+  chunk.set_index(0);
+  const auto fence = static_cast<uint64_t>(not_after_ns);
+  // One storage call on chunk 0, retried as a piece's is.
+  auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_ms);
+  std::chrono::milliseconds backoff(5);
+  auto retried = [&](const std::function<Status(const ChainRoute&)>& once) -> Status {
+    for (;;) {
+      ASSIGN_OR_RETURN(auto r, route(layout.chains(0)));
+      Status s = once(r);
+      if (s.ok()) return s;
+      if (auto end = giveUp(s, deadline, backoff))
+        return end->withContext(fmt::format("chunk {}:0", inode.ino()));
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    }
+  };
+  if (bytes.empty()) {
+    // Nothing to keep; an earlier, unfinished conversion may have left a chunk.
+    return retried([&](const ChainRoute& r) -> Status {
+      storage::RemoveReq req;
+      *req.add_chunks() = chunk;
+      req.set_not_after_unix_ns(fence);
+      storage::RemoveResp resp;
+      RETURN_ON_ERROR(rpc_->callSync(r.endpoint, kRemove(), req, &resp));
+      auto code = resp.codes_size() == 1 ? static_cast<ErrorCode>(resp.codes(0)) : ErrorCode::kOk;
+      return code == ErrorCode::kOk ? Status::OK() : Status(code, "remove");
+    });
+  }
+  RETURN_ON_ERROR(retried([&](const ChainRoute& r) {
+    storage::WriteReq req;
+    *req.mutable_chunk() = chunk;
+    req.set_chain_version(r.version);
+    req.set_not_after_unix_ns(fence);
+    storage::WriteResp resp;
+    net::CallOptions options;
+    options.request_payload =
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    return rpc_->callSync(r.endpoint, kWrite(), req, &resp, options);
+  }));
+  // Cut to the bytes' length: nothing longer that an earlier, unfinished
+  // conversion left there shows through.
+  return retried([&](const ChainRoute& r) {
+    storage::TruncateReq req;
+    *req.mutable_chunk() = chunk;
+    req.set_length(bytes.size());
+    req.set_chain_version(r.version);
+    req.set_not_after_unix_ns(fence);
+    storage::TruncateResp resp;
+    return rpc_->callSync(r.endpoint, kTruncate(), req, &resp);
+  });
 }
 
 Status ClientImpl::trimData(const meta::Inode& inode, uint64_t old_size, uint64_t new_size) {

@@ -60,5 +60,6 @@
   X(kInodeBusy,            309, EBUSY,        "inode busy: its data is being moved") \
   /* storage (400-499) */                                                            \
   X(kStaleChainVersion,    400, ESTALE,       "stale chain version")                \
-  X(kTargetBusy,           401, EAGAIN,       "storage target busy")
+  X(kTargetBusy,           401, EAGAIN,       "storage target busy")                \
+  X(kLeaseExpired,         402, ETIMEDOUT,    "the caller's lease ran out")
 // clang-format on

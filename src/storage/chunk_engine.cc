@@ -983,6 +983,17 @@ Status ChunkEngine::checkChainVersion(ChunkId id, const std::optional<ChunkMeta>
   return Status::OK();
 }
 
+// Under the chunk lock: whatever changed the chunk before this returned OK
+// has finished, and whatever changes it next starts after it.
+Status ChunkEngine::checkNotAfter(ChunkId id, int64_t not_after_ns) const {
+  if (not_after_ns == 0) return Status::OK();
+  const int64_t now_ns = options_.clock->wallMicros() * 1000;
+  if (now_ns <= not_after_ns) return Status::OK();
+  return Status(ErrorCode::kLeaseExpired,
+                fmt::format("{}: the caller's lease ended {} ms ago", idText(id),
+                            (now_ns - not_after_ns) / 1'000'000));
+}
+
 Status ChunkEngine::checkReserve(uint64_t bytes) {
   struct statvfs vfs;
   if (::statvfs(options_.path.c_str(), &vfs) != 0) return Status::OK();
@@ -1095,7 +1106,7 @@ void ChunkEngine::trimKept(uint64_t budget) {
 }
 
 Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
-                                     uint64_t chain_version, bool stable) {
+                                     uint64_t chain_version, bool stable, int64_t not_after_ns) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
   if (offset + data.size() > kMaxChunkBytes) {
@@ -1104,13 +1115,15 @@ Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<cons
                               kMaxChunkBytes));
   }
   std::lock_guard chunk_lock(chunkLock(id));
+  RETURN_ON_ERROR(checkNotAfter(id, not_after_ns));
   ASSIGN_OR_RETURN(auto old, query(id));
   RETURN_ON_ERROR(checkChainVersion(id, old, chain_version));
   return apply(id, old, offset, data.data(), data.size(), chain_version,
                old ? old->length : uint64_t{0}, stable);
 }
 
-Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t chain_version) {
+Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t chain_version,
+                                        int64_t not_after_ns) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
   if (length > kMaxChunkBytes) {
@@ -1118,6 +1131,7 @@ Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t ch
                   fmt::format("truncate {} to {} past {}", idText(id), length, kMaxChunkBytes));
   }
   std::lock_guard chunk_lock(chunkLock(id));
+  RETURN_ON_ERROR(checkNotAfter(id, not_after_ns));
   ASSIGN_OR_RETURN(auto old, query(id));
   RETURN_ON_ERROR(checkChainVersion(id, old, chain_version));
   uint64_t old_len = old ? old->length : 0;
@@ -1354,10 +1368,11 @@ Result<size_t> ChunkEngine::read(ChunkId id, uint64_t offset, std::span<uint8_t>
   }
 }
 
-Status ChunkEngine::remove(ChunkId id) {
+Status ChunkEngine::remove(ChunkId id, int64_t not_after_ns) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
   std::lock_guard chunk_lock(chunkLock(id));
+  RETURN_ON_ERROR(checkNotAfter(id, not_after_ns));
   ASSIGN_OR_RETURN(auto m, query(id));
   if (!m) return Status::OK();
   PendingCommit pending{nullptr, encodeChunkKey(id), {}, /*erase=*/true};

@@ -42,6 +42,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/clock.h"
 #include "common/result.h"
 #include "storage/chunk_meta.h"
 #include "storage/io_backend.h"
@@ -64,6 +65,8 @@ namespace cistern::storage {
 struct ChunkEngineOptions {
   // Target directory; created if missing.
   std::string path;
+  // Wall clock for WriteReq.not_after_unix_ns.
+  Clock* clock = &SystemClock::instance();
   // Bytes of one group file (slots per group = max(4, group_bytes / class size)). Default: 256 MiB.
   uint64_t group_bytes = 256ull << 20;
   // Groups per size class; past that writes fail with kNoSpace. Default: 4096.
@@ -139,11 +142,15 @@ class ChunkEngine {
   // aligned addresses then go to the disk as they are, checksummed and
   // written without a copy. Otherwise they are copied first, so that a
   // change meanwhile cannot make the checksum disagree with the bytes.
+  // `not_after_ns` (wall clock, ns since the Unix epoch; 0: none): past it
+  // once the chunk is locked, the write is refused with kLeaseExpired and
+  // changes nothing (WriteReq.not_after_unix_ns).
   Result<ChunkMeta> write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
-                          uint64_t chain_version, bool stable = false);
+                          uint64_t chain_version, bool stable = false, int64_t not_after_ns = 0);
   // Sets the chunk's length: shorter drops the tail, longer appends zeros.
   // Creates a missing chunk of that length. Returns the new metadata.
-  Result<ChunkMeta> truncate(ChunkId id, uint64_t length, uint64_t chain_version);
+  Result<ChunkMeta> truncate(ChunkId id, uint64_t length, uint64_t chain_version,
+                             int64_t not_after_ns = 0);
   // Reads up to out.size() bytes from `offset`; returns the count (short at
   // the end of the chunk, 0 past it). kNotFound for a missing chunk.
   Result<size_t> read(ChunkId id, uint64_t offset, std::span<uint8_t> out);
@@ -185,7 +192,7 @@ class ChunkEngine {
   // Removes the chunk; its slot's space returns to the filesystem (punch
   // hole) unless the slot is kept (`kept_free_bytes`). Removing a missing
   // chunk succeeds (GC retries).
-  Status remove(ChunkId id);
+  Status remove(ChunkId id, int64_t not_after_ns = 0);  // not_after_ns: as in write()
   // Up to `limit` chunks with id >= `from`, in (inode, index) order.
   Result<std::vector<std::pair<ChunkId, ChunkMeta>>> list(ChunkId from, uint32_t limit);
   // Re-verifies the CRCs of every block of every chunk; returns the ids that
@@ -258,6 +265,7 @@ class ChunkEngine {
   Status checkReserve(uint64_t bytes);
   Status checkChainVersion(ChunkId id, const std::optional<ChunkMeta>& old,
                            uint64_t chain_version) const;
+  Status checkNotAfter(ChunkId id, int64_t not_after_ns) const;
   // Frees the slot; it keeps its blocks if the budget allows, else a hole is
   // punched. `removed`: freed by remove (a logged class punches only then).
   void releaseSlot(uint32_t size_class, SlotAddr a, bool removed);

@@ -1088,6 +1088,37 @@ TEST_P(ChunkEngineTest, BadRequestsGetClearErrors) {
   EXPECT_TRUE(engine_->write({5, 1}, 0, one, 8).ok());
 }
 
+// A caller acting under a lease (an inline file's conversion) fences its
+// writes, truncates and removes with the lease's end: past it, by the
+// engine's wall clock once the chunk is locked, each is refused with
+// kLeaseExpired and the chunk keeps what it had.
+TEST_P(ChunkEngineTest, CallsPastTheirLeaseAreRefusedAndChangeNothing) {
+  ManualClock clock;
+  ChunkEngineOptions o = options();
+  o.clock = &clock;
+  reopen(o);
+  const int64_t lease_end = clock.wallMicros() * 1000 + 1'000'000;  // 1 ms from now
+  auto before = pattern(5000, 1), stale = pattern(6000, 2);
+  ASSERT_TRUE(engine_->write({7, 0}, 0, before, 1, false, lease_end).ok());  // within the lease
+  clock.advance(std::chrono::microseconds(999));
+  ASSERT_TRUE(engine_->truncate({7, 0}, 5000, 1, lease_end).ok());  // at 999 us: still within
+  clock.advance(std::chrono::microseconds(2));
+  auto w = engine_->write({7, 0}, 0, stale, 1, false, lease_end);
+  EXPECT_EQ(w.code(), ErrorCode::kLeaseExpired) << w.status().toString();
+  EXPECT_EQ(engine_->truncate({7, 0}, 10, 1, lease_end).code(), ErrorCode::kLeaseExpired);
+  EXPECT_EQ(engine_->remove({7, 0}, lease_end).code(), ErrorCode::kLeaseExpired);
+  EXPECT_EQ(engine_->write({7, 1}, 0, stale, 1, false, lease_end).code(),
+            ErrorCode::kLeaseExpired);  // nor does it create a chunk
+  EXPECT_EQ(readAll({7, 0}, 5000), before);
+  EXPECT_FALSE(engine_->query({7, 1})->has_value());
+  // Calls without a fence, and the next holder's, go ahead.
+  EXPECT_TRUE(engine_->write({7, 0}, 0, stale, 1).ok());
+  EXPECT_EQ(readAll({7, 0}, 6000), stale);
+  const int64_t next_lease_end = clock.wallMicros() * 1000 + 10'000'000'000;
+  EXPECT_TRUE(engine_->remove({7, 0}, next_lease_end).ok());
+  EXPECT_FALSE(engine_->query({7, 0})->has_value());
+}
+
 INSTANTIATE_TEST_SUITE_P(IoEngines, ChunkEngineTest,
                          ::testing::Values("io_uring", "psync", "psync_wal"),
                          [](const auto& info) { return info.param; });

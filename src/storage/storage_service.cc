@@ -168,7 +168,8 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
           for (const auto& c : req.chunks())
-            resp.add_codes(static_cast<uint32_t>(engine_.remove(idOf(c)).code()));
+            resp.add_codes(static_cast<uint32_t>(
+                engine_.remove(idOf(c), static_cast<int64_t>(req.not_after_unix_ns())).code()));
           return Status::OK();
         });
       });
@@ -378,8 +379,9 @@ Result<std::span<const uint8_t>> StorageService::writeData(const WriteReq& req,
 
 Status StorageService::writeChunk(const WriteReq& req, std::span<const uint8_t> data, bool copy,
                                   WriteResp& resp) {
-  ASSIGN_OR_RETURN(ChunkMeta m, engine_.write(idOf(req.chunk()), req.offset(), data,
-                                              req.chain_version(), /*stable=*/!copy));
+  ASSIGN_OR_RETURN(ChunkMeta m,
+                   engine_.write(idOf(req.chunk()), req.offset(), data, req.chain_version(),
+                                 /*stable=*/!copy, static_cast<int64_t>(req.not_after_unix_ns())));
   fill(resp.mutable_info(), m);
   return Status::OK();
 }
@@ -415,7 +417,8 @@ size_t StorageService::readRanges(const BatchReadReq& req, uint8_t* dest, BatchR
 
 Status StorageService::truncateChunk(const TruncateReq& req, TruncateResp& resp) {
   ASSIGN_OR_RETURN(ChunkMeta m,
-                   engine_.truncate(idOf(req.chunk()), req.length(), req.chain_version()));
+                   engine_.truncate(idOf(req.chunk()), req.length(), req.chain_version(),
+                                    static_cast<int64_t>(req.not_after_unix_ns())));
   fill(resp.mutable_info(), m);
   return Status::OK();
 }

@@ -337,6 +337,50 @@ TEST_P(StorageServiceCallers, TruncateListAndSpace) {
             ErrorCode::kStaleChainVersion);
 }
 
+// The lease fence travels in Write, Truncate and Remove (the engine's test
+// covers the clock's edge): past it nothing changes, within it all go ahead.
+TEST_P(StorageServiceCallers, CallsPastTheirLeaseAreRefused) {
+  WriteResp w;
+  ASSERT_TRUE(write(6, 0, 0, bytes(300, 1), &w).ok());
+  const auto now_ns = static_cast<uint64_t>(SystemClock::instance().wallMicros()) * 1000;
+  for (uint64_t fence : {now_ns - 1'000'000'000, now_ns + 60'000'000'000}) {
+    const bool expired = fence < now_ns;
+    WriteReq wr;
+    wr.mutable_chunk()->set_inode(6);
+    wr.set_chain_version(3);
+    wr.set_not_after_unix_ns(fence);
+    auto other = bytes(500, 2);
+    Status s =
+        client_->callSync(server_->endpoint(), m("Write"), wr, &w, {.request_payload = other});
+    EXPECT_EQ(s.code(), expired ? ErrorCode::kLeaseExpired : ErrorCode::kOk) << s.toString();
+    TruncateReq t;
+    t.mutable_chunk()->set_inode(6);
+    t.set_length(100);
+    t.set_chain_version(3);
+    t.set_not_after_unix_ns(fence);
+    TruncateResp tr;
+    s = client_->callSync(server_->endpoint(), m("Truncate"), t, &tr);
+    EXPECT_EQ(s.code(), expired ? ErrorCode::kLeaseExpired : ErrorCode::kOk) << s.toString();
+    RemoveReq rm;
+    rm.add_chunks()->set_inode(6);
+    rm.set_not_after_unix_ns(fence);
+    RemoveResp rr;
+    ASSERT_TRUE(client_->callSync(server_->endpoint(), m("Remove"), rm, &rr).ok());
+    ASSERT_EQ(rr.codes_size(), 1);
+    EXPECT_EQ(rr.codes(0),
+              static_cast<uint32_t>(expired ? ErrorCode::kLeaseExpired : ErrorCode::kOk));
+    auto q = engine_->query({6, 0});
+    ASSERT_TRUE(q.ok());
+    if (expired) {
+      ASSERT_TRUE(q->has_value());
+      EXPECT_EQ((*q)->length, 300u);  // untouched
+      EXPECT_EQ((*q)->chunk_version, 1u);
+    } else {
+      EXPECT_FALSE(q->has_value());
+    }
+  }
+}
+
 // With writes parked in the engine, the queued bytes reach the budget and
 // further requests are refused with kTargetBusy instead of queuing; a
 // background request is refused earlier than a foreground one.

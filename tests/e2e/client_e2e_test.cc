@@ -787,6 +787,16 @@ TEST_F(E2E, SmallNewFilesStayInlineUntilALaterWriterMovesThem) {
   EXPECT_EQ(first, model["/in1"][0]);
   ASSERT_FALSE(early->close());
 
+  // An empty inline file opened for writing later: nothing to move (the
+  // conversion only makes sure no chunk 0 is left), then a write past a hole.
+  writeFile(*client_, "/empty", 0, 1);
+  ASSERT_FALSE(client_->open("/empty", O_WRONLY, 0, &f));
+  ASSERT_FALSE(f->pwrite("X", 1, 5000, &done));
+  ASSERT_FALSE(f->close());
+  std::vector<uint8_t> holed(5001, 0);
+  holed[5000] = 'X';
+  EXPECT_EQ(readAll(*other, "/empty"), holed);
+
   // Truncates: in place below the limit (cut bytes come back as zeros),
   // through a move to chunks past it.
   writeFile(*client_, "/t", 3000, 9);
