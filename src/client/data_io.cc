@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "client/client_impl.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "storage.pb.h"
@@ -488,6 +489,9 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
   chunk.set_inode(inode.ino());
   chunk.set_index(0);
   const auto fence = static_cast<uint64_t>(not_after_ns);
+  // A converter that stalls here (a paused process, a slow network) is what
+  // the fence is for: LocalClient.AConversionStalledPastItsLeaseCannotPutOldBytesBack.
+  RETURN_ON_ERROR(CISTERN_FAULT("client.inline.before_move"));
   // One storage call on chunk 0, retried as a piece's is.
   auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_ms);
   std::chrono::milliseconds backoff(5);

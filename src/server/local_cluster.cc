@@ -197,7 +197,9 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
     for (const auto& tr : c.targets) t.set(meta::chainKey(tr.id), "");
     return Status::OK();
   }));
-  c.meta = std::make_unique<meta::MetaStore>(*c.kv);
+  meta::MetaOptions meta_options;
+  meta_options.inline_convert_lease_ms = options.inline_convert_lease_ms;
+  c.meta = std::make_unique<meta::MetaStore>(*c.kv, meta_options);
   RETURN_ON_ERROR(c.meta->init());
   c.meta->setCapacitySource([&c] { return c.capacity(); });
   net::ServerOptions so;

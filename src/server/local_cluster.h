@@ -31,6 +31,9 @@ struct LocalClusterOptions {
   uint16_t metrics_port = 0;  // 0: a free port
   uint64_t scrub_bytes_per_second = 32ull << 20;
   bool sync = true;  // fsync metadata and chunk commits
+  // How long a client moving an inline file's bytes to chunks holds it
+  // (meta::MetaOptions; tests shorten it).
+  uint32_t inline_convert_lease_ms = 10000;
 };
 
 class LocalCluster {

@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "cistern/client.h"
 #include "common/fault.h"
@@ -134,6 +136,59 @@ TEST_F(LocalClient, AFailedLocalWriteIsReportedAndNothingHangs) {
   std::vector<uint8_t> want(3 * kChunk);
   fill(want.data(), want.size(), 0, 9);
   EXPECT_TRUE(readAll(*local_, "/after", kChunk) == want);
+}
+
+// A client moving an inline file's bytes to chunk 0 that stalls past its
+// lease (here a delay at a fault point; in life a paused process or a call
+// stuck in a queue) must not put those old bytes back once the next client
+// has taken the inode, moved the bytes and written new ones: its storage
+// calls are fenced by the lease (docs/meta_kv_schema.md). Without the fence
+// the stalled write lands and the file reads as the old bytes.
+TEST_F(LocalClient, AConversionStalledPastItsLeaseCannotPutOldBytesBack) {
+  local_.reset();
+  socket_.reset();
+  cluster_.reset();
+  std::filesystem::remove_all(dir_);
+  server::LocalClusterOptions o;
+  o.data_dir = dir_.string();
+  // The converter's fence is the lease's end less 2 s: 600 ms after it begins.
+  o.inline_convert_lease_ms = 2600;
+  auto c = server::LocalCluster::start(o);
+  ASSERT_TRUE(c.ok()) << c.status().toString();
+  cluster_ = std::move(*c);
+  auto a = connect(true), b = connect(true);
+  writeFile(*a, "/f", 100, 1);  // inline: 100 bytes in the KV
+  const std::vector<uint8_t> old = readAll(*a, "/f");
+  fault::Spec stall;
+  stall.action = fault::Action::kDelay;
+  stall.delay = std::chrono::seconds(4);
+  stall.times = 1;
+  fault::enable("client.inline.before_move", stall);
+  std::thread stalled([&] {
+    // Begins, stalls past the lease, is refused, begins again: the bytes
+    // were moved meanwhile, so the open goes ahead.
+    std::unique_ptr<File> f;
+    Error e = a->open("/f", O_WRONLY, 0, &f);
+    EXPECT_FALSE(e) << e.message;
+    if (f) {
+      EXPECT_FALSE(f->close());
+    }
+  });
+  while (fault::fired("client.inline.before_move") == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // B waits out A's lease (kInodeBusy), moves the bytes and overwrites them.
+  std::unique_ptr<File> g;
+  ASSERT_FALSE(b->open("/f", O_WRONLY, 0, &g));
+  std::vector<uint8_t> fresh(100);
+  fill(fresh.data(), fresh.size(), 0, 0x5A5A5A5A5A5A5A5Aull);
+  ASSERT_NE(fresh, old);
+  size_t done = 0;
+  ASSERT_FALSE(g->pwrite(fresh.data(), fresh.size(), 0, &done));
+  ASSERT_FALSE(g->close());
+  stalled.join();
+  fault::disableAll();
+  EXPECT_EQ(readAll(*a, "/f"), fresh);
+  EXPECT_EQ(readAll(*b, "/f"), fresh);
 }
 
 }  // namespace
