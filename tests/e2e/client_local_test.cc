@@ -164,7 +164,7 @@ TEST_F(LocalClient, AConversionStalledPastItsLeaseCannotPutOldBytesBack) {
   stall.delay = std::chrono::seconds(4);
   stall.times = 1;
   fault::enable("client.inline.before_move", stall);
-  std::thread stalled([&] {
+  std::jthread stalled([&] {  // joined on every way out, a failed ASSERT too
     // Begins, stalls past the lease, is refused, begins again: the bytes
     // were moved meanwhile, so the open goes ahead.
     std::unique_ptr<File> f;
