@@ -82,10 +82,23 @@ std::pair<double, double> fio(const std::string& args) {
   return {bw, iops};
 }
 
+// Runs fn(0) .. fn(threads - 1) on threads of their own, started together
+// once all are running (fio does not count its start-up either); returns the
+// seconds from that start to the last one's end.
 double parallel(int threads, const std::function<void(int)>& fn) {
-  auto t0 = std::chrono::steady_clock::now();
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
   std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t) ts.emplace_back(fn, t);
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      ++ready;
+      while (!go.load()) std::this_thread::yield();
+      fn(t);
+    });
+  }
+  while (ready.load() < threads) std::this_thread::yield();
+  auto t0 = std::chrono::steady_clock::now();
+  go = true;
   for (auto& t : ts) t.join();
   return bench::secondsSince(t0);
 }
@@ -216,39 +229,23 @@ int main(int argc, char** argv) {
     rpc_read = kChunks * kMiB / took;
     rpc_ratio.push_back(rpc_read / fio_read);
 
-    // Random reads alternate which side goes first too. The engine's 32
-    // readers start together once all are running, so thread start-up is
-    // not counted (nor is fio's).
+    // Random reads alternate which side goes first too.
     auto engineRandRead = [&] {
       dropCaches();
       std::atomic<uint64_t> reads{0};
-      std::atomic<int> ready{0};
-      std::atomic<bool> go{false};
-      std::chrono::steady_clock::time_point t0;
-      double secs = 0;
-      std::vector<std::thread> readers;
-      for (int t = 0; t < 32; ++t) {
-        readers.emplace_back([&, t] {
-          Xoshiro256 rng(static_cast<uint64_t>(t) + 100u * static_cast<uint64_t>(round));
-          std::vector<uint8_t> out(4096);
-          ++ready;
-          while (!go.load()) std::this_thread::yield();
-          uint64_t n = 0;
-          while (bench::secondsSince(t0) < rand_secs) {
-            if (!e.read(id(static_cast<uint32_t>(rng.uniform(kChunks))), rng.uniform(256) * 4096,
-                        out)
-                     .ok())
-              std::exit(1);
-            ++n;
-          }
-          reads += n;
-        });
-      }
-      while (ready.load() < 32) std::this_thread::yield();
-      t0 = std::chrono::steady_clock::now();
-      go = true;
-      for (auto& r : readers) r.join();
-      secs = bench::secondsSince(t0);
+      double secs = parallel(32, [&](int t) {
+        Xoshiro256 rng(static_cast<uint64_t>(t) + 100u * static_cast<uint64_t>(round));
+        std::vector<uint8_t> out(4096);
+        auto t0 = std::chrono::steady_clock::now();
+        uint64_t n = 0;
+        while (bench::secondsSince(t0) < rand_secs) {
+          if (!e.read(id(static_cast<uint32_t>(rng.uniform(kChunks))), rng.uniform(256) * 4096, out)
+                   .ok())
+            std::exit(1);
+          ++n;
+        }
+        reads += n;
+      });
       eng_iops = static_cast<double>(reads.load()) / secs;
     };
     auto fioRandRead = [&] {

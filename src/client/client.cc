@@ -677,6 +677,7 @@ Status ClientImpl::convertInline(uint64_t ino) {
   auto deadline =
       Clock::now() + std::chrono::milliseconds(options_.retry_ms) + std::chrono::seconds(10);
   auto backoff = std::chrono::milliseconds(1);
+  const std::string what = fmt::format("moving inline inode {} to chunks", ino);
   for (;;) {
     meta::UninlineReq begin;
     *begin.mutable_caller() = caller_;
@@ -690,7 +691,7 @@ Status ClientImpl::convertInline(uint64_t ino) {
       backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
       continue;
     }
-    RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", ino)));
+    RETURN_ON_ERROR(s.withContext(what));
     if (!held.was_inline()) break;
     // Chunk 0 becomes exactly the bytes. The lease fences the storage calls:
     // each is refused once the chunk is locked past the lease's end, less a
@@ -701,7 +702,7 @@ Status ClientImpl::convertInline(uint64_t ino) {
     const int64_t not_after = held.inode().convert_until_ns() - kLeaseClockSkewNs;
     s = moveInlineBytes(held.inode(), held.data(), not_after);
     if (s.code() == ErrorCode::kLeaseExpired && Clock::now() < deadline) continue;
-    RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", ino)));
+    RETURN_ON_ERROR(s.withContext(what));
     meta::UninlineReq finish = begin;
     finish.set_token(held.token());
     finish.set_seq(nextSeq());
@@ -710,7 +711,7 @@ Status ClientImpl::convertInline(uint64_t ino) {
     // The lease ran out and another client took over: once more (it finds the
     // bytes moved, or takes the inode again).
     if (s.code() == ErrorCode::kInlineRefused && Clock::now() < deadline) continue;
-    RETURN_ON_ERROR(s.withContext(fmt::format("moving inline inode {} to chunks", ino)));
+    RETURN_ON_ERROR(s.withContext(what));
     break;
   }
   forgetAttrs(ino);

@@ -157,6 +157,11 @@ class ClientImpl final : public Client {
   // again after `backoff` (the routing refreshed if it was stale).
   std::optional<Status> giveUp(const Status& s, std::chrono::steady_clock::time_point deadline,
                                std::chrono::steady_clock::duration backoff);
+  // One storage call `once(route)` on chain `chain` from this thread, tried
+  // again with backoff as a piece is (giveUp) until retry_ms; `what()` names
+  // the work in the error. Defined and used in data_io.cc.
+  template <typename Once, typename What>
+  Status retryBlocking(uint32_t chain, const Once& once, const What& what);
   // A server of this process serves the chain's reads (or writes) as local calls.
   bool servedHere(bool write, uint32_t chain);
   // Threads that run pieces served by this process (io_parallel_max, started on first use).

@@ -13,7 +13,6 @@
 
 #include <condition_variable>
 #include <cstring>
-#include <functional>
 #include <thread>
 
 #include "client/client_impl.h"
@@ -227,21 +226,30 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
   }
 }
 
-Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece& p) {
+template <typename Once, typename What>
+Status ClientImpl::retryBlocking(uint32_t chain, const Once& once, const What& what) {
   auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_ms);
   std::chrono::milliseconds backoff(5);
   for (;;) {
-    auto r = route(p.chain);
-    if (!r.ok()) return r.status().withContext(pieceName(write, inode, p));
-    SocketPiece call(write, inode, p, *r);
-    Status s = call.finish(rpc_->callSync(r->endpoint, call.method(), call.request(),
-                                          call.response(), call.options()));
+    auto r = route(chain);
+    if (!r.ok()) return r.status().withContext(what());
+    Status s = once(*r);
     if (s.ok()) return s;
-    if (auto end = giveUp(s, deadline, backoff))
-      return end->withContext(pieceName(write, inode, p));
+    if (auto end = giveUp(s, deadline, backoff)) return end->withContext(what());
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
+}
+
+Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece& p) {
+  return retryBlocking(
+      p.chain,
+      [&](const ChainRoute& r) {
+        SocketPiece call(write, inode, p, r);
+        return call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
+                                          call.response(), call.options()));
+      },
+      [&] { return pieceName(write, inode, p); });
 }
 
 asio::awaitable<uint64_t> ClientImpl::shmHandle(const ChainRoute& r) {
@@ -492,19 +500,9 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
   // A converter that stalls here (a paused process, a slow network) is what
   // the fence is for: LocalClient.AConversionStalledPastItsLeaseCannotPutOldBytesBack.
   RETURN_ON_ERROR(CISTERN_FAULT("client.inline.before_move"));
-  // One storage call on chunk 0, retried as a piece's is.
-  auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_ms);
-  std::chrono::milliseconds backoff(5);
-  auto retried = [&](const std::function<Status(const ChainRoute&)>& once) -> Status {
-    for (;;) {
-      ASSIGN_OR_RETURN(auto r, route(layout.chains(0)));
-      Status s = once(r);
-      if (s.ok()) return s;
-      if (auto end = giveUp(s, deadline, backoff))
-        return end->withContext(fmt::format("chunk {}:0", inode.ino()));
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
-    }
+  auto retried = [&](const auto& once) {
+    return retryBlocking(layout.chains(0), once,
+                         [&] { return fmt::format("chunk {}:0", inode.ino()); });
   };
   if (bytes.empty()) {
     // Nothing to keep; an earlier, unfinished conversion may have left a chunk.

@@ -34,15 +34,22 @@ class LocalClient : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / ("cistern-local-" + std::to_string(getpid()));
-    std::filesystem::remove_all(dir_);
     server::LocalClusterOptions o;
-    o.data_dir = dir_.string();
     o.targets = 2;
+    ASSERT_NO_FATAL_FAILURE(start(o));
+    local_ = connect(true);
+    socket_ = connect(false);
+  }
+  // A fresh cluster in dir_ (the clients of one before it are dropped).
+  void start(server::LocalClusterOptions o) {
+    local_.reset();
+    socket_.reset();
+    cluster_.reset();
+    std::filesystem::remove_all(dir_);
+    o.data_dir = dir_.string();
     auto c = server::LocalCluster::start(o);
     ASSERT_TRUE(c.ok()) << c.status().toString();
     cluster_ = std::move(*c);
-    local_ = connect(true);
-    socket_ = connect(false);
   }
   void TearDown() override {
     fault::disableAll();
@@ -145,17 +152,10 @@ TEST_F(LocalClient, AFailedLocalWriteIsReportedAndNothingHangs) {
 // calls are fenced by the lease (docs/meta_kv_schema.md). Without the fence
 // the stalled write lands and the file reads as the old bytes.
 TEST_F(LocalClient, AConversionStalledPastItsLeaseCannotPutOldBytesBack) {
-  local_.reset();
-  socket_.reset();
-  cluster_.reset();
-  std::filesystem::remove_all(dir_);
   server::LocalClusterOptions o;
-  o.data_dir = dir_.string();
   // The converter's fence is the lease's end less 2 s: 600 ms after it begins.
   o.inline_convert_lease_ms = 2600;
-  auto c = server::LocalCluster::start(o);
-  ASSERT_TRUE(c.ok()) << c.status().toString();
-  cluster_ = std::move(*c);
+  ASSERT_NO_FATAL_FAILURE(start(o));
   auto a = connect(true), b = connect(true);
   writeFile(*a, "/f", 100, 1);  // inline: 100 bytes in the KV
   const std::vector<uint8_t> old = readAll(*a, "/f");
