@@ -390,6 +390,16 @@ Result<meta::Inode> ClientImpl::getattr(uint64_t ino) {
   return resp.inode();
 }
 
+Result<meta::Inode> ClientImpl::getattrFor(const meta::Caller& who, uint64_t ino, int mask) {
+  meta::GetattrReq req;
+  req.set_ino(ino);
+  req.set_access_mask(static_cast<uint32_t>(mask));
+  *req.mutable_caller() = who;
+  meta::InodeResp resp;
+  RETURN_ON_ERROR(metaCall(kGetattr(), req, &resp));
+  return resp.inode();
+}
+
 // The inode named by the first `count` components; every directory on the
 // way must be searchable by the caller (the meta service checks).
 Result<meta::Inode> ClientImpl::resolve(const std::vector<std::string>& parts, size_t count) {
@@ -556,8 +566,13 @@ Error ClientImpl::rmdir(const std::string& path) { return removeName(path, true)
 Error ClientImpl::truncate(const std::string& path, uint64_t size) {
   auto n = resolvePath(path);
   if (!n.ok()) return toError(n.status(), path);
-  auto fresh = getattr(n->ino());
+  // Cut first, commit second: a truncate that stops between them leaves no
+  // old byte past the new end (cutData).
+  auto fresh = getattrFor(caller(), n->ino(), W_OK);
   if (!fresh.ok()) return toError(fresh.status(), path);
+  if (size <= fresh->size()) {
+    if (Status s = cutData(*fresh, size); !s.ok()) return toError(s, path);
+  }
   meta::SetattrReq req;
   *req.mutable_caller() = caller();
   req.set_ino(fresh->ino());
@@ -567,9 +582,7 @@ Error ClientImpl::truncate(const std::string& path, uint64_t size) {
   meta::InodeResp resp;
   Status s = setattrSize(&req, &resp);
   forgetAttrs(fresh->ino());
-  if (!s.ok()) return toError(s, path);
-  if (size < fresh->size()) return toError(trimData(*fresh, fresh->size(), size), path);
-  return {};
+  return toError(s, path);
 }
 
 Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
@@ -619,10 +632,11 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
     return toError(Status(ErrorCode::kInvalidArgument, "not a regular file"), path);
   bool trunc = write && (flags & O_TRUNC);
   if (trunc) {
-    // The size to trim from must be current, not a cached one.
-    auto fresh = getattr(inode.ino());
+    // The old bytes leave storage before the open commits the empty file, so
+    // that none shows through a hole of the new contents (cutData).
+    auto fresh = getattrFor(caller(), inode.ino(), W_OK | (read ? R_OK : 0));
     if (!fresh.ok()) return toError(fresh.status(), path);
-    inode = *fresh;
+    if (Status s = cutData(*fresh, 0); !s.ok()) return toError(s, path);
   }
   meta::OpenReq req;
   *req.mutable_caller() = caller();
@@ -636,14 +650,6 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
   Status s = metaCall(kOpen(), req, &resp);
   forgetAttrs(inode.ino());
   if (!s.ok()) return toError(s, path);
-  if (trunc && inode.size() > 0) {
-    // The old bytes go now, so that nothing of them shows through holes of the new contents.
-    Status t = trimData(inode, inode.size(), 0);
-    if (!t.ok()) {
-      (void)metaClose(inode.ino(), resp.session(), 0, true);
-      return toError(t, path);
-    }
-  }
   if (write) {
     // Writes go to chunks: an inline file's bytes move there first.
     if (Status c = prepareWrites(&resp); !c.ok()) return toError(c, path);

@@ -85,11 +85,16 @@ class ClientImpl final : public Client {
   // a chunk's end read as zeros. The caller clips n to the file's length.
   Status readData(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* out);
   Status writeData(const meta::Inode& inode, uint64_t offset, size_t n, const uint8_t* in);
-  // Drops the file's bytes in [new_size, old_size) from storage: trims the
-  // chunk holding new_size and removes the chunks wholly past it. For an
-  // inline file (its bytes in the KV) only a cut to 0 of one whose
-  // conversion began touches storage: it removes the leftover chunk 0.
-  Status trimData(const meta::Inode& inode, uint64_t old_size, uint64_t new_size);
+  // The first step of a truncate to a size no larger than the file's: every
+  // byte of `inode` at or past `new_size` leaves storage — the chunks wholly
+  // past it (those a writer has not yet made part of the length too), then
+  // the tail of the chunk holding it — before the caller commits the new
+  // size in meta (docs/client.md, "Truncate"). Nothing for an inline file:
+  // its bytes are cut in the KV by the commit itself.
+  Status cutData(const meta::Inode& inode, uint64_t new_size);
+  // The inode as meta has it now, provided `caller` may access it so
+  // (`mask`: R_OK | W_OK, as for access(2)): what a truncate checks before it cuts.
+  Result<meta::Inode> getattrFor(const meta::Caller& caller, uint64_t ino, int mask);
   // An inline file's conversion: chunk 0 becomes exactly `bytes` (written,
   // then cut to their length), each storage call refused with kLeaseExpired
   // past `not_after_ns` (wall clock; see convertInline()).

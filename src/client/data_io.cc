@@ -540,40 +540,41 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
   });
 }
 
-Status ClientImpl::trimData(const meta::Inode& inode, uint64_t old_size, uint64_t new_size) {
+Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
   const auto& layout = inode.layout();
   uint64_t chunk = layout.chunk_size();
-  if (chunk == 0 || layout.chains_size() == 0 || new_size >= old_size) return Status::OK();
-  if (inode.data_inline()) {
-    // The bytes are in the KV and cut there. Chunk 0 exists only if a
-    // conversion began and did not finish; a cut to 0 removes it.
-    if (new_size > 0 || inode.convert_token() == 0) return Status::OK();
-    old_size = std::max<uint64_t>(old_size, 1);
+  if (inode.type() != meta::REGULAR || inode.data_inline() || chunk == 0 ||
+      layout.chains_size() == 0) {
+    return Status::OK();
   }
-  auto chainOf = [&](uint64_t index) {
-    return layout.chains(static_cast<int>(index % static_cast<uint64_t>(layout.chains_size())));
-  };
-  if (new_size % chunk != 0) {
-    uint64_t index = new_size / chunk;
-    ASSIGN_OR_RETURN(auto r, route(chainOf(index)));
-    storage::TruncateReq req;
-    req.mutable_chunk()->set_inode(inode.ino());
-    req.mutable_chunk()->set_index(static_cast<uint32_t>(index));
-    req.set_length(new_size % chunk);
-    req.set_chain_version(r.version);
-    storage::TruncateResp resp;
-    RETURN_ON_ERROR(rpc_->callSync(r.endpoint, kTruncate(), req, &resp)
-                        .withContext(fmt::format("truncate chunk {}:{}", inode.ino(), index)));
-  }
-  // The chunks wholly past the new end: the same batched, per-chain removal the GC uses.
-  uint64_t first = (new_size + chunk - 1) / chunk;
-  uint64_t end = (old_size + chunk - 1) / chunk;
-  if (first >= end) return Status::OK();
+  // The chunks wholly past the new end first, so that a cut stopped part way
+  // leaves the file's bytes before some point, zeros after it.
   storage::RemoteChunkRemover remover(*rpc_, [this](uint32_t chain) -> Result<net::Endpoint> {
     ASSIGN_OR_RETURN(auto r, route(chain));
     return r.endpoint;
   });
-  return remover.removeChunks(inode.ino(), layout, first, end - first);
+  RETURN_ON_ERROR(remover.removeFrom(inode.ino(), layout, (new_size + chunk - 1) / chunk));
+  if (new_size % chunk != 0) {
+    uint64_t index = new_size / chunk;
+    auto chain =
+        layout.chains(static_cast<int>(index % static_cast<uint64_t>(layout.chains_size())));
+    RETURN_ON_ERROR(retryBlocking(
+        chain,
+        [&](const ChainRoute& r) {
+          storage::TruncateReq req;
+          req.mutable_chunk()->set_inode(inode.ino());
+          req.mutable_chunk()->set_index(static_cast<uint32_t>(index));
+          req.set_length(new_size % chunk);
+          req.set_chain_version(r.version);
+          storage::TruncateResp resp;
+          return rpc_->callSync(r.endpoint, kTruncate(), req, &resp);
+        },
+        [&] { return fmt::format("truncate chunk {}:{}", inode.ino(), index); }));
+  }
+  // A client that stops here (it died, meta is unreachable) leaves the file at
+  // its old size reading zeros from new_size on: what truncating and growing
+  // it again would give, never an old byte past the new end.
+  return CISTERN_FAULT("client.truncate.before_commit");
 }
 
 }  // namespace cistern::client

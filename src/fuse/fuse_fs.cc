@@ -272,17 +272,16 @@ Status FuseFs::release(Handle* h) {
   return result;
 }
 
-int FuseFs::prepareTruncate(uint64_t ino, std::shared_ptr<OpenInode>* node, meta::Inode* before,
+int FuseFs::prepareTruncate(uint64_t ino, const meta::Caller& caller, int mask,
+                            std::shared_ptr<OpenInode>* node, meta::Inode* before,
                             uint64_t* old_size) {
   *node = findOpen(ino);
   if (*node) {
     if (Error e = (*node)->file->flushBuffers()) return e.errno_value;
   }
-  meta::GetattrReq in;
-  in.set_ino(ino);
-  meta::InodeResp out;
-  if (Status s = meta("Getattr", in, &out); !s.ok()) return replyErrno(s);
-  *before = out.inode();
+  auto fresh = client_->getattrFor(caller, ino, mask);
+  if (!fresh.ok()) return replyErrno(fresh.status());
+  *before = *fresh;
   *old_size = before->size();
   if (*node) *old_size = std::max(*old_size, (*node)->file->size());
   return 0;

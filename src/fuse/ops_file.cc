@@ -28,14 +28,22 @@ bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inod
   meta::Inode before;
   uint64_t old_size = 0;
   std::shared_ptr<OpenInode> node;
+  meta::Caller who = f.caller(req);
   if (trunc) {
-    if (int err = f.prepareTruncate(ino, &node, &before, &old_size)) {
+    // The old bytes leave storage before the open commits the empty file, so
+    // that none shows through a hole of the new contents (ClientImpl::cutData).
+    int mask = W_OK | (acc != O_WRONLY ? R_OK : 0);
+    if (int err = f.prepareTruncate(ino, who, mask, &node, &before, &old_size)) {
       replyErr(req, err);
+      return false;
+    }
+    if (Status s = f.client().cutData(before, 0); !s.ok()) {
+      replyErr(req, replyErrno(s));
       return false;
     }
   }
   meta::OpenReq in;
-  *in.mutable_caller() = f.caller(req);
+  *in.mutable_caller() = who;
   in.set_ino(ino);
   in.set_read(acc != O_WRONLY);
   in.set_write(write);
@@ -43,14 +51,6 @@ bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inod
   stamp(f, &in);
   meta::OpenResp out;
   if (!f.call(req, "Open", in, &out)) return false;
-  if (trunc && old_size > 0 && before.type() == meta::REGULAR) {
-    Status s = f.client().trimData(before, old_size, 0);
-    if (!s.ok()) {
-      (void)f.client().metaClose(ino, out.session(), 0, true);
-      replyErr(req, replyErrno(s));
-      return false;
-    }
-  }
   if (trunc && node) node->file->setSize(0);
   if (write) {
     // Writes go to chunks: an inline file's bytes move there first.

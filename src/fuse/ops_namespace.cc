@@ -150,9 +150,16 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
       return;
     }
     in.set_size(static_cast<uint64_t>(attr->st_size));
-    if (int err = f.prepareTruncate(ino, &node, &before, &old_size)) {
+    if (int err = f.prepareTruncate(ino, in.caller(), W_OK, &node, &before, &old_size)) {
       replyErr(req, err);
       return;
+    }
+    // Cut first, commit second (ClientImpl::cutData); a size past the end cuts nothing.
+    if (in.size() <= old_size) {
+      if (Status s = f.client().cutData(before, in.size()); !s.ok()) {
+        replyErr(req, replyErrno(s));
+        return;
+      }
     }
   }
   stamp(f, &in);
@@ -165,16 +172,7 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   } else if (!f.call(req, "Setattr", in, &out)) {
     return;
   }
-  if (in.has_size()) {
-    if (in.size() < old_size && before.type() == meta::REGULAR) {
-      Status s = f.client().trimData(before, old_size, in.size());
-      if (!s.ok()) {
-        replyErr(req, replyErrno(s));
-        return;
-      }
-    }
-    if (node) node->file->setSize(in.size());
-  }
+  if (in.has_size() && node) node->file->setSize(in.size());
   f.client().forgetAttrs(ino);
   f.dropDirAttrs(ino);
   f.replyAttr(req, out.inode());

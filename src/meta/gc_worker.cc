@@ -40,17 +40,17 @@ Result<size_t> GcWorker::runOnce(size_t max_entries) {
     uint64_t chunk = queued.layout().chunk_size();
     if (chunk == 0)
       return Status(ErrorCode::kCorruption, fmt::format("gc entry of inode {} has no layout", ino));
-    uint64_t end = queued.end_chunk();
-    uint64_t start = std::max<uint64_t>(queued.first_chunk(), (current_size + chunk - 1) / chunk);
-    if (start < end)
-      RETURN_ON_ERROR(remover_.removeChunks(ino, queued.layout(), start, end - start));
+    uint64_t start = queued.whole_file() ? 0
+                                         : std::max<uint64_t>(queued.first_chunk(),
+                                                              (current_size + chunk - 1) / chunk);
+    if (!queued.no_chunks()) RETURN_ON_ERROR(remover_.removeFrom(ino, queued.layout(), start));
     // Delete the entry only if nobody re-queued it meanwhile.
     RETURN_ON_ERROR(kv::runTransaction(engine_, [&](kv::Transaction& t) -> Status {
       ASSIGN_OR_RETURN(auto now, t.get(entry.key));
       if (now && *now == entry.value) t.clear(entry.key);
       return Status::OK();
     }));
-    CLOG_DEBUG("meta", "gc: inode {} chunks [{}, {}) removed", ino, start, end);
+    CLOG_DEBUG("meta", "gc: inode {} chunks from {} removed", ino, start);
     ++done;
   }
   return done;

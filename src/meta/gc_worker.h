@@ -1,15 +1,18 @@
-// GcWorker: deletes the chunks of unlinked and truncated files.
+// GcWorker: deletes the chunks of unlinked files.
 //
-// Metadata operations put (inode, first chunk) entries into the GC queue in
-// the same transaction that unlinks or truncates. The worker takes entries in
-// batches, skips files that are still open for writing, asks storage to
-// remove the chunks through ChunkRemover, and only then deletes the entry, so
-// a crash at any point leaves work to redo, never a leak. Removing a chunk
-// that is already gone must succeed (ChunkRemover is idempotent).
+// Unlinking a file's last name (or the last close of an unlinked file) puts
+// a GC entry into the queue in the same transaction. The worker takes entries
+// in batches, skips files that are still open for writing, asks storage to
+// remove every chunk of the file through ChunkRemover, and only then deletes
+// the entry, so a crash at any point leaves work to redo, never a leak.
+// Removing a chunk that is already gone must succeed (ChunkRemover is
+// idempotent).
 //
-// Known gap (until storage lands, issue 4/5): a file truncated and then grown
-// again before the worker runs keeps its old chunks past the truncation point
-// in the regrown range; the worker deletes only chunks past the current end.
+// Truncation queues nothing: the client removes the chunks past the new end
+// before the truncate commits (docs/client.md, "Truncate"). Entries that are
+// not for a whole file (written by earlier versions, which queued truncated
+// chunks) remove from the entry's first chunk or the file's current end,
+// whichever is later.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +27,9 @@ namespace cistern::meta {
 class ChunkRemover {
  public:
   virtual ~ChunkRemover() = default;
-  // Removes chunks [first, first + count) of inode `ino`, placed by `layout`.
-  virtual Status removeChunks(uint64_t ino, const Layout& layout, uint64_t first,
-                              uint64_t count) = 0;
+  // Removes every chunk of inode `ino` with index >= `first`, placed by
+  // `layout`, including any past the file's recorded length.
+  virtual Status removeFrom(uint64_t ino, const Layout& layout, uint64_t first) = 0;
 };
 
 class GcWorker {

@@ -1,5 +1,6 @@
 #include "meta/meta_service.h"
 
+#include "meta/permission.h"
 #include "net/blocking.h"
 
 namespace cistern::meta {
@@ -60,7 +61,9 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     return into(s.lookup(r.caller(), r.parent(), r.name()), out.mutable_inode());
   });
   addRead<GetattrReq, InodeResp>("Getattr", [&s](const GetattrReq& r, InodeResp& out) {
-    return into(s.getattr(r.ino()), out.mutable_inode());
+    ASSIGN_OR_RETURN(*out.mutable_inode(), s.getattr(r.ino()));
+    if (r.access_mask() == 0) return Status::OK();
+    return checkAccess(out.inode(), r.caller(), static_cast<int>(r.access_mask()));
   });
   add<BatchGetattrReq, BatchGetattrResp>(
       "BatchGetattr", [&s](const BatchGetattrReq& r, BatchGetattrResp& out) {

@@ -124,8 +124,9 @@ class MetaStore {
   Status rename(const Caller& c, uint64_t src_parent, std::string_view src_name,
                 uint64_t dst_parent, std::string_view dst_name, uint32_t flags = 0,
                 const RequestId& rid = {});
-  // chmod, chown, truncate and utimens with POSIX permission rules. Truncating
-  // a file down queues the chunks past the new end for garbage collection.
+  // chmod, chown, truncate and utimens with POSIX permission rules. A
+  // truncate only records the size: the client cut the chunks past a smaller
+  // one before it called (docs/client.md, "Truncate").
   Result<Inode> setattr(const Caller& c, uint64_t ino, const SetAttr& attr,
                         const RequestId& rid = {});
   // A new name for a non-directory (kNotPermitted for directories).

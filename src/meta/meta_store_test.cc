@@ -543,7 +543,7 @@ TEST_P(MetaTest, ChmodAndChownFollowPosixRules) {
   EXPECT_EQ(store_->setattr(kRoot, 999999, {.mode = 0}).code(), ErrorCode::kNotFound);
 }
 
-TEST_P(MetaTest, TruncateNeedsWriteAndQueuesChunksPastTheEnd) {
+TEST_P(MetaTest, TruncateNeedsWriteAndQueuesNothing) {
   auto f = store_->create(kRoot, kRootIno, "f", 0644, true);
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(store_->setattr(kAlice, f->ino(), {.size = 10}).code(), ErrorCode::kPermissionDenied);
@@ -553,11 +553,11 @@ TEST_P(MetaTest, TruncateNeedsWriteAndQueuesChunksPastTheEnd) {
   auto shrunk = store_->setattr(kRoot, f->ino(), {.size = (1u << 20) + 1});
   ASSERT_TRUE(shrunk.ok());
   EXPECT_EQ(shrunk->size(), (1u << 20) + 1);
+  // The client cut the chunks past the new end before this commit: no GC entry.
   auto t = engine_->beginRead();
-  auto gc =
-      t->get(gcKey(f->ino(), 2, 5));  // chunks 2..4 are past the end; chunk 1 holds the new end
+  auto gc = t->getRange(gcBegin(), gcEnd());
   ASSERT_TRUE(gc.ok());
-  EXPECT_TRUE(gc->has_value());
+  EXPECT_TRUE(gc->kvs.empty());
   auto d = store_->mkdir(kRoot, kRootIno, "d", 0755);
   EXPECT_EQ(store_->setattr(kRoot, d->ino(), {.size = 0}).code(), ErrorCode::kIsDirectory);
 }
@@ -718,26 +718,28 @@ TEST_P(MetaTest, ReadOpenWithHoldKeepsAnUnlinkedFileUntilClose) {
             ErrorCode::kIsDirectory);
 }
 
-// An in-memory stand-in for the storage service until the storage issue lands.
+// An in-memory stand-in for the storage service (RemoteChunkRemover's own
+// test runs the GC against storage servers).
 class FakeChunkRemover : public ChunkRemover {
  public:
-  Status removeChunks(uint64_t ino, const Layout& layout, uint64_t first, uint64_t count) override {
+  Status removeFrom(uint64_t ino, const Layout& layout, uint64_t first) override {
     if (fail) return Status(ErrorCode::kIOError, "storage down");
-    for (uint64_t i = first; i < first + count; ++i) removed.insert({ino, i});
+    removed.insert({ino, first});
     EXPECT_EQ(layout.chains_size(), 4);
     return Status::OK();
   }
-  std::set<std::pair<uint64_t, uint64_t>> removed;
+  std::set<std::pair<uint64_t, uint64_t>> removed;  // (inode, first chunk)
   bool fail = false;
 };
 
-TEST_P(MetaTest, GcWorkerRemovesChunksOfUnlinkedAndTruncatedFilesOnce) {
+TEST_P(MetaTest, GcWorkerRemovesTheChunksOfUnlinkedFilesOnce) {
   auto a = store_->create(kRoot, kRootIno, "a", 0644, true);
   auto b = store_->create(kRoot, kRootIno, "b", 0644, true);
   auto c = store_->create(kRoot, kRootIno, "c", 0644, true);
   ASSERT_TRUE(store_->setattr(kRoot, a->ino(), {.size = (3u << 20) + 5}).ok());  // 4 chunks
   ASSERT_TRUE(store_->setattr(kRoot, b->ino(), {.size = 4u << 20}).ok());
-  ASSERT_TRUE(store_->setattr(kRoot, b->ino(), {.size = 1u << 20}).ok());  // chunks 1..3 dead
+  // A truncate queues nothing: its client cut the chunks before it committed.
+  ASSERT_TRUE(store_->setattr(kRoot, b->ino(), {.size = 1u << 20}).ok());
   ASSERT_TRUE(store_->setattr(kRoot, c->ino(), {.size = 2u << 20}).ok());
   auto w = store_->open(kRoot, c->ino(), false, true, false, "c");
   ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "a").ok());
@@ -750,15 +752,13 @@ TEST_P(MetaTest, GcWorkerRemovesChunksOfUnlinkedAndTruncatedFilesOnce) {
   storage.fail = false;
   auto done = gc.runOnce();
   ASSERT_TRUE(done.ok()) << done.status().toString();
-  EXPECT_EQ(*done, 2u);
-  std::set<std::pair<uint64_t, uint64_t>> want;
-  for (uint64_t i = 0; i < 4; ++i) want.insert({a->ino(), i});
-  for (uint64_t i = 1; i < 4; ++i) want.insert({b->ino(), i});
-  EXPECT_EQ(storage.removed, want);
+  EXPECT_EQ(*done, 1u);
+  // Every chunk of `a`, also any past its recorded length.
+  EXPECT_EQ(storage.removed, (std::set<std::pair<uint64_t, uint64_t>>{{a->ino(), 0}}));
   EXPECT_EQ(*gc.runOnce(), 0u);  // the open file waits
   ASSERT_TRUE(store_->close(c->ino(), w->session, 0, false).ok());
   EXPECT_EQ(*gc.runOnce(), 1u);
-  EXPECT_TRUE(storage.removed.count({c->ino(), 1}));
+  EXPECT_TRUE(storage.removed.count({c->ino(), 0}));
   EXPECT_EQ(*gc.runOnce(), 0u);
 }
 
@@ -1058,8 +1058,17 @@ TEST_P(InlineTest, TruncatesChangeTheBytesInPlaceUpToTheLimit) {
   a.size = 0;
   ASSERT_TRUE(store_->setattr(kAlice, n.ino(), a).ok());
   EXPECT_EQ(inlineRow(n.ino()), "");
-  // O_TRUNC makes it an ordinary empty file, and chunk 0 (leftovers of a
-  // conversion that did not finish: its lease ran out) goes to the GC.
+  // O_TRUNC makes it an ordinary empty file...
+  Inode e = inlined("e", "hello");
+  auto o = store_->open(kAlice, e.ino(), false, true, true, "c2");
+  ASSERT_TRUE(o.ok()) << o.status().toString();
+  EXPECT_FALSE(o->inode.data_inline());
+  EXPECT_EQ(o->inode.size(), 0u);
+  EXPECT_EQ(inlineRow(e.ino()), "<none>");
+  ASSERT_TRUE(store_->close(e.ino(), o->session, 0, false).ok());
+  // ...unless a conversion began and its lease ran out: chunk 0 may hold its
+  // leftovers, so the file stays inline and empty, and the writer's own
+  // conversion removes chunk 0 (fenced by its lease); nothing is queued.
   Inode m = inlined("g", "world");
   MetaOptions quick;
   quick.inline_convert_lease_ms = 1;
@@ -1067,15 +1076,17 @@ TEST_P(InlineTest, TruncatesChangeTheBytesInPlaceUpToTheLimit) {
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   auto t = store_->open(kAlice, m.ino(), false, true, true, "c2");
   ASSERT_TRUE(t.ok()) << t.status().toString();
-  EXPECT_FALSE(t->inode.data_inline());
-  EXPECT_EQ(t->inode.convert_token(), 0u);
+  EXPECT_TRUE(t->inode.data_inline());
+  EXPECT_NE(t->inode.convert_token(), 0u);
   EXPECT_EQ(t->inode.size(), 0u);
   EXPECT_EQ(t->inline_data, "");
-  EXPECT_EQ(inlineRow(m.ino()), "<none>");
-  auto gc = gcEntries(m.ino());
-  ASSERT_EQ(gc.size(), 1u);
-  EXPECT_EQ(gc[0].first_chunk(), 0u);
-  EXPECT_EQ(gc[0].end_chunk(), 1u);
+  EXPECT_EQ(inlineRow(m.ino()), "");
+  EXPECT_TRUE(gcEntries(m.ino()).empty());
+  auto begin = store_->uninline(kAlice, m.ino(), 0);
+  ASSERT_TRUE(begin.ok()) << begin.status().toString();
+  EXPECT_TRUE(begin->was_inline);
+  EXPECT_EQ(begin->data, "");
+  ASSERT_TRUE(store_->uninline(kAlice, m.ino(), begin->token).ok());
   ASSERT_TRUE(store_->close(m.ino(), t->session, 0, false).ok());
 }
 
@@ -1087,14 +1098,14 @@ TEST_P(InlineTest, UnlinkRemovesTheBytesWithTheInode) {
   auto gc = gcEntries(n.ino());
   ASSERT_EQ(gc.size(), 1u);
   EXPECT_TRUE(gc[0].whole_file());
-  EXPECT_EQ(gc[0].end_chunk(), 0u);
+  EXPECT_TRUE(gc[0].no_chunks());
   // A conversion began and never finished: chunk 0 may hold leftovers.
   Inode c = inlined("c", "hello");
   ASSERT_TRUE(store_->uninline(kAlice, c.ino(), 0).ok());
   ASSERT_TRUE(store_->unlink(kAlice, dir(), "c").ok());
   gc = gcEntries(c.ino());
   ASSERT_EQ(gc.size(), 1u);
-  EXPECT_EQ(gc[0].end_chunk(), 1u);
+  EXPECT_FALSE(gc[0].no_chunks());
   // Open-unlinked: the bytes stay readable until the last session closes.
   Inode m = inlined("g", "world");
   auto held = store_->open(kAlice, m.ino(), true, false, false, "c2", {}, /*hold=*/true);

@@ -24,19 +24,16 @@ std::string gcKey(uint64_t ino, uint64_t first_chunk, uint64_t end_chunk) {
   return KeyWriter(Prefix::kGcQueue).u64(ino).u64(first_chunk).u64(end_chunk).key();
 }
 
-void queueGc(kv::Transaction& txn, const Inode& inode, uint64_t first_chunk, bool whole_file) {
+void queueGc(kv::Transaction& txn, const Inode& inode) {
   uint64_t chunk = inode.layout().chunk_size();
   if (inode.type() != REGULAR || chunk == 0) return;
-  uint64_t end = (inode.size() + chunk - 1) / chunk;
-  // An inline file has chunk 0 only if a conversion began (and did not finish).
-  if (inode.data_inline()) end = inode.convert_token() != 0 ? 1 : 0;
-  if (first_chunk >= end && !whole_file) return;
   GcEntry e;
   *e.mutable_layout() = inode.layout();
-  e.set_first_chunk(first_chunk);
-  e.set_end_chunk(end);
-  e.set_whole_file(whole_file);
-  txn.set(gcKey(inode.ino(), first_chunk, end), e.SerializeAsString());
+  e.set_first_chunk(0);
+  e.set_end_chunk((inode.size() + chunk - 1) / chunk);
+  e.set_whole_file(true);
+  e.set_no_chunks(inode.data_inline() && inode.convert_token() == 0);
+  txn.set(gcKey(inode.ino(), 0, e.end_chunk()), e.SerializeAsString());
 }
 std::string xattrKey(uint64_t ino, std::string_view name) {
   return KeyWriter(Prefix::kXattr).u64(ino).bytes(name).key();
@@ -125,7 +122,7 @@ Status dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns) {
   }
   inode.set_nlink(0);
   if (inode.type() == REGULAR) {
-    queueGc(txn, inode, 0, /*whole_file=*/true);
+    queueGc(txn, inode);
     ASSIGN_OR_RETURN(bool open, hasSessions(txn, inode.ino()));
     if (open) {
       storeInode(txn, inode);  // open-unlinked: the last close removes it

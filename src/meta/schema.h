@@ -40,10 +40,10 @@ Result<std::string> dentryName(std::string_view key, uint64_t parent);
 std::string allocatorKey();
 std::string mutationKey(std::string_view client, uint64_t seq);
 std::string gcKey(uint64_t ino, uint64_t first_chunk, uint64_t end_chunk);
-// Queues chunks [first_chunk, end of `inode`) for deletion; nothing when empty.
-// An inline file has no chunks, or chunk 0 when a conversion began and did
-// not finish (convert_token set): then it counts as one chunk long.
-void queueGc(kv::Transaction& txn, const Inode& inode, uint64_t first_chunk, bool whole_file);
+// Queues every chunk of `inode`, a regular file that is gone (or goes with
+// its last writer), for deletion; the GC removes them all, those past its
+// length and an inline file's leftover chunk 0 included.
+void queueGc(kv::Transaction& txn, const Inode& inode);
 std::string xattrKey(uint64_t ino, std::string_view name);
 std::string inlineKey(uint64_t ino);
 std::string sessionKey(uint64_t ino, uint64_t session);

@@ -1386,6 +1386,23 @@ Status ChunkEngine::remove(ChunkId id, int64_t not_after_ns) {
   return Status::OK();
 }
 
+Result<uint32_t> ChunkEngine::removeFrom(uint64_t inode, uint32_t first, uint32_t limit, bool* more,
+                                         int64_t not_after_ns) {
+  *more = false;
+  ASSIGN_OR_RETURN(auto chunks, list(ChunkId{inode, first}, limit + 1));
+  uint32_t removed = 0;
+  for (const auto& [id, m] : chunks) {
+    if (id.inode != inode) break;
+    if (removed == limit) {
+      *more = true;
+      break;
+    }
+    RETURN_ON_ERROR(remove(id, not_after_ns));
+    ++removed;
+  }
+  return removed;
+}
+
 Result<std::vector<std::pair<ChunkId, ChunkMeta>>> ChunkEngine::list(ChunkId from, uint32_t limit) {
   std::vector<std::pair<ChunkId, ChunkMeta>> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));

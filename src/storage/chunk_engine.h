@@ -193,6 +193,10 @@ class ChunkEngine {
   // hole) unless the slot is kept (`kept_free_bytes`). Removing a missing
   // chunk succeeds (GC retries).
   Status remove(ChunkId id, int64_t not_after_ns = 0);  // not_after_ns: as in write()
+  // Removes the chunks of `inode` with index >= `first`, at most `limit` of
+  // them; returns how many. `*more` says whether others may remain.
+  Result<uint32_t> removeFrom(uint64_t inode, uint32_t first, uint32_t limit, bool* more,
+                              int64_t not_after_ns = 0);
   // Up to `limit` chunks with id >= `from`, in (inode, index) order.
   Result<std::vector<std::pair<ChunkId, ChunkMeta>>> list(ChunkId from, uint32_t limit);
   // Re-verifies the CRCs of every block of every chunk; returns the ids that

@@ -1119,6 +1119,34 @@ TEST_P(ChunkEngineTest, CallsPastTheirLeaseAreRefusedAndChangeNothing) {
   EXPECT_FALSE(engine_->query({7, 0})->has_value());
 }
 
+// A truncate's cut and a deleted file's GC: every chunk of one inode from an
+// index on, in calls of at most `limit`, and nothing of the inodes around it.
+TEST_P(ChunkEngineTest, RemoveFromTakesOneInodesChunksFromAnIndexOn) {
+  auto data = pattern(3000, 5);
+  for (uint32_t i : {0u, 1u, 2u, 5u, 9u, 1000u})
+    ASSERT_TRUE(engine_->write({7, i}, 0, data, 1).ok());
+  ASSERT_TRUE(engine_->write({6, 3}, 0, data, 1).ok());
+  ASSERT_TRUE(engine_->write({8, 0}, 0, data, 1).ok());
+  bool more = false;
+  auto n = engine_->removeFrom(7, 2, 3, &more);
+  ASSERT_TRUE(n.ok()) << n.status().toString();
+  EXPECT_EQ(*n, 3u);  // 2, 5, 9
+  EXPECT_TRUE(more);
+  n = engine_->removeFrom(7, 2, 3, &more);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1u);  // 1000
+  EXPECT_FALSE(more);
+  for (uint32_t i : {2u, 5u, 9u, 1000u}) EXPECT_FALSE(engine_->query({7, i})->has_value()) << i;
+  for (ChunkId id : {ChunkId{7, 0}, ChunkId{7, 1}, ChunkId{6, 3}, ChunkId{8, 0}})
+    EXPECT_EQ(readAll(id, 3000), data) << id.inode << ":" << id.index;
+  EXPECT_EQ(*engine_->removeFrom(7, 2, 3, &more), 0u);  // nothing left there: fine
+  EXPECT_EQ(*engine_->removeFrom(9, 0, 3, &more), 0u);  // an inode with no chunks
+  EXPECT_EQ(engine_->space().chunks, 4u);
+  reopen(options());
+  EXPECT_EQ(engine_->space().chunks, 4u);
+  EXPECT_FALSE(engine_->query({7, 5})->has_value());
+}
+
 INSTANTIATE_TEST_SUITE_P(IoEngines, ChunkEngineTest,
                          ::testing::Values("io_uring", "psync", "psync_wal"),
                          [](const auto& info) { return info.param; });

@@ -3,32 +3,27 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <map>
+#include <set>
 #include <thread>
 
 #include "storage.pb.h"
 
 namespace cistern::storage {
 
-Status RemoteChunkRemover::removeChunks(uint64_t ino, const meta::Layout& layout, uint64_t first,
-                                        uint64_t count) {
+Status RemoteChunkRemover::removeFrom(uint64_t ino, const meta::Layout& layout, uint64_t first) {
   if (layout.chains_size() == 0)
     return Status(ErrorCode::kInvalidArgument, fmt::format("inode {} has no chains", ino));
+  if (first > UINT32_MAX) return Status::OK();  // chunk indexes are 32-bit: nothing lies there
   static const net::Method kRemove = net::Method::of("cistern.storage.StorageService.Remove");
-  const uint64_t width = static_cast<uint64_t>(layout.chains_size());
-  for (uint64_t start = first; start < first + count; start += uint64_t{batch_} * width) {
-    // One Remove per chain for the next `batch` chunks of each.
-    uint64_t stop = std::min(first + count, start + uint64_t{batch_} * width);
-    std::map<uint32_t, RemoveReq> per_chain;
-    for (uint64_t i = start; i < stop; ++i) {
-      RemoveReq& req = per_chain[layout.chains(static_cast<int>(i % width))];
-      req.set_qos(QOS_BACKGROUND);
-      auto* c = req.add_chunks();
-      c->set_inode(ino);
-      c->set_index(static_cast<uint32_t>(i));
-    }
-    for (auto& [chain, req] : per_chain) {
-      ASSIGN_OR_RETURN(net::Endpoint to, route_(chain));
+  const std::set<uint32_t> chains(layout.chains().begin(), layout.chains().end());
+  for (uint32_t chain : chains) {
+    ASSIGN_OR_RETURN(net::Endpoint to, route_(chain));
+    RemoveReq req;
+    req.set_qos(QOS_BACKGROUND);
+    req.mutable_from()->set_inode(ino);
+    req.mutable_from()->set_index(static_cast<uint32_t>(first));
+    req.set_limit(batch_);
+    for (;;) {
       RemoveResp resp;
       Status s;
       auto backoff = std::chrono::milliseconds(10);
@@ -39,15 +34,9 @@ Status RemoteChunkRemover::removeChunks(uint64_t ino, const meta::Layout& layout
         std::this_thread::sleep_for(backoff);
         backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
       }
-      RETURN_ON_ERROR(
-          s.withContext(fmt::format("remove chunks of inode {} on chain {}", ino, chain)));
-      for (int i = 0; i < resp.codes_size(); ++i) {
-        if (resp.codes(i) != 0) {
-          return Status(
-              static_cast<ErrorCode>(resp.codes(i)),
-              fmt::format("remove chunk {}:{} on chain {}", ino, req.chunks(i).index(), chain));
-        }
-      }
+      RETURN_ON_ERROR(s.withContext(
+          fmt::format("remove chunks of inode {} from {} on chain {}", ino, first, chain)));
+      if (!resp.more()) break;
     }
   }
   return Status::OK();

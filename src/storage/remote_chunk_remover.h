@@ -1,13 +1,16 @@
-// RemoteChunkRemover: the meta GC's ChunkRemover over the storage RPC.
+// RemoteChunkRemover: the meta GC's ChunkRemover over the storage RPC, also
+// used by clients to cut a file before a truncate commits.
 //
 // Chunk i of a file lives on chain layout.chains(i % stripe_width); `route`
 // maps a chain id to the storage endpoint serving it (from mgmtd's routing
-// table; one target per chain while replication is 1). Chunks go out in
-// Remove calls of at most `batch` chunks, with the background QoS class so
-// that GC never crowds out application I/O. A target that is busy
-// (kTargetBusy) is retried with exponential backoff up to `busy_retries`
-// times; any other failure is returned and the GC entry stays queued, so
-// nothing is lost. Removing a chunk that is already gone succeeds.
+// table; one target per chain while replication is 1). Each chain of the
+// layout gets Remove calls in range form (every chunk of the inode from an
+// index on that its target holds, so chunks a writer wrote past the file's
+// recorded length go too), at most `batch` chunks per call, with the
+// background QoS class so that GC never crowds out application I/O. A target
+// that is busy (kTargetBusy) is retried with exponential backoff up to
+// `busy_retries` times; any other failure is returned and the GC entry stays
+// queued, so nothing is lost. Removing chunks that are already gone succeeds.
 // Thread-safe if `route` is.
 #pragma once
 
@@ -25,8 +28,7 @@ class RemoteChunkRemover : public meta::ChunkRemover {
                      uint32_t busy_retries = 8)
       : client_(client), route_(std::move(route)), batch_(batch), busy_retries_(busy_retries) {}
 
-  Status removeChunks(uint64_t ino, const meta::Layout& layout, uint64_t first,
-                      uint64_t count) override;
+  Status removeFrom(uint64_t ino, const meta::Layout& layout, uint64_t first) override;
 
  private:
   net::RpcClient& client_;

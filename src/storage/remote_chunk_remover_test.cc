@@ -1,7 +1,8 @@
 // The meta GC wired to real storage: files are created in a MetaStore, their
 // chunks written to two storage services on loopback (one per chain), then
-// the files are unlinked or truncated and the GcWorker removes exactly the
-// dead chunks through RemoteChunkRemover.
+// the files are unlinked and the GcWorker removes exactly their chunks
+// through RemoteChunkRemover; and the remover's cut from an index, as a
+// truncating client uses it.
 #include "storage/remote_chunk_remover.h"
 
 #include <gtest/gtest.h>
@@ -80,17 +81,22 @@ class RemoteChunkRemoverTest : public ::testing::Test {
   net::RpcClient client_;
 };
 
-TEST_F(RemoteChunkRemoverTest, GcRemovesTheChunksOfUnlinkedAndTruncatedFiles) {
+TEST_F(RemoteChunkRemoverTest, GcRemovesEveryChunkOfUnlinkedFiles) {
   auto a = store_->create(root_, 1, "a", 0644, true);
   auto b = store_->create(root_, 1, "b", 0644, true);
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->layout().chains_size(), 2);
   ASSERT_TRUE(store_->setattr(root_, a->ino(), {.size = 6u << 20}).ok());
-  ASSERT_TRUE(store_->setattr(root_, b->ino(), {.size = 5u << 20}).ok());
+  ASSERT_TRUE(store_->setattr(root_, b->ino(), {.size = 2u << 20}).ok());
   writeChunks(*a, 6);
+  // b's writer wrote 5 chunks and died before it recorded more than 2 MiB:
+  // the chunks past the length go too.
   writeChunks(*b, 5);
   ASSERT_TRUE(store_->unlink(root_, 1, "a").ok());
-  ASSERT_TRUE(store_->setattr(root_, b->ino(), {.size = (2u << 20) + 1}).ok());  // keeps 0..2
+  ASSERT_TRUE(store_->unlink(root_, 1, "b").ok());
+  auto c = store_->create(root_, 1, "c", 0644, true);  // stays
+  ASSERT_TRUE(c.ok());
+  writeChunks(*c, 3);
 
   RemoteChunkRemover remover(
       client_, [this](uint32_t c) { return route(c); }, /*batch=*/2);
@@ -99,10 +105,27 @@ TEST_F(RemoteChunkRemoverTest, GcRemovesTheChunksOfUnlinkedAndTruncatedFiles) {
   ASSERT_TRUE(done.ok()) << done.status().toString();
   EXPECT_EQ(*done, 2u);
   for (uint32_t i = 0; i < 6; ++i) EXPECT_FALSE(exists(*a, i)) << "chunk " << i << " of a";
-  for (uint32_t i = 0; i < 3; ++i) EXPECT_TRUE(exists(*b, i)) << "chunk " << i << " of b";
-  for (uint32_t i = 3; i < 5; ++i) EXPECT_FALSE(exists(*b, i)) << "chunk " << i << " of b";
+  for (uint32_t i = 0; i < 5; ++i) EXPECT_FALSE(exists(*b, i)) << "chunk " << i << " of b";
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_TRUE(exists(*c, i)) << "chunk " << i << " of c";
   EXPECT_EQ(targets_[0].engine->space().chunks + targets_[1].engine->space().chunks, 3u);
   EXPECT_EQ(*gc.runOnce(), 0u);
+}
+
+TEST_F(RemoteChunkRemoverTest, RemovesFromAnIndexOnEveryChainInBatches) {
+  auto a = store_->create(root_, 1, "a", 0644, true);
+  auto b = store_->create(root_, 1, "b", 0644, true);
+  ASSERT_TRUE(a.ok() && b.ok());
+  writeChunks(*a, 9);
+  writeChunks(*b, 2);
+  RemoteChunkRemover remover(
+      client_, [this](uint32_t c) { return route(c); }, /*batch=*/2);
+  ASSERT_TRUE(remover.removeFrom(a->ino(), a->layout(), 3).ok());
+  for (uint32_t i = 0; i < 9; ++i) EXPECT_EQ(exists(*a, i), i < 3) << "chunk " << i;
+  for (uint32_t i = 0; i < 2; ++i) EXPECT_TRUE(exists(*b, i)) << "the next inode's chunk " << i;
+  ASSERT_TRUE(remover.removeFrom(a->ino(), a->layout(), 3).ok());  // again: nothing left, fine
+  ASSERT_TRUE(remover.removeFrom(a->ino(), a->layout(), 0).ok());
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_FALSE(exists(*a, i)) << "chunk " << i;
+  EXPECT_EQ(targets_[0].engine->space().chunks + targets_[1].engine->space().chunks, 2u);
 }
 
 TEST_F(RemoteChunkRemoverTest, UnreachableStorageKeepsTheEntryQueued) {
@@ -132,7 +155,7 @@ TEST_F(RemoteChunkRemoverTest, UnreachableStorageKeepsTheEntryQueued) {
 TEST_F(RemoteChunkRemoverTest, LayoutWithoutChainsIsAnError) {
   meta::Layout empty;
   RemoteChunkRemover remover(client_, [this](uint32_t c) { return route(c); });
-  EXPECT_EQ(remover.removeChunks(5, empty, 0, 3).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(remover.removeFrom(5, empty, 0).code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

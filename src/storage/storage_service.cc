@@ -167,9 +167,18 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         Admission admitted(*this, kRequestBytes);
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          const auto not_after = static_cast<int64_t>(req.not_after_unix_ns());
           for (const auto& c : req.chunks())
-            resp.add_codes(static_cast<uint32_t>(
-                engine_.remove(idOf(c), static_cast<int64_t>(req.not_after_unix_ns())).code()));
+            resp.add_codes(static_cast<uint32_t>(engine_.remove(idOf(c), not_after).code()));
+          if (req.has_from()) {
+            uint32_t limit = req.limit() == 0 ? 1000 : std::min<uint32_t>(req.limit(), 10000);
+            bool more = false;
+            ASSIGN_OR_RETURN(uint32_t removed,
+                             engine_.removeFrom(req.from().inode(), req.from().index(), limit,
+                                                &more, not_after));
+            resp.set_removed(removed);
+            resp.set_more(more);
+          }
           return Status::OK();
         });
       });

@@ -280,6 +280,24 @@ TEST_P(StorageServiceCallers, QueryRemoveAndLimits) {
   EXPECT_EQ(rr.codes(1), 0u);
   ASSERT_TRUE(client_->callSync(server_->endpoint(), m("Query"), q, &qr).ok());
   EXPECT_FALSE(qr.exists());
+  // The range form: every chunk of inode 4 from index 1 on, two per call.
+  for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(write(4, i, 0, bytes(10, 5), &w).ok());
+  RemoveReq range;
+  range.mutable_from()->set_inode(4);
+  range.mutable_from()->set_index(1);
+  range.set_limit(2);
+  ASSERT_TRUE(client_->callSync(server_->endpoint(), m("Remove"), range, &rr).ok());
+  EXPECT_EQ(rr.removed(), 2u);
+  EXPECT_TRUE(rr.more());
+  ASSERT_TRUE(client_->callSync(server_->endpoint(), m("Remove"), range, &rr).ok());
+  EXPECT_EQ(rr.removed(), 1u);
+  EXPECT_FALSE(rr.more());
+  for (uint32_t i = 0; i < 4; ++i) {
+    q.mutable_chunk()->set_inode(4);
+    q.mutable_chunk()->set_index(i);
+    ASSERT_TRUE(client_->callSync(server_->endpoint(), m("Query"), q, &qr).ok());
+    EXPECT_EQ(qr.exists(), i == 0) << "chunk 4:" << i;
+  }
   // Too much in one batch read, and a write past 64 MiB.
   BatchReadReq big;
   for (int i = 0; i < 3; ++i) big.add_ranges()->set_length(512 * 1024);

@@ -409,6 +409,21 @@ TEST_F(E2E, BadInputGetsTheRightErrnoAndWritesNothing) {
   EXPECT_EQ(user->unlink("/dir/file").errno_value, EACCES);
   auto [crc, size] = readFile(*user, "/dir/file");  // 0644: others may read
   EXPECT_EQ(size, 10u);
+  // Truncates are checked before they cut storage: a chunked file the user
+  // may not write keeps every byte (and one it may write but not read stays
+  // whole under an O_RDWR | O_TRUNC open).
+  uint32_t big_crc = writeFile(*client_, "/dir/big", 3 * kChunk + 5, 9);
+  EXPECT_EQ(user->truncate("/dir/big", 1).errno_value, EACCES);
+  EXPECT_EQ(user->open("/dir/big", O_WRONLY | O_TRUNC, 0, &f).errno_value, EACCES);
+  EXPECT_EQ(readFile(*client_, "/dir/big"), std::make_pair(big_crc, 3 * kChunk + 5));
+  ASSERT_FALSE(client_->unlink("/dir/big"));
+  std::vector<uint8_t> bytes(2 * kChunk + 5, 0x3C);
+  ASSERT_FALSE(client_->open("/dir/wo", O_WRONLY | O_CREAT | O_EXCL, 0602, &f));
+  ASSERT_FALSE(f->pwrite(bytes.data(), bytes.size(), 0, &done));
+  ASSERT_FALSE(f->close());
+  EXPECT_EQ(user->open("/dir/wo", O_RDWR | O_TRUNC, 0, &f).errno_value, EACCES);
+  EXPECT_EQ(readAll(*client_, "/dir/wo"), bytes);
+  ASSERT_FALSE(client_->unlink("/dir/wo"));
 
   // Nothing was created by the failed calls.
   ASSERT_FALSE(client_->list("/", &after));

@@ -191,5 +191,64 @@ TEST_F(LocalClient, AConversionStalledPastItsLeaseCannotPutOldBytesBack) {
   EXPECT_EQ(readAll(*b, "/f"), fresh);
 }
 
+// A truncate cuts storage first and commits the size second (ClientImpl::
+// cutData), so one that stops between the two (the client died, meta was
+// unreachable) leaves the old size reading zeros from the new end on — what
+// truncating and growing the file again gives — and never an old byte past
+// the new end for a later extension to show.
+TEST_F(LocalClient, ATruncateStoppedBeforeItsCommitLeavesNoOldBytePastTheNewEnd) {
+  const uint64_t size = 3 * kChunk + kChunk / 2;
+  const uint64_t cut = kChunk + 100;  // inside chunk 1
+  writeFile(*local_, "/f", size, 7);
+  std::vector<uint8_t> want = readAll(*local_, "/f");
+  ASSERT_EQ(want.size(), size);
+  fault::enable("client.truncate.before_commit", fault::Spec{});
+  Error e = local_->truncate("/f", cut);
+  EXPECT_TRUE(e);
+  EXPECT_NE(e.message.find("/f"), std::string::npos) << e.message;
+  fault::disableAll();
+  std::fill(want.begin() + static_cast<std::ptrdiff_t>(cut), want.end(), 0);
+  EXPECT_EQ(readAll(*connect(false), "/f"), want);
+  // Done again, then grown: zeros past the cut.
+  ASSERT_FALSE(local_->truncate("/f", cut));
+  ASSERT_FALSE(local_->truncate("/f", size + kChunk));
+  want.resize(size + kChunk, 0);
+  EXPECT_EQ(readAll(*connect(false), "/f"), want);
+  // O_TRUNC stopped the same way: the old size, all zeros.
+  fault::enable("client.truncate.before_commit", fault::Spec{});
+  std::unique_ptr<File> f;
+  EXPECT_TRUE(local_->open("/f", O_WRONLY | O_TRUNC, 0, &f));
+  fault::disableAll();
+  EXPECT_EQ(readAll(*connect(false), "/f"), std::vector<uint8_t>(size + kChunk, 0));
+}
+
+// O_TRUNC cuts every chunk of the file, also those a writer of another
+// client wrote but has not yet made part of the length (by fsync or close),
+// as truncating a local file cuts whatever was written to it: none of their
+// bytes shows through a hole of the new contents.
+TEST_F(LocalClient, OTruncCutsBytesAWriterHasNotRecordedYet) {
+  auto a = connect(true), b = connect(false);
+  std::unique_ptr<File> fa;
+  ASSERT_FALSE(a->open("/f", O_CREAT | O_RDWR, 0644, &fa));
+  std::vector<uint8_t> old(2 * kChunk);
+  fill(old.data(), old.size(), 0, 11);
+  size_t done = 0;
+  ASSERT_FALSE(fa->pwrite(old.data(), old.size(), 0, &done));
+  uint8_t one = 0;
+  ASSERT_FALSE(fa->pread(&one, 1, 0, &done));  // the buffers reach storage; meta says 0 bytes
+  FileInfo info;
+  ASSERT_FALSE(b->stat("/f", &info));
+  ASSERT_EQ(info.size, 0u);
+  std::unique_ptr<File> fb;
+  ASSERT_FALSE(b->open("/f", O_WRONLY | O_TRUNC, 0, &fb));
+  const char tail[] = "xyz";
+  ASSERT_FALSE(fb->pwrite(tail, 3, 2 * kChunk + 10, &done));
+  ASSERT_FALSE(fb->close());
+  std::vector<uint8_t> want(2 * kChunk + 13, 0);
+  std::copy(tail, tail + 3, want.end() - 3);
+  EXPECT_EQ(readAll(*connect(false), "/f"), want);
+  EXPECT_FALSE(fa->close());
+}
+
 }  // namespace
 }  // namespace cistern

@@ -319,6 +319,25 @@ TEST(PermissionExtra, FailedCallsChangeNothing) {
   EXPECT_EQ(st.st_mode & 07777, 0600u);
 }
 
+// The same for a file whose bytes are in chunks (past the 8 KiB that stay
+// inline): a truncate cuts storage before it commits, so the permission
+// check must come before the cut (ClientImpl::getattrFor).
+TEST(PermissionExtra, DeniedTruncatesLeaveAChunkedFilesBytes) {
+  std::string d = testDir();
+  std::string big(100 << 10, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 23);
+  ASSERT_TRUE(writeFile(d + "/f", big, 0644));
+  ASSERT_TRUE(writeFile(d + "/g", big, 0602));  // the user may write it, not read it
+  ASSERT_EQ(::chmod((d + "/g").c_str(), 0602), 0);
+  EXPECT_EQ(asUser(kUser, kUserGroup, [&] { return errnoOf(::truncate((d + "/f").c_str(), 1)); }),
+            EACCES);
+  EXPECT_EQ(asUser(kUser, kUserGroup, [&] { return openFor(d + "/f", O_WRONLY | O_TRUNC); }),
+            EACCES);
+  EXPECT_EQ(asUser(kUser, kUserGroup, [&] { return openFor(d + "/g", O_RDWR | O_TRUNC); }), EACCES);
+  EXPECT_EQ(readFile(d + "/f"), big);
+  EXPECT_EQ(readFile(d + "/g"), big);
+}
+
 TEST(PermissionExtra, WriteBySomeoneElseClearsSetuidAndSetgid) {
   std::string d = testDir();
   file(d + "/prog", 06777);

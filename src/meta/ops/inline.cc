@@ -6,7 +6,8 @@
 // hands over the bytes (data_inline) -> any later writer, or a truncate past
 // inline_max_bytes, moves them to chunk 0 with uninline() -> an ordinary file
 // for good. The bytes never change while inline except by truncate (in place,
-// setattr.cc) and O_TRUNC (back to an ordinary empty file, open.cc). Chunk 0
+// setattr.cc) and O_TRUNC (back to an ordinary empty file, open.cc; or an
+// empty inline one when a conversion's lease ran out). Chunk 0
 // of an inline file holds nothing anyone reads: at most the leftovers of a
 // conversion that did not finish, which the next conversion overwrites and
 // cuts, and the GC removes with the file.

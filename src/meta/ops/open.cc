@@ -52,12 +52,15 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
                      }
                      bool changed = false;
                      if (truncate && (n.size() > 0 || n.data_inline())) {
+                       // The client removed the chunks before this commit (the old bytes never
+                       // show through a hole of the new contents).
                        RETURN_ON_ERROR(notConverting(n, nowNs()));
-                       queueGc(t, n, 0, /*whole_file=*/false);
-                       if (n.data_inline()) {
+                       if (n.data_inline() && n.convert_token() != 0) {
+                         // A conversion whose lease ran out may have left chunk 0: the file
+                         // stays inline, empty, and the writer's conversion removes it.
+                         t.set(inlineKey(ino), std::string());
+                       } else if (n.data_inline()) {
                          n.set_data_inline(false);
-                         n.set_convert_token(0);  // a holder whose lease ran out
-                         n.set_convert_until_ns(0);
                          t.clear(inlineKey(ino));
                        }
                        n.set_size(0);
@@ -125,7 +128,7 @@ Result<Inode> MetaStore::close(uint64_t ino, uint64_t session, uint64_t length, 
                        if (!others) {
                          // Last close of an unlinked file: queue the chunks at the final length and
                          // drop the inode.
-                         queueGc(t, n, 0, /*whole_file=*/true);
+                         queueGc(t, n);
                          RETURN_ON_ERROR(removeInode(t, ino));
                          return n.SerializeAsString();
                        }

@@ -68,13 +68,9 @@ Result<Inode> MetaStore::setattr(const Caller& c, uint64_t ino, const SetAttr& a
             ASSIGN_OR_RETURN(std::string data, loadInline(t, n));
             data.resize(*a.size, '\0');
             t.set(inlineKey(ino), data);
-          } else if (*a.size < n.size()) {
-            // Chunks wholly past the new end are garbage; the chunk holding the new end is trimmed
-            // by the client.
-            uint64_t chunk = n.layout().chunk_size();
-            uint64_t first_dead = (*a.size + chunk - 1) / chunk;
-            queueGc(t, n, first_dead, /*whole_file=*/false);
           }
+          // A chunked file's bytes past a smaller size left storage before this commit: the
+          // client cut them (docs/client.md, "Truncate").
           n.set_size(*a.size);
           n.set_mtime_ns(now);
           changed = true;
