@@ -153,6 +153,12 @@ class Client {
     // the KV instead of a chunk (one commit instead of two; reads need no
     // storage call). 0: never. The service has its own limit (8 KiB).
     uint32_t inline_max_bytes = 8u << 10;
+    // How often the client tells the metadata service it is alive, which
+    // keeps its files open for writing theirs: the service ends the write
+    // sessions of a client silent for its session timeout (60 s) as a close
+    // would, so a client that dies leaves no file held open. 0: never (for
+    // clients that open no file for long).
+    uint32_t session_renew_ms = 20000;
   };
 
   static std::pair<std::unique_ptr<Client>, Error> connect(const Options& options);

@@ -9,6 +9,7 @@
 
 #include "client/client_impl.h"
 #include "client/file_impl.h"
+#include "common/log.h"
 #include "common/metrics.h"
 #include "mgmt.pb.h"
 #include "storage.pb.h"
@@ -89,6 +90,10 @@ const net::Method& kClose() {
 }
 const net::Method& kUninline() {
   static const auto m = metaMethod("Uninline");
+  return m;
+}
+const net::Method& kRenew() {
+  static const auto m = metaMethod("Renew");
   return m;
 }
 const net::Method& kStatfs() {
@@ -199,6 +204,14 @@ Error toError(const Status& s, const std::string& path) {
 }
 
 ClientImpl::~ClientImpl() {
+  if (renewer_.joinable()) {
+    {
+      std::lock_guard lock(renew_mu_);
+      stopping_ = true;
+    }
+    renew_cv_.notify_all();
+    renewer_.join();
+  }
   if (driver_) driver_->join();
   if (local_pool_) local_pool_->join();
   if (shm_ && rpc_) {
@@ -237,7 +250,32 @@ Status ClientImpl::init(const Options& options) {
   driver_ = std::make_unique<asio::thread_pool>(1);
   shm_ = ShmSlots::create(options_.shm_bytes, options_.shm_readahead_windows,
                           options_.readahead_max_bytes);
-  return refreshRouting();
+  RETURN_ON_ERROR(refreshRouting());
+  if (options_.session_renew_ms > 0) renewer_ = std::thread([this] { renewLoop(); });
+  return Status::OK();
+}
+
+void ClientImpl::renewLoop() {
+  const auto every = std::chrono::milliseconds(options_.session_renew_ms);
+  meta::RenewReq req;
+  req.set_client(client_id_);
+  std::unique_lock lock(renew_mu_);
+  while (!renew_cv_.wait_for(lock, every, [this] { return stopping_; })) {
+    lock.unlock();
+    net::Endpoint to;
+    {
+      std::shared_lock routing(routing_mu_);
+      to = meta_endpoint_;
+    }
+    meta::Empty resp;
+    // One try per period: the next period tries again, well within the
+    // service's timeout (three periods by default).
+    Status s = rpc_->callSync(
+        to, kRenew(), req, &resp,
+        {.timeout_ms = std::min(options_.call_timeout_ms, options_.session_renew_ms)});
+    if (!s.ok()) CLOG_WARN("client", "renewing client {}: {}", client_id_, s.toString());
+    lock.lock();
+  }
 }
 
 Status ClientImpl::refreshRouting() {

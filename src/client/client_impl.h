@@ -18,6 +18,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "cistern/client.h"
@@ -156,6 +157,7 @@ class ClientImpl final : public Client {
   static constexpr uint32_t kBlockingPieceMax = 64 << 10;
 
   Status refreshRouting();
+  void renewLoop();
   Result<ChainRoute> route(uint32_t chain);
   static std::string pieceName(bool write, const meta::Inode& inode, const Piece& piece);
   // After a failed attempt at a piece: the error to return, or nullopt to try
@@ -204,6 +206,11 @@ class ClientImpl final : public Client {
   std::atomic<uint64_t> seq_{0};
   std::unique_ptr<net::RpcClient> rpc_;
   std::unique_ptr<asio::thread_pool> driver_;
+  // Renews this client's lease every session_renew_ms (renewLoop).
+  std::thread renewer_;
+  std::mutex renew_mu_;
+  std::condition_variable renew_cv_;
+  bool stopping_ = false;
   std::once_flag local_pool_once_;
   std::unique_ptr<asio::thread_pool> local_pool_;
   std::unique_ptr<ShmSlots> shm_;  // null: off

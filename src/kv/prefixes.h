@@ -31,6 +31,7 @@ namespace cistern::kv {
   X(kQuota,          0x17, "(tenant, directory) -> quota and usage")                    \
   X(kStats,          0x18, "namespace counters (inodes in use), atomic adds")          \
   X(kInlineData,     0x19, "inode id -> the bytes of a small file kept in the KV")      \
+  X(kClientLease,    0x1a, "client id -> when it last renewed (its sessions live on)")  \
   /* tests and tools */                                                                  \
   X(kTest,           0x7f, "keys written by tests and benchmarks")
 // clang-format on

@@ -163,6 +163,8 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     *out.mutable_inode() = std::move(u.inode);
     return Status::OK();
   });
+  add<RenewReq, Empty>("Renew",
+                       [&s](const RenewReq& r, Empty&) { return s.renewClient(r.client()); });
   add<XattrReq, Empty>("SetXattr", [&s](const XattrReq& r, Empty&) {
     return s.setxattr(r.caller(), r.ino(), r.name(), r.value(), r.flags(),
                       rid(r.client(), r.seq()));

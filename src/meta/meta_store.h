@@ -47,6 +47,10 @@ struct MetaOptions {
   uint32_t inline_max_bytes = 8u << 10;
   // How long a client converting an inline file holds it. Default: 10 s.
   uint32_t inline_convert_lease_ms = 10000;
+  // A client's write sessions end this long after it last renewed them (or
+  // opened them) when reapSessions() runs. Clients renew every third of the
+  // default. Default: 60 s.
+  uint32_t session_timeout_ms = 60000;
 };
 
 struct RequestId {
@@ -154,6 +158,16 @@ class MetaStore {
   Result<Inode> close(uint64_t ino, uint64_t session, uint64_t length, bool wrote,
                       const RequestId& rid = {},
                       const std::optional<std::string>& inline_data = std::nullopt);
+  // A client renews all its write sessions at once (Client::Options::
+  // session_renew_ms), so that a client that dies leaves none behind.
+  Status renewClient(std::string_view client);
+  // Ends the write sessions of clients that neither renewed nor opened them
+  // within session_timeout_ms, as their close would (the length stays; an
+  // unlinked file whose last session this was goes to the GC), and forgets
+  // those clients. At most `max` sessions; returns how many it ended. The GC
+  // loop of whoever serves meta runs it. A client that was only slow closes
+  // its files later all the same (close() records the length).
+  Result<size_t> reapSessions(size_t max = 1000);
   // Moving a data_inline file's bytes into chunks, in two calls around the
   // caller's chunk write (it needs write permission). begin (token 0) takes the inode for
   // inline_convert_lease_ms (kInodeBusy while another holder's lease runs)
@@ -208,6 +222,9 @@ class MetaStore {
  private:
   Result<Opened> createImpl(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
                             bool exclusive, const std::string_view* client, const RequestId& rid);
+  // close()'s transaction; returns the serialized inode.
+  Result<std::string> closeIn(kv::Transaction& t, uint64_t ino, uint64_t session, uint64_t length,
+                              bool wrote, const std::optional<std::string>& inline_data);
   kv::Engine& engine_;
   MetaOptions options_;
   Clock& clock_;

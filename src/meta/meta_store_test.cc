@@ -672,7 +672,11 @@ TEST_P(MetaTest, OpenChecksAccessAndWriteOpensHoldSessions) {
   auto closed = store_->close(f->ino(), w->session, 12345, true);
   ASSERT_TRUE(closed.ok());
   EXPECT_EQ(closed->size(), 12345u);
-  EXPECT_EQ(store_->close(f->ino(), w->session, 0, false).code(), ErrorCode::kNotFound);
+  // A session already ended (by a close, or by reapSessions when its client
+  // fell silent) still lets the length count, and changes nothing else.
+  auto again = store_->close(f->ino(), w->session, 0, false);
+  ASSERT_TRUE(again.ok()) << again.status().toString();
+  EXPECT_EQ(again->size(), 12345u);
   // A shorter length reported by a writer does not shrink the file.
   auto w2 = store_->open(kAlice, f->ino(), false, true, false, "c");
   EXPECT_EQ(store_->close(f->ino(), w2->session, 10, true)->size(), 12345u);
@@ -760,6 +764,69 @@ TEST_P(MetaTest, GcWorkerRemovesTheChunksOfUnlinkedFilesOnce) {
   EXPECT_EQ(*gc.runOnce(), 1u);
   EXPECT_TRUE(storage.removed.count({c->ino(), 0}));
   EXPECT_EQ(*gc.runOnce(), 0u);
+}
+
+// A client that dies never closes: its sessions would keep unlinked files
+// (and the GC away from them) for good. Clients renew a lease instead, and
+// reapSessions() ends the sessions of one silent for session_timeout_ms.
+TEST_P(MetaTest, SessionsOfClientsThatStopRenewingEndAsTheirCloseWould) {
+  ManualClock clock;
+  MetaOptions o;
+  o.session_timeout_ms = 60000;
+  MetaStore m(*engine_, o, clock);
+  auto f = m.create(kRoot, kRootIno, "f", 0644, true);  // held by a
+  auto g = m.create(kRoot, kRootIno, "g", 0644, true);  // held by a, unlinked
+  auto h = m.create(kRoot, kRootIno, "h", 0644, true);  // held by b, which renews
+  ASSERT_TRUE(f.ok() && g.ok() && h.ok());
+  auto af = m.open(kRoot, f->ino(), false, true, false, "a");
+  auto ag = m.open(kRoot, g->ino(), false, true, false, "a");
+  auto bh = m.open(kRoot, h->ino(), false, true, false, "b");
+  ASSERT_TRUE(af.ok() && ag.ok() && bh.ok());
+  ASSERT_TRUE(m.unlink(kRoot, kRootIno, "g").ok());
+  auto sessions = [&](uint64_t ino) {
+    bool any = false;
+    EXPECT_TRUE(kv::runReadTransaction(*engine_, [&](kv::ReadTransaction& t) -> Status {
+                  ASSIGN_OR_RETURN(any, hasSessions(t, ino));
+                  return Status::OK();
+                }).ok());
+    return any;
+  };
+  auto leases = [&] {
+    auto t = engine_->beginRead();
+    auto rows = t->getRange(kv::KeyWriter(kv::Prefix::kClientLease).key(),
+                            kv::strinc(kv::KeyWriter(kv::Prefix::kClientLease).key()));
+    return rows.ok() ? rows->kvs.size() : size_t{999};
+  };
+
+  clock.advance(std::chrono::seconds(30));
+  ASSERT_TRUE(m.renewClient("b").ok());
+  ASSERT_TRUE(m.renewClient("c").ok());  // a client holding nothing
+  EXPECT_EQ(m.renewClient("").code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(*m.reapSessions(), 0u);         // nobody silent for 60 s yet
+  clock.advance(std::chrono::seconds(40));  // a: 70 s since it opened; b, c: 40 s since renewing
+  auto n = m.reapSessions();
+  ASSERT_TRUE(n.ok()) << n.status().toString();
+  EXPECT_EQ(*n, 2u);
+  // g lost its last session: gone, its chunks queued; f keeps its name.
+  EXPECT_EQ(m.getattr(g->ino()).code(), ErrorCode::kNotFound);
+  auto t = engine_->beginRead();
+  auto gc = t->getRange(gcBegin(), gcEnd());
+  ASSERT_TRUE(gc.ok());
+  ASSERT_EQ(gc->kvs.size(), 1u);
+  EXPECT_FALSE(sessions(f->ino()));
+  EXPECT_TRUE(sessions(h->ino()));
+  EXPECT_EQ(leases(), 2u);
+  // a was only slow: its close still records the length (g's inode is gone).
+  auto closed = m.close(f->ino(), af->session, 100, true);
+  ASSERT_TRUE(closed.ok()) << closed.status().toString();
+  EXPECT_EQ(closed->size(), 100u);
+  EXPECT_EQ(m.close(g->ino(), ag->session, 5, true).code(), ErrorCode::kNotFound);
+  // b and c fall silent too: b's session ends, both leases are forgotten.
+  clock.advance(std::chrono::seconds(61));
+  EXPECT_EQ(*m.reapSessions(), 1u);
+  EXPECT_FALSE(sessions(h->ino()));
+  EXPECT_EQ(leases(), 0u);
+  EXPECT_EQ(*m.reapSessions(), 0u);
 }
 
 TEST_P(MetaTest, FsckFindsEachKindOfDamage) {

@@ -35,6 +35,9 @@ void queueGc(kv::Transaction& txn, const Inode& inode) {
   e.set_no_chunks(inode.data_inline() && inode.convert_token() == 0);
   txn.set(gcKey(inode.ino(), 0, e.end_chunk()), e.SerializeAsString());
 }
+std::string clientLeaseKey(std::string_view client) {
+  return KeyWriter(Prefix::kClientLease).bytes(client).key();
+}
 std::string xattrKey(uint64_t ino, std::string_view name) {
   return KeyWriter(Prefix::kXattr).u64(ino).bytes(name).key();
 }

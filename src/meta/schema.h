@@ -45,6 +45,7 @@ std::string gcKey(uint64_t ino, uint64_t first_chunk, uint64_t end_chunk);
 // length and an inline file's leftover chunk 0 included.
 void queueGc(kv::Transaction& txn, const Inode& inode);
 std::string xattrKey(uint64_t ino, std::string_view name);
+std::string clientLeaseKey(std::string_view client);
 std::string inlineKey(uint64_t ino);
 std::string sessionKey(uint64_t ino, uint64_t session);
 std::string sessionBegin(uint64_t ino);

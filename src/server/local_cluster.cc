@@ -134,8 +134,18 @@ void LocalCluster::Impl::gcLoop() {
   meta::GcWorker gc(*kv, *remover);
   std::unique_lock lock(gc_mu);
   auto next_expiry = std::chrono::steady_clock::now();
+  const auto reap_every =
+      std::max(std::chrono::milliseconds(1000),
+               std::chrono::milliseconds(meta->options().session_timeout_ms / 4));
+  auto next_reap = std::chrono::steady_clock::now() + reap_every;
   while (!stopping) {
     lock.unlock();
+    // Sessions of clients that died first: their unlinked files become garbage.
+    if (std::chrono::steady_clock::now() >= next_reap) {
+      next_reap = std::chrono::steady_clock::now() + reap_every;
+      auto reaped = meta->reapSessions();
+      if (!reaped.ok()) CLOG_WARN("gc", "ending sessions: {}", reaped.status().toString());
+    }
     auto done = gc.runOnce();
     if (!done.ok()) CLOG_WARN("gc", "chunk GC: {}", done.status().toString());
     // Once a second, also while chunk GC is busy: the scan reads once per client.
@@ -204,6 +214,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
   }));
   meta::MetaOptions meta_options;
   meta_options.inline_convert_lease_ms = options.inline_convert_lease_ms;
+  meta_options.session_timeout_ms = options.session_timeout_ms;
   c.meta = std::make_unique<meta::MetaStore>(*c.kv, meta_options);
   RETURN_ON_ERROR(c.meta->init());
   c.meta->setCapacitySource([&c] { return c.capacity(); });

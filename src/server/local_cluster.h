@@ -34,6 +34,9 @@ struct LocalClusterOptions {
   // How long a client moving an inline file's bytes to chunks holds it
   // (meta::MetaOptions; tests shorten it).
   uint32_t inline_convert_lease_ms = 10000;
+  // A client silent this long loses its write sessions (meta::MetaOptions;
+  // the GC loop ends them every quarter of it, at most every second).
+  uint32_t session_timeout_ms = 60000;
 };
 
 class LocalCluster {

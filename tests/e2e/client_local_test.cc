@@ -59,11 +59,12 @@ class LocalClient : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  std::unique_ptr<Client> connect(bool local_calls) {
+  std::unique_ptr<Client> connect(bool local_calls, uint32_t session_renew_ms = 20000) {
     Client::Options o;
     o.cluster = cluster_->endpoint().toString();
     o.retry_ms = 2000;
     o.local_calls = local_calls;
+    o.session_renew_ms = session_renew_ms;
     auto [c, e] = Client::connect(o);
     EXPECT_FALSE(e) << e.message;
     return std::move(c);
@@ -248,6 +249,51 @@ TEST_F(LocalClient, OTruncCutsBytesAWriterHasNotRecordedYet) {
   std::copy(tail, tail + 3, want.end() - 3);
   EXPECT_EQ(readAll(*connect(false), "/f"), want);
   EXPECT_FALSE(fa->close());
+}
+
+// A client that dies never closes its files. Its sessions end once it has
+// not renewed them for the service's session timeout, as its close would:
+// a file it held open after an unlink goes, chunks and all. A client that
+// renews keeps its own.
+TEST_F(LocalClient, AClientThatStopsRenewingLosesItsSessionsAndItsUnlinkedFileGoes) {
+  server::LocalClusterOptions o;
+  o.targets = 2;
+  o.session_timeout_ms = 1500;
+  ASSERT_NO_FATAL_FAILURE(start(o));
+  auto live = connect(true, /*session_renew_ms=*/200);
+  auto silent = connect(true, /*session_renew_ms=*/0);  // as if it had died
+  std::unique_ptr<File> kept, held;
+  ASSERT_FALSE(live->open("/kept", O_CREAT | O_WRONLY, 0644, &kept));
+  ASSERT_FALSE(silent->open("/held", O_CREAT | O_WRONLY, 0644, &held));
+  std::vector<uint8_t> data(2 * kChunk);
+  fill(data.data(), data.size(), 0, 3);
+  size_t done = 0;
+  ASSERT_FALSE(held->pwrite(data.data(), data.size(), 0, &done));
+  ASSERT_FALSE(held->fsync());
+  ASSERT_FALSE(live->unlink("/held"));  // stays while its writer holds it
+  auto chunks = [&] {
+    std::vector<TargetInfo> targets;
+    EXPECT_FALSE(live->targets(&targets));
+    uint64_t n = 0;
+    for (const auto& t : targets) n += t.chunks;
+    return n;
+  };
+  EXPECT_EQ(chunks(), 2u);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (chunks() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(chunks(), 0u);
+  CheckReport report;
+  ASSERT_FALSE(live->fsck(&report));
+  EXPECT_EQ(report.sessions, 1u);  // the live client's
+  EXPECT_TRUE(report.problems.empty());
+  ASSERT_FALSE(kept->pwrite("abc", 3, 0, &done));
+  ASSERT_FALSE(kept->close());
+  FileInfo info;
+  ASSERT_FALSE(live->stat("/kept", &info));
+  EXPECT_EQ(info.size, 3u);
+  Error e = held->close();  // the silent client comes back: its file is gone
+  EXPECT_EQ(e.errno_value, ENOENT) << e.message;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // a small file's bytes to keep inline (ops/inline.cc).
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "meta/meta_store.h"
 #include "meta/ops/inline.h"
 #include "meta/ops/new_inode.h"
@@ -91,52 +92,60 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
 Result<Inode> MetaStore::close(uint64_t ino, uint64_t session, uint64_t length, bool wrote,
                                const RequestId& rid,
                                const std::optional<std::string>& inline_data) {
-  ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-                     ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
-                     if (session != 0) {
-                       ASSIGN_OR_RETURN(auto s, t.get(sessionKey(ino, session)));
-                       if (!s)
-                         return Status(ErrorCode::kNotFound,
-                                       fmt::format("session {} of inode {}", session, ino));
-                       t.clear(sessionKey(ino, session));
-                     }
-                     bool changed = false;
-                     if (inline_data) {
-                       RETURN_ON_ERROR(takeInline(t, n, session, length, *inline_data,
-                                                  options_.inline_max_bytes));
-                       changed = true;
-                     } else if (wrote && n.data_inline()) {
-                       return Status(ErrorCode::kInlineRefused,
-                                     fmt::format("inode {} is inline: chunk writes need a "
-                                                 "conversion first",
-                                                 ino));
-                     } else if (wrote && n.inline_ok()) {
-                       n.set_inline_ok(false);  // its bytes are in chunks now
-                       changed = true;
-                     }
-                     if (length > n.size()) {
-                       n.set_size(length);
-                       changed = true;
-                     }
-                     if (wrote) {
-                       n.set_mtime_ns(nowNs());
-                       n.set_ctime_ns(n.mtime_ns());
-                       changed = true;
-                     }
-                     if (n.nlink() == 0 && n.type() == REGULAR) {
-                       ASSIGN_OR_RETURN(bool others, hasSessions(t, ino));
-                       if (!others) {
-                         // Last close of an unlinked file: queue the chunks at the final length and
-                         // drop the inode.
-                         queueGc(t, n);
-                         RETURN_ON_ERROR(removeInode(t, ino));
-                         return n.SerializeAsString();
-                       }
-                     }
-                     if (changed) storeInode(t, n);
-                     return n.SerializeAsString();
+  ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) {
+                     return closeIn(t, ino, session, length, wrote, inline_data);
                    }));
   return parseInode(bytes);
+}
+
+Result<std::string> MetaStore::closeIn(kv::Transaction& t, uint64_t ino, uint64_t session,
+                                       uint64_t length, bool wrote,
+                                       const std::optional<std::string>& inline_data) {
+  ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
+  if (session != 0) {
+    ASSIGN_OR_RETURN(auto s, t.get(sessionKey(ino, session)));
+    if (s) {
+      t.clear(sessionKey(ino, session));
+    } else {
+      // Ended by reapSessions(): its client stopped renewing, yet was only
+      // slow. Its bytes are in storage; the length still counts. Nothing
+      // stays inline without the creating session.
+      CLOG_WARN("meta", "close of inode {}: session {} had ended (its client stopped renewing)",
+                ino, session);
+      session = 0;
+    }
+  }
+  bool changed = false;
+  if (inline_data) {
+    RETURN_ON_ERROR(takeInline(t, n, session, length, *inline_data, options_.inline_max_bytes));
+    changed = true;
+  } else if (wrote && n.data_inline()) {
+    return Status(ErrorCode::kInlineRefused,
+                  fmt::format("inode {} is inline: chunk writes need a conversion first", ino));
+  } else if (wrote && n.inline_ok()) {
+    n.set_inline_ok(false);  // its bytes are in chunks now
+    changed = true;
+  }
+  if (length > n.size()) {
+    n.set_size(length);
+    changed = true;
+  }
+  if (wrote) {
+    n.set_mtime_ns(nowNs());
+    n.set_ctime_ns(n.mtime_ns());
+    changed = true;
+  }
+  if (n.nlink() == 0 && n.type() == REGULAR) {
+    ASSIGN_OR_RETURN(bool others, hasSessions(t, ino));
+    if (!others) {
+      // Last close of an unlinked file: queue its chunks and drop the inode.
+      queueGc(t, n);
+      RETURN_ON_ERROR(removeInode(t, ino));
+      return n.SerializeAsString();
+    }
+  }
+  if (changed) storeInode(t, n);
+  return n.SerializeAsString();
 }
 
 }  // namespace cistern::meta
