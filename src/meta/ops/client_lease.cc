@@ -6,6 +6,7 @@
 // than session_timeout_ms — as its close would have, keeping the length.
 #include <fmt/format.h>
 
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -23,6 +24,32 @@ Result<int64_t> renewedNs(kv::ReadTransaction& t, const std::string& client) {
   ClientLease lease;
   if (!v || !lease.ParseFromString(*v)) return int64_t{0};
   return lease.renewed_ns();
+}
+
+// Calls `each` on the rows under `prefix` in key order, 256 to a snapshot,
+// until it returns false.
+Status forEachRow(
+    kv::Engine& engine, kv::Prefix prefix,
+    const std::function<Result<bool>(kv::ReadTransaction&, const kv::KeyValue&)>& each) {
+  const std::string end = kv::strinc(kv::KeyWriter(prefix).key());
+  std::string from = kv::KeyWriter(prefix).key();
+  bool more = true;
+  while (more) {
+    RETURN_ON_ERROR(kv::runReadTransaction(engine, [&](kv::ReadTransaction& t) -> Status {
+      ASSIGN_OR_RETURN(auto rows, t.getRange(from, end, {.limit = 256}));
+      more = rows.more;
+      for (const auto& row : rows.kvs) {
+        from = row.key + '\0';
+        ASSIGN_OR_RETURN(bool go_on, each(t, row));
+        if (!go_on) {
+          more = false;
+          break;
+        }
+      }
+      return Status::OK();
+    }));
+  }
+  return Status::OK();
 }
 
 struct Held {
@@ -45,43 +72,31 @@ Status MetaStore::renewClient(std::string_view client) {
 
 Result<size_t> MetaStore::reapSessions(size_t max) {
   const int64_t cutoff = nowNs() - int64_t{options_.session_timeout_ms} * 1'000'000;
-  const std::string begin = kv::KeyWriter(kv::Prefix::kSession).key();
-  const std::string end = kv::strinc(begin);
   // Sessions whose client looked gone in a snapshot; each is checked again
   // in the transaction that ends it (the client may renew meanwhile).
   std::vector<Held> gone;
   std::map<std::string, int64_t> renewed;  // per client, for this pass
-  std::string from = begin;
-  while (from < end && gone.size() < max) {
-    bool more = false;
-    RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
-      ASSIGN_OR_RETURN(auto rows, t.getRange(from, end, {.limit = 256}));
-      more = rows.more;
-      for (const auto& row : rows.kvs) {
-        from = row.key + '\0';
-        Session s;
-        if (!s.ParseFromString(row.value)) continue;  // fsck's to report
-        if (s.opened_ns() > cutoff) continue;
-        auto it = renewed.find(s.client());
-        if (it == renewed.end()) {
-          ASSIGN_OR_RETURN(int64_t at, renewedNs(t, s.client()));
-          it = renewed.emplace(s.client(), at).first;
-        }
-        if (it->second > cutoff) continue;
-        kv::KeyReader r(row.key);
-        ASSIGN_OR_RETURN(auto prefix, r.prefix());
-        (void)prefix;
-        Held h;
-        ASSIGN_OR_RETURN(h.ino, r.u64());
-        ASSIGN_OR_RETURN(h.session, r.u64());
-        h.client = s.client();
-        gone.push_back(std::move(h));
-        if (gone.size() == max) break;
-      }
-      return Status::OK();
-    }));
-    if (!more) break;
-  }
+  RETURN_ON_ERROR(forEachRow(engine_, kv::Prefix::kSession,
+                             [&](kv::ReadTransaction& t, const kv::KeyValue& row) -> Result<bool> {
+                               Session s;
+                               if (!s.ParseFromString(row.value) || s.opened_ns() > cutoff)
+                                 return true;  // fsck reports
+                               auto it = renewed.find(s.client());
+                               if (it == renewed.end()) {
+                                 ASSIGN_OR_RETURN(int64_t at, renewedNs(t, s.client()));
+                                 it = renewed.emplace(s.client(), at).first;
+                               }
+                               if (it->second > cutoff) return true;
+                               kv::KeyReader r(row.key);
+                               ASSIGN_OR_RETURN(auto prefix, r.prefix());
+                               (void)prefix;
+                               Held h;
+                               ASSIGN_OR_RETURN(h.ino, r.u64());
+                               ASSIGN_OR_RETURN(h.session, r.u64());
+                               h.client = s.client();
+                               gone.push_back(std::move(h));
+                               return gone.size() < max;
+                             }));
   size_t ended = 0;
   for (const Held& h : gone) {
     bool end_it = false;
@@ -102,25 +117,15 @@ Result<size_t> MetaStore::reapSessions(size_t max) {
     }
   }
   // Forget the leases of clients gone that long (one that comes back renews again).
-  const std::string leases = kv::KeyWriter(kv::Prefix::kClientLease).key();
-  const std::string leases_end = kv::strinc(leases);
   std::vector<std::string> stale;
-  from = leases;
-  while (from < leases_end && stale.size() < max) {
-    bool more = false;
-    RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
-      ASSIGN_OR_RETURN(auto rows, t.getRange(from, leases_end, {.limit = 256}));
-      more = rows.more;
-      for (const auto& row : rows.kvs) {
-        from = row.key + '\0';
-        ClientLease lease;
-        if (!lease.ParseFromString(row.value) || lease.renewed_ns() <= cutoff)
-          stale.push_back(row.key);
-      }
-      return Status::OK();
-    }));
-    if (!more) break;
-  }
+  RETURN_ON_ERROR(forEachRow(engine_, kv::Prefix::kClientLease,
+                             [&](kv::ReadTransaction&, const kv::KeyValue& row) -> Result<bool> {
+                               ClientLease lease;
+                               if (!lease.ParseFromString(row.value) ||
+                                   lease.renewed_ns() <= cutoff)
+                                 stale.push_back(row.key);
+                               return stale.size() < max;
+                             }));
   if (!stale.empty()) {
     RETURN_ON_ERROR(kv::runTransaction(engine_, [&](kv::Transaction& t) -> Status {
       for (const auto& key : stale) {
