@@ -155,7 +155,7 @@ class Client {
     uint32_t inline_max_bytes = 8u << 10;
     // How often the client tells the metadata service it is alive, which
     // keeps its files open for writing theirs: the service ends the write
-    // sessions of a client silent for its session timeout (60 s) as a close
+    // sessions of a client silent for its session timeout (5 min) as a close
     // would, so a client that dies leaves no file held open. 0: never (for
     // clients that open no file for long).
     uint32_t session_renew_ms = 20000;

@@ -48,9 +48,10 @@ struct MetaOptions {
   // How long a client converting an inline file holds it. Default: 10 s.
   uint32_t inline_convert_lease_ms = 10000;
   // A client's write sessions end this long after it last renewed them (or
-  // opened them) when reapSessions() runs. Clients renew every third of the
-  // default. Default: 60 s.
-  uint32_t session_timeout_ms = 60000;
+  // opened them) when reapSessions() runs; clients renew every 20 s by
+  // default, so only one paused or cut off for minutes loses them.
+  // Default: 5 min.
+  uint32_t session_timeout_ms = 300000;
 };
 
 struct RequestId {

@@ -36,7 +36,7 @@ struct LocalClusterOptions {
   uint32_t inline_convert_lease_ms = 10000;
   // A client silent this long loses its write sessions (meta::MetaOptions;
   // the GC loop ends them every quarter of it, at most every second).
-  uint32_t session_timeout_ms = 60000;
+  uint32_t session_timeout_ms = 300000;
 };
 
 class LocalCluster {
