@@ -101,6 +101,9 @@ struct CheckReport {
   uint64_t dentries = 0;
   uint64_t sessions = 0;              // files open for writing
   uint64_t gc_entries = 0;            // chunk ranges waiting for deletion
+  uint64_t chunks = 0;                // in storage
+  uint64_t chunks_past_end = 0;       // bytes written past a file's recorded length
+  uint64_t orphan_chunks = 0;         // of no file (also listed as problems)
   std::vector<std::string> problems;  // one sentence each; empty when clean
 };
 

@@ -61,7 +61,7 @@ void addClusterCommands(CLI::App& app) {
     });
   }
   {
-    auto* cmd = app.add_subcommand("fsck", "check the namespace's invariants (read-only)");
+    auto* cmd = app.add_subcommand("fsck", "check the namespace and the chunks in storage (read-only)");
     auto& flags = addClusterFlags(cmd);
     cmd->callback([&flags] {
       auto c = connectOrReport(flags);
@@ -69,9 +69,12 @@ void addClusterCommands(CLI::App& app) {
       CheckReport r;
       if (report(c->fsck(&r))) return;
       for (const auto& p : r.problems) fmt::print("problem: {}\n", p);
-      fmt::print("{} inodes, {} dentries, {} open for writing, {} GC entries: {}\n", r.inodes,
-                 r.dentries, r.sessions, r.gc_entries,
-                 r.problems.empty() ? "clean" : fmt::format("{} problems", r.problems.size()));
+      fmt::print(
+          "{} inodes, {} dentries, {} open for writing, {} GC entries, {} chunks ({} past their "
+          "file's end, {} of no file): {}\n",
+          r.inodes, r.dentries, r.sessions, r.gc_entries, r.chunks, r.chunks_past_end,
+          r.orphan_chunks,
+          r.problems.empty() ? "clean" : fmt::format("{} problems", r.problems.size()));
       if (!r.problems.empty()) setExitCode(1);
     });
   }

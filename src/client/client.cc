@@ -831,6 +831,9 @@ Error ClientImpl::fsck(CheckReport* out) {
   out->dentries = resp.dentries();
   out->sessions = resp.sessions();
   out->gc_entries = resp.gc_entries();
+  out->chunks = resp.chunks();
+  out->chunks_past_end = resp.chunks_past_end();
+  out->orphan_chunks = resp.orphan_chunks();
   out->problems.assign(resp.problems().begin(), resp.problems().end());
   return {};
 }

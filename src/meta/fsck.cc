@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -179,6 +181,80 @@ Result<FsckReport> fsck(kv::Engine& engine) {
     }
   }
   return report;
+}
+
+namespace {
+
+// What the namespace says about the chunks of one inode.
+struct Owner {
+  bool exists = false;      // a regular file with this inode number
+  bool gc_queued = false;   // a GC entry will remove its chunks
+  uint64_t first_past = 0;  // chunks from this index on are past its length
+};
+
+Result<Owner> ownerOf(kv::Engine& engine, uint64_t ino) {
+  Owner o;
+  RETURN_ON_ERROR(kv::runReadTransaction(engine, [&](kv::ReadTransaction& t) -> Status {
+    o = Owner();
+    ASSIGN_OR_RETURN(auto n, loadInode(t, ino));
+    if (n && n->type() == REGULAR) {
+      o.exists = true;
+      uint64_t chunk = std::max<uint64_t>(n->layout().chunk_size(), 1);
+      o.first_past = n->data_inline() ? 1 : (n->size() + chunk - 1) / chunk;
+    }
+    const std::string begin = kv::KeyWriter(kv::Prefix::kGcQueue).u64(ino).key();
+    ASSIGN_OR_RETURN(auto gc, t.getRange(begin, kv::strinc(begin), {.limit = 1}));
+    o.gc_queued = !gc.kvs.empty();
+    return Status::OK();
+  }));
+  return o;
+}
+
+}  // namespace
+
+Result<ChunkCheck> checkChunks(kv::Engine& engine, ChunkLister& lister) {
+  ChunkCheck check;
+  constexpr uint32_t kPage = 1000;
+  for (size_t target = 0; target < lister.targets(); ++target) {
+    uint64_t ino = 0;
+    uint32_t index = 0;
+    std::optional<uint64_t> owner_ino;
+    Owner owner;
+    for (;;) {
+      ASSIGN_OR_RETURN(auto ids, lister.list(target, ino, index, kPage));
+      for (const auto& [chunk_ino, chunk_index] : ids) {
+        check.chunks++;
+        if (owner_ino != chunk_ino) {
+          ASSIGN_OR_RETURN(owner, ownerOf(engine, chunk_ino));
+          owner_ino = chunk_ino;
+        }
+        if (owner.exists) {
+          if (chunk_index >= owner.first_past) check.past_end++;
+          continue;
+        }
+        if (owner.gc_queued) continue;
+        // Gone and not queued: unless a delete and its GC ran since, an orphan.
+        ASSIGN_OR_RETURN(auto again, lister.list(target, chunk_ino, chunk_index, 1));
+        if (again.empty() || again[0] != std::make_pair(chunk_ino, chunk_index)) continue;
+        ASSIGN_OR_RETURN(Owner now, ownerOf(engine, chunk_ino));
+        if (now.exists || now.gc_queued) continue;
+        check.orphans++;
+        if (check.problems.size() < 20) {
+          check.problems.push_back(fmt::format(
+              "chunk {}:{} on target {} belongs to no file", chunk_ino, chunk_index, target + 1));
+        }
+      }
+      if (ids.size() < kPage) break;
+      ino = ids.back().first;
+      index = ids.back().second + 1;
+      if (index == 0) ++ino;  // past the last index of that inode
+    }
+  }
+  if (check.orphans > check.problems.size()) {
+    check.problems.push_back(
+        fmt::format("{} more chunks belong to no file", check.orphans - check.problems.size()));
+  }
+  return check;
 }
 
 }  // namespace cistern::meta

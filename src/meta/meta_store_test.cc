@@ -829,6 +829,51 @@ TEST_P(MetaTest, SessionsOfClientsThatStopRenewingEndAsTheirCloseWould) {
   EXPECT_EQ(*m.reapSessions(), 0u);
 }
 
+// Storage's chunk ids for checkChunks(), per target, in memory.
+class FakeLister : public ChunkLister {
+ public:
+  std::vector<std::set<std::pair<uint64_t, uint32_t>>> held{2};
+  std::pair<uint64_t, uint32_t> vanishes{0, 0};  // removed once listed (a racing GC)
+  size_t targets() const override { return held.size(); }
+  Result<std::vector<std::pair<uint64_t, uint32_t>>> list(size_t target, uint64_t inode,
+                                                          uint32_t index, uint32_t limit) override {
+    std::vector<std::pair<uint64_t, uint32_t>> out;
+    for (auto it = held[target].lower_bound({inode, index});
+         it != held[target].end() && out.size() < limit; ++it)
+      out.push_back(*it);
+    if (held[target].erase(vanishes) > 0) vanishes = {0, 0};
+    return out;
+  }
+};
+
+TEST_P(MetaTest, FsckFindsChunksOfNoFileAndCountsThosePastAnEnd) {
+  auto a = store_->create(kRoot, kRootIno, "a", 0644, true);
+  auto b = store_->create(kRoot, kRootIno, "b", 0644, true);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(store_->setattr(kRoot, a->ino(), {.size = (1u << 20) + 1}).ok());  // chunks 0, 1
+  ASSERT_TRUE(store_->unlink(kRoot, kRootIno, "b").ok());  // its GC entry is queued
+  FakeLister storage;
+  storage.held[0] = {{a->ino(), 0}, {b->ino(), 0}, {900001, 2}};
+  storage.held[1] = {{a->ino(), 1}, {a->ino(), 5}, {900000, 3}};
+  storage.vanishes = {900001, 2};  // its delete's GC runs while fsck looks
+  auto check = checkChunks(*engine_, storage);
+  ASSERT_TRUE(check.ok()) << check.status().toString();
+  EXPECT_EQ(check->chunks, 6u);
+  EXPECT_EQ(check->past_end, 1u);  // a's chunk 5: bytes never recorded by a close
+  EXPECT_EQ(check->orphans, 1u);
+  ASSERT_EQ(check->problems.size(), 1u);
+  EXPECT_EQ(check->problems[0], "chunk 900000:3 on target 2 belongs to no file");
+  // Many pages of one file's chunks, and a clean store.
+  FakeLister many;
+  for (uint32_t i = 0; i < 2500; ++i) many.held[i % 2].insert({a->ino(), i});
+  ASSERT_TRUE(store_->setattr(kRoot, a->ino(), {.size = 2500ull << 20}).ok());
+  check = checkChunks(*engine_, many);
+  ASSERT_TRUE(check.ok());
+  EXPECT_EQ(check->chunks, 2500u);
+  EXPECT_EQ(check->past_end, 0u);
+  EXPECT_TRUE(check->problems.empty());
+}
+
 TEST_P(MetaTest, FsckFindsEachKindOfDamage) {
   expect_clean_ = false;
   auto d = store_->mkdir(kRoot, kRootIno, "d", 0755);

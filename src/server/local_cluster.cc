@@ -61,6 +61,25 @@ struct LocalCluster::Impl {
 
 namespace {
 
+// The chunks of this process's targets, for fsck.
+class EngineLister : public meta::ChunkLister {
+ public:
+  explicit EngineLister(const std::vector<TargetRuntime>& targets) : targets_(targets) {}
+  size_t targets() const override { return targets_.size(); }
+  Result<std::vector<std::pair<uint64_t, uint32_t>>> list(size_t target, uint64_t inode,
+                                                          uint32_t index,
+                                                          uint32_t limit) override {
+    ASSIGN_OR_RETURN(auto chunks, targets_[target].engine->list({inode, index}, limit));
+    std::vector<std::pair<uint64_t, uint32_t>> ids;
+    ids.reserve(chunks.size());
+    for (const auto& [id, m] : chunks) ids.emplace_back(id.inode, id.index);
+    return ids;
+  }
+
+ private:
+  const std::vector<TargetRuntime>& targets_;
+};
+
 // Existing target-<i> directories: the count never shrinks across restarts.
 uint32_t existingTargets(const std::string& data) {
   uint32_t n = 0;
@@ -243,6 +262,12 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
           resp.set_sessions(r.sessions);
           resp.set_gc_entries(r.gc_entries);
           for (auto& p : r.problems) resp.add_problems(std::move(p));
+          EngineLister lister(c.targets);
+          ASSIGN_OR_RETURN(meta::ChunkCheck chunks, meta::checkChunks(*c.kv, lister));
+          resp.set_chunks(chunks.chunks);
+          resp.set_chunks_past_end(chunks.past_end);
+          resp.set_orphan_chunks(chunks.orphans);
+          for (auto& p : chunks.problems) resp.add_problems(std::move(p));
           return Status::OK();
         });
       });

@@ -882,6 +882,8 @@ TEST_F(E2E, SmallNewFilesStayInlineUntilALaterWriterMovesThem) {
   CheckReport report;
   ASSERT_FALSE(client_->fsck(&report));
   EXPECT_TRUE(report.problems.empty()) << report.problems.front();
+  EXPECT_GT(report.chunks, 0u);
+  EXPECT_EQ(report.orphan_chunks, 0u);
 }
 
 TEST_F(E2E, MetricsParseAndMoveWithTheWorkload) {
