@@ -61,7 +61,8 @@ void addClusterCommands(CLI::App& app) {
     });
   }
   {
-    auto* cmd = app.add_subcommand("fsck", "check the namespace and the chunks in storage (read-only)");
+    auto* cmd =
+        app.add_subcommand("fsck", "check the namespace and the chunks in storage (read-only)");
     auto& flags = addClusterFlags(cmd);
     cmd->callback([&flags] {
       auto c = connectOrReport(flags);

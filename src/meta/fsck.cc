@@ -240,8 +240,8 @@ Result<ChunkCheck> checkChunks(kv::Engine& engine, ChunkLister& lister) {
         if (now.exists || now.gc_queued) continue;
         check.orphans++;
         if (check.problems.size() < 20) {
-          check.problems.push_back(fmt::format(
-              "chunk {}:{} on target {} belongs to no file", chunk_ino, chunk_index, target + 1));
+          check.problems.push_back(fmt::format("chunk {}:{} on target {} belongs to no file",
+                                               chunk_ino, chunk_index, target + 1));
         }
       }
       if (ids.size() < kPage) break;

@@ -67,8 +67,7 @@ class EngineLister : public meta::ChunkLister {
   explicit EngineLister(const std::vector<TargetRuntime>& targets) : targets_(targets) {}
   size_t targets() const override { return targets_.size(); }
   Result<std::vector<std::pair<uint64_t, uint32_t>>> list(size_t target, uint64_t inode,
-                                                          uint32_t index,
-                                                          uint32_t limit) override {
+                                                          uint32_t index, uint32_t limit) override {
     ASSIGN_OR_RETURN(auto chunks, targets_[target].engine->list({inode, index}, limit));
     std::vector<std::pair<uint64_t, uint32_t>> ids;
     ids.reserve(chunks.size());
