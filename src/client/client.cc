@@ -209,6 +209,7 @@ ClientImpl::~ClientImpl() {
       std::lock_guard lock(renew_mu_);
       stopping_ = true;
     }
+    renew_cancel_->cancel();
     renew_cv_.notify_all();
     renewer_.join();
   }
@@ -269,11 +270,13 @@ void ClientImpl::renewLoop() {
     }
     meta::Empty resp;
     // One try per period: the next period tries again, well within the
-    // service's timeout (three periods by default).
-    Status s = rpc_->callSync(
-        to, kRenew(), req, &resp,
-        {.timeout_ms = std::min(options_.call_timeout_ms, options_.session_renew_ms)});
-    if (!s.ok()) CLOG_WARN("client", "renewing client {}: {}", client_id_, s.toString());
+    // service's timeout (fifteen periods by default).
+    net::CallOptions co;
+    co.timeout_ms = std::min(options_.call_timeout_ms, options_.session_renew_ms);
+    co.cancel = renew_cancel_;
+    Status s = rpc_->callSync(to, kRenew(), req, &resp, co);
+    if (!s.ok() && !renew_cancel_->cancelled())
+      CLOG_WARN("client", "renewing client {}: {}", client_id_, s.toString());
     lock.lock();
   }
 }

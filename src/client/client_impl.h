@@ -211,6 +211,9 @@ class ClientImpl final : public Client {
   std::mutex renew_mu_;
   std::condition_variable renew_cv_;
   bool stopping_ = false;
+  // Cancels a renewal in flight when the client goes (a partitioned cluster
+  // must not hold up a close or an unmount).
+  std::shared_ptr<net::CancelToken> renew_cancel_ = std::make_shared<net::CancelToken>();
   std::once_flag local_pool_once_;
   std::unique_ptr<asio::thread_pool> local_pool_;
   std::unique_ptr<ShmSlots> shm_;  // null: off
