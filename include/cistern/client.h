@@ -174,6 +174,10 @@ class Client {
   virtual Error rename(const std::string& from, const std::string& to) = 0;
   virtual Error unlink(const std::string& path) = 0;
   virtual Error rmdir(const std::string& path) = 0;
+  // Shrinking (and O_TRUNC) cuts every byte at and past `size` in storage,
+  // also bytes other clients wrote there and have not closed yet, before the
+  // new size is recorded: a truncate that fails part way leaves the old size
+  // reading zeros from `size` on, never old bytes past a recorded end.
   virtual Error truncate(const std::string& path, uint64_t size) = 0;
   // flags: O_RDONLY / O_WRONLY / O_RDWR with O_CREAT, O_EXCL, O_TRUNC.
   virtual Error open(const std::string& path, int flags, uint32_t mode,
@@ -181,7 +185,8 @@ class Client {
   virtual Error statfs(SpaceInfo* out) = 0;
   // Targets, chains and their space (cistern status).
   virtual Error targets(std::vector<TargetInfo>* out) = 0;
-  // Checks the namespace's invariants on the server (read-only).
+  // Checks the namespace's invariants, and the chunks in storage against
+  // it, on the server (read-only).
   virtual Error fsck(CheckReport* out) = 0;
 };
 
