@@ -99,12 +99,13 @@ struct TargetInfo {
 struct CheckReport {
   uint64_t inodes = 0;
   uint64_t dentries = 0;
-  uint64_t sessions = 0;              // files open for writing
-  uint64_t gc_entries = 0;            // chunk ranges waiting for deletion
-  uint64_t chunks = 0;                // in storage
-  uint64_t chunks_past_end = 0;       // bytes written past a file's recorded length
-  uint64_t orphan_chunks = 0;         // of no file (also listed as problems)
-  std::vector<std::string> problems;  // one sentence each; empty when clean
+  uint64_t sessions = 0;               // files open for writing
+  uint64_t gc_entries = 0;             // chunk ranges waiting for deletion
+  uint64_t chunks = 0;                 // in storage
+  uint64_t chunks_past_end = 0;        // bytes written past a file's recorded length
+  uint64_t orphan_chunks = 0;          // of no file (also listed as problems)
+  uint64_t orphan_chunks_removed = 0;  // with remove_orphan_chunks
+  std::vector<std::string> problems;   // one sentence each; empty when clean
 };
 
 class File {
@@ -186,8 +187,9 @@ class Client {
   // Targets, chains and their space (cistern status).
   virtual Error targets(std::vector<TargetInfo>* out) = 0;
   // Checks the namespace's invariants, and the chunks in storage against
-  // it, on the server (read-only).
-  virtual Error fsck(CheckReport* out) = 0;
+  // it, on the server; read-only unless `remove_orphan_chunks`, which also
+  // removes the chunks found to belong to no file.
+  virtual Error fsck(CheckReport* out, bool remove_orphan_chunks = false) = 0;
 };
 
 }  // namespace cistern

@@ -61,15 +61,20 @@ void addClusterCommands(CLI::App& app) {
     });
   }
   {
-    auto* cmd =
-        app.add_subcommand("fsck", "check the namespace and the chunks in storage (read-only)");
+    auto* cmd = app.add_subcommand(
+        "fsck", "check the namespace and the chunks in storage (read-only unless asked)");
     auto& flags = addClusterFlags(cmd);
+    static bool remove_orphans = false;
+    cmd->add_flag("--remove-orphan-chunks", remove_orphans,
+                  "also remove the chunks that belong to no file");
     cmd->callback([&flags] {
       auto c = connectOrReport(flags);
       if (!c) return;
       CheckReport r;
-      if (report(c->fsck(&r))) return;
+      if (report(c->fsck(&r, remove_orphans))) return;
       for (const auto& p : r.problems) fmt::print("problem: {}\n", p);
+      if (r.orphan_chunks_removed > 0)
+        fmt::print("removed {} chunks of no file\n", r.orphan_chunks_removed);
       fmt::print(
           "{} inodes, {} dentries, {} open for writing, {} GC entries, {} chunks ({} past their "
           "file's end, {} of no file): {}\n",

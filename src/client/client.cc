@@ -822,9 +822,10 @@ Error ClientImpl::targets(std::vector<TargetInfo>* out) {
   return {};
 }
 
-Error ClientImpl::fsck(CheckReport* out) {
+Error ClientImpl::fsck(CheckReport* out, bool remove_orphan_chunks) {
   static const auto kFsck = net::Method::of("cistern.mgmt.MgmtService.Fsck");
   mgmt::FsckReq req;
+  req.set_remove_orphan_chunks(remove_orphan_chunks);
   mgmt::FsckResp resp;
   net::CallOptions co;
   co.timeout_ms = 600'000;
@@ -837,6 +838,7 @@ Error ClientImpl::fsck(CheckReport* out) {
   out->chunks = resp.chunks();
   out->chunks_past_end = resp.chunks_past_end();
   out->orphan_chunks = resp.orphan_chunks();
+  out->orphan_chunks_removed = resp.orphan_chunks_removed();
   out->problems.assign(resp.problems().begin(), resp.problems().end());
   return {};
 }

@@ -79,7 +79,7 @@ class ClientImpl final : public Client {
              std::unique_ptr<File>* out) override;
   Error statfs(SpaceInfo* out) override;
   Error targets(std::vector<TargetInfo>* out) override;
-  Error fsck(CheckReport* out) override;
+  Error fsck(CheckReport* out, bool remove_orphan_chunks) override;
 
   // --- used by FileImpl ---
   // Reads [offset, offset + n) of the file into `out`; holes and bytes past

@@ -239,6 +239,8 @@ Result<ChunkCheck> checkChunks(kv::Engine& engine, ChunkLister& lister) {
         ASSIGN_OR_RETURN(Owner now, ownerOf(engine, chunk_ino));
         if (now.exists || now.gc_queued) continue;
         check.orphans++;
+        if (check.orphan_list.size() < ChunkCheck::kOrphansListedMax)
+          check.orphan_list.push_back({target, chunk_ino, chunk_index});
         if (check.problems.size() < 20) {
           check.problems.push_back(fmt::format("chunk {}:{} on target {} belongs to no file",
                                                chunk_ino, chunk_index, target + 1));

@@ -44,6 +44,12 @@ class ChunkLister {
 };
 
 struct ChunkCheck {
+  struct At {
+    size_t target;
+    uint64_t inode;
+    uint32_t index;
+  };
+  static constexpr size_t kOrphansListedMax = 100000;
   uint64_t chunks = 0;
   // Chunks of files past their recorded length: bytes a writer has not made
   // part of the length (yet, or ever: one that died before its close).
@@ -51,6 +57,7 @@ struct ChunkCheck {
   // Chunks of no file with no GC entry to remove them: a write that landed
   // after its file was deleted. Each is a problem (at most 20 named).
   uint64_t orphans = 0;
+  std::vector<At> orphan_list;  // the first kOrphansListedMax of them
   std::vector<std::string> problems;
 };
 

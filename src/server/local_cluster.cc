@@ -252,7 +252,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
       });
   c.server->handle<mgmt::FsckReq, mgmt::FsckResp>(
       net::Method::of("cistern.mgmt.MgmtService.Fsck"),
-      [&c](net::CallContext&, const mgmt::FsckReq&,
+      [&c](net::CallContext&, const mgmt::FsckReq& req,
            mgmt::FsckResp& resp) -> asio::awaitable<Status> {
         co_return co_await net::runBlocking(c.blocking, [&]() -> Status {
           ASSIGN_OR_RETURN(meta::FsckReport r, meta::fsck(*c.kv));
@@ -266,7 +266,19 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
           resp.set_chunks(chunks.chunks);
           resp.set_chunks_past_end(chunks.past_end);
           resp.set_orphan_chunks(chunks.orphans);
-          for (auto& p : chunks.problems) resp.add_problems(std::move(p));
+          uint64_t removed = 0;
+          if (req.remove_orphan_chunks()) {
+            // No new file can own them: inode numbers are never handed out twice.
+            for (const auto& at : chunks.orphan_list) {
+              RETURN_ON_ERROR(c.targets[at.target].engine->remove({at.inode, at.index}));
+              ++removed;
+            }
+            resp.set_orphan_chunks_removed(removed);
+          }
+          // What was removed is no longer a problem.
+          if (removed < chunks.orphans) {
+            for (auto& p : chunks.problems) resp.add_problems(std::move(p));
+          }
           return Status::OK();
         });
       });

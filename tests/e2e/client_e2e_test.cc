@@ -532,6 +532,11 @@ TEST_F(E2E, CliCommands) {
   EXPECT_NE(r.out.find("healthy"), std::string::npos) << r.out;
   r = cli({"fsck"});
   EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("chunks (0 past their file's end, 0 of no file): clean"), std::string::npos)
+      << r.out;
+  r = cli({"fsck", "--remove-orphan-chunks"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.find("removed"), std::string::npos) << r.out;  // nothing to remove
 }
 
 // Parses Prometheus text format 0.0.4; fails the test on a malformed line.

@@ -13,7 +13,9 @@
 #include "cistern/client.h"
 #include "common/fault.h"
 #include "common/metrics.h"
+#include "net/rpc_client.h"
 #include "server/local_cluster.h"
+#include "storage.pb.h"
 #include "tests/support/client_files.h"
 
 namespace cistern {
@@ -294,6 +296,43 @@ TEST_F(LocalClient, AClientThatStopsRenewingLosesItsSessionsAndItsUnlinkedFileGo
   EXPECT_EQ(info.size, 3u);
   Error e = held->close();  // the silent client comes back: its file is gone
   EXPECT_EQ(e.errno_value, ENOENT) << e.message;
+}
+
+// fsck holds the chunks in storage against the namespace: one that belongs
+// to no file (here a write for an inode nobody has, as one delayed past its
+// file's deletion would land) is a problem, and `remove_orphan_chunks`
+// removes it, leaving every file's chunks alone.
+TEST_F(LocalClient, FsckFindsAndRemovesChunksOfNoFile) {
+  const uint32_t crc = writeFile(*local_, "/f", 3 * kChunk, 5);
+  CheckReport r;
+  ASSERT_FALSE(local_->fsck(&r));
+  EXPECT_EQ(r.chunks, 3u);
+  EXPECT_EQ(r.orphan_chunks, 0u);
+  EXPECT_TRUE(r.problems.empty());
+  net::RpcClient rpc;
+  storage::WriteReq w;
+  w.mutable_chunk()->set_inode(900000);
+  w.mutable_chunk()->set_index(2);
+  std::vector<uint8_t> bytes(100, 1);
+  storage::WriteResp wr;
+  net::CallOptions co;
+  co.request_payload = bytes;
+  ASSERT_TRUE(rpc.callSync(cluster_->storageEndpoints()[0],
+                           net::Method::of("cistern.storage.StorageService.Write"), w, &wr, co)
+                  .ok());
+  ASSERT_FALSE(local_->fsck(&r));
+  EXPECT_EQ(r.chunks, 4u);
+  EXPECT_EQ(r.orphan_chunks, 1u);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0], "chunk 900000:2 on target 1 belongs to no file");
+  ASSERT_FALSE(local_->fsck(&r, /*remove_orphan_chunks=*/true));
+  EXPECT_EQ(r.orphan_chunks_removed, 1u);
+  EXPECT_TRUE(r.problems.empty());
+  ASSERT_FALSE(local_->fsck(&r));
+  EXPECT_EQ(r.chunks, 3u);
+  EXPECT_EQ(r.orphan_chunks, 0u);
+  EXPECT_TRUE(r.problems.empty());
+  EXPECT_EQ(testing::readFile(*local_, "/f"), std::make_pair(crc, 3 * kChunk));
 }
 
 }  // namespace
