@@ -6,7 +6,8 @@
 // table; one target per chain while replication is 1). Each chain of the
 // layout gets Remove calls in range form (every chunk of the inode from an
 // index on that its target holds, so chunks a writer wrote past the file's
-// recorded length go too), at most `batch` chunks per call, with the
+// recorded length go too), the chains side by side (8 at a time), at most
+// `batch` chunks per call, with the
 // background QoS class so that GC never crowds out application I/O. A target
 // that is busy (kTargetBusy) is retried with exponential backoff up to
 // `busy_retries` times; any other failure is returned and the GC entry stays
@@ -31,6 +32,8 @@ class RemoteChunkRemover : public meta::ChunkRemover {
   Status removeFrom(uint64_t ino, const meta::Layout& layout, uint64_t first) override;
 
  private:
+  Status removeOnChain(uint64_t ino, uint32_t first, uint32_t chain);
+
   net::RpcClient& client_;
   Route route_;
   uint32_t batch_;
