@@ -431,13 +431,16 @@ Result<meta::Inode> ClientImpl::getattr(uint64_t ino) {
   return resp.inode();
 }
 
-Result<meta::Inode> ClientImpl::getattrFor(const meta::Caller& who, uint64_t ino, int mask) {
+Result<meta::Inode> ClientImpl::cutForTruncate(const meta::Caller& who, uint64_t ino, int mask,
+                                               uint64_t new_size, uint64_t local_size) {
   meta::GetattrReq req;
   req.set_ino(ino);
   req.set_access_mask(static_cast<uint32_t>(mask));
   *req.mutable_caller() = who;
   meta::InodeResp resp;
   RETURN_ON_ERROR(metaCall(kGetattr(), req, &resp));
+  if (new_size <= std::max(resp.inode().size(), local_size))
+    RETURN_ON_ERROR(cutData(resp.inode(), new_size));
   return resp.inode();
 }
 
@@ -608,12 +611,9 @@ Error ClientImpl::truncate(const std::string& path, uint64_t size) {
   auto n = resolvePath(path);
   if (!n.ok()) return toError(n.status(), path);
   // Cut first, commit second: a truncate that stops between them leaves no
-  // old byte past the new end (cutData).
-  auto fresh = getattrFor(caller(), n->ino(), W_OK);
+  // old byte past the new end (cutForTruncate).
+  auto fresh = cutForTruncate(caller(), n->ino(), W_OK, size);
   if (!fresh.ok()) return toError(fresh.status(), path);
-  if (size <= fresh->size()) {
-    if (Status s = cutData(*fresh, size); !s.ok()) return toError(s, path);
-  }
   meta::SetattrReq req;
   *req.mutable_caller() = caller();
   req.set_ino(fresh->ino());
@@ -674,10 +674,9 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
   bool trunc = write && (flags & O_TRUNC);
   if (trunc) {
     // The old bytes leave storage before the open commits the empty file, so
-    // that none shows through a hole of the new contents (cutData).
-    auto fresh = getattrFor(caller(), inode.ino(), W_OK | (read ? R_OK : 0));
+    // that none shows through a hole of the new contents.
+    auto fresh = cutForTruncate(caller(), inode.ino(), W_OK | (read ? R_OK : 0), 0);
     if (!fresh.ok()) return toError(fresh.status(), path);
-    if (Status s = cutData(*fresh, 0); !s.ok()) return toError(s, path);
   }
   meta::OpenReq req;
   *req.mutable_caller() = caller();

@@ -86,16 +86,17 @@ class ClientImpl final : public Client {
   // a chunk's end read as zeros. The caller clips n to the file's length.
   Status readData(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* out);
   Status writeData(const meta::Inode& inode, uint64_t offset, size_t n, const uint8_t* in);
-  // The first step of a truncate to a size no larger than the file's: every
-  // byte of `inode` at or past `new_size` leaves storage — the chunks wholly
-  // past it (those a writer has not yet made part of the length too), then
-  // the tail of the chunk holding it — before the caller commits the new
-  // size in meta (docs/client.md, "Truncate"). Nothing for an inline file:
-  // its bytes are cut in the KV by the commit itself.
-  Status cutData(const meta::Inode& inode, uint64_t new_size);
-  // The inode as meta has it now, provided `caller` may access it so
-  // (`mask`: R_OK | W_OK, as for access(2)): what a truncate checks before it cuts.
-  Result<meta::Inode> getattrFor(const meta::Caller& caller, uint64_t ino, int mask);
+  // The first step of a truncate of `ino` by `caller` to `new_size` (0 for
+  // O_TRUNC): gets the inode as meta has it now, provided the caller may
+  // access it so (`mask`: R_OK | W_OK, as for access(2)), and when new_size
+  // is no larger than the file (meta's size, or `local_size`, a length this
+  // process has not recorded yet), every byte at or past it leaves storage —
+  // the chunks wholly past it (those a writer has not yet made part of the
+  // length too), then the tail of the chunk holding it — before the caller
+  // commits the new size in meta (docs/client.md, "Truncate"). An inline
+  // file's bytes are cut in the KV by the commit itself. Returns the inode.
+  Result<meta::Inode> cutForTruncate(const meta::Caller& caller, uint64_t ino, int mask,
+                                     uint64_t new_size, uint64_t local_size = 0);
   // An inline file's conversion: chunk 0 becomes exactly `bytes` (written,
   // then cut to their length), each storage call refused with kLeaseExpired
   // past `not_after_ns` (wall clock; see convertInline()).
@@ -158,6 +159,11 @@ class ClientImpl final : public Client {
 
   Status refreshRouting();
   void renewLoop();
+  // cutForTruncate()'s storage part, for a chunked regular file.
+  Status cutData(const meta::Inode& inode, uint64_t new_size);
+  // Sets chunk `index` of `inode` to `length` bytes, retried like a piece;
+  // `fence`: TruncateReq.not_after_unix_ns (0: none).
+  Status truncateChunk(const meta::Inode& inode, uint64_t index, uint64_t length, uint64_t fence);
   Result<ChainRoute> route(uint32_t chain);
   static std::string pieceName(bool write, const meta::Inode& inode, const Piece& piece);
   // After a failed attempt at a piece: the error to return, or nullopt to try

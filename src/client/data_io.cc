@@ -49,6 +49,11 @@ const net::Method& kRemove() {
   return m;
 }
 
+// The chain that holds chunk `index` of a file laid out so.
+uint32_t chainOf(const meta::Layout& layout, uint64_t index) {
+  return layout.chains(static_cast<int>(index % static_cast<uint64_t>(layout.chains_size())));
+}
+
 // Chunk bytes read or written, by the way they went: "shm" (same-host
 // shared memory), "socket", or "local" (a call to a server of this process,
 // on the caller's buffer: net/local_call.h).
@@ -383,7 +388,7 @@ std::vector<Piece> ClientImpl::cut(const meta::Inode& inode, uint64_t offset, si
     uint64_t len = std::min(end - at, chunk - in_chunk);
     Piece p;
     p.index = static_cast<uint32_t>(index);
-    p.chain = layout.chains(static_cast<int>(index % static_cast<uint64_t>(layout.chains_size())));
+    p.chain = chainOf(layout, index);
     p.offset = static_cast<uint32_t>(in_chunk);
     p.length = static_cast<uint32_t>(len);
     p.data = data + (at - offset);
@@ -529,15 +534,24 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
   }));
   // Cut to the bytes' length: nothing longer that an earlier, unfinished
   // conversion left there shows through.
-  return retried([&](const ChainRoute& r) {
-    storage::TruncateReq req;
-    *req.mutable_chunk() = chunk;
-    req.set_length(bytes.size());
-    req.set_chain_version(r.version);
-    req.set_not_after_unix_ns(fence);
-    storage::TruncateResp resp;
-    return rpc_->callSync(r.endpoint, kTruncate(), req, &resp);
-  });
+  return truncateChunk(inode, 0, bytes.size(), fence);
+}
+
+Status ClientImpl::truncateChunk(const meta::Inode& inode, uint64_t index, uint64_t length,
+                                 uint64_t fence) {
+  return retryBlocking(
+      chainOf(inode.layout(), index),
+      [&](const ChainRoute& r) {
+        storage::TruncateReq req;
+        req.mutable_chunk()->set_inode(inode.ino());
+        req.mutable_chunk()->set_index(static_cast<uint32_t>(index));
+        req.set_length(length);
+        req.set_chain_version(r.version);
+        req.set_not_after_unix_ns(fence);
+        storage::TruncateResp resp;
+        return rpc_->callSync(r.endpoint, kTruncate(), req, &resp);
+      },
+      [&] { return fmt::format("truncate chunk {}:{}", inode.ino(), index); });
 }
 
 Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
@@ -554,23 +568,8 @@ Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
     return r.endpoint;
   });
   RETURN_ON_ERROR(remover.removeFrom(inode.ino(), layout, (new_size + chunk - 1) / chunk));
-  if (new_size % chunk != 0) {
-    uint64_t index = new_size / chunk;
-    auto chain =
-        layout.chains(static_cast<int>(index % static_cast<uint64_t>(layout.chains_size())));
-    RETURN_ON_ERROR(retryBlocking(
-        chain,
-        [&](const ChainRoute& r) {
-          storage::TruncateReq req;
-          req.mutable_chunk()->set_inode(inode.ino());
-          req.mutable_chunk()->set_index(static_cast<uint32_t>(index));
-          req.set_length(new_size % chunk);
-          req.set_chain_version(r.version);
-          storage::TruncateResp resp;
-          return rpc_->callSync(r.endpoint, kTruncate(), req, &resp);
-        },
-        [&] { return fmt::format("truncate chunk {}:{}", inode.ino(), index); }));
-  }
+  if (new_size % chunk != 0)
+    RETURN_ON_ERROR(truncateChunk(inode, new_size / chunk, new_size % chunk, /*fence=*/0));
   // A client that stops here (it died, meta is unreachable) leaves the file at
   // its old size reading zeros from new_size on: what truncating and growing
   // it again would give, never an old byte past the new end.

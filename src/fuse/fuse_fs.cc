@@ -272,19 +272,15 @@ Status FuseFs::release(Handle* h) {
   return result;
 }
 
-int FuseFs::prepareTruncate(uint64_t ino, const meta::Caller& caller, int mask,
-                            std::shared_ptr<OpenInode>* node, meta::Inode* before,
-                            uint64_t* old_size) {
+int FuseFs::prepareTruncate(uint64_t ino, const meta::Caller& caller, int mask, uint64_t new_size,
+                            std::shared_ptr<OpenInode>* node) {
   *node = findOpen(ino);
   if (*node) {
     if (Error e = (*node)->file->flushBuffers()) return e.errno_value;
   }
-  auto fresh = client_->getattrFor(caller, ino, mask);
-  if (!fresh.ok()) return replyErrno(fresh.status());
-  *before = *fresh;
-  *old_size = before->size();
-  if (*node) *old_size = std::max(*old_size, (*node)->file->size());
-  return 0;
+  auto cut =
+      client_->cutForTruncate(caller, ino, mask, new_size, *node ? (*node)->file->size() : 0);
+  return cut.ok() ? 0 : replyErrno(cut.status());
 }
 
 void FuseFs::holdIfOpen(fuse_req_t req, uint64_t ino) {

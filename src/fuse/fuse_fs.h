@@ -110,12 +110,13 @@ class FuseFs {
   std::shared_ptr<OpenInode> acquire(const meta::Inode& inode, bool write);
   // Drops one handle; the last one flushes, records the length and frees the file.
   Status release(Handle* h);
-  // Before a truncate of `ino` by `caller` (who must have `mask`, R_OK |
-  // W_OK, on it): writes this mount's buffered bytes and gets the inode from
-  // meta, with `old_size` the largest length anyone has (meta's or this
-  // mount's unsynced one). Returns 0 or the errno to reply.
-  int prepareTruncate(uint64_t ino, const meta::Caller& caller, int mask,
-                      std::shared_ptr<OpenInode>* node, meta::Inode* before, uint64_t* old_size);
+  // Before a truncate of `ino` to `new_size` by `caller` (who must have
+  // `mask`, R_OK | W_OK, on it): writes this mount's buffered bytes, then
+  // cuts storage first (ClientImpl::cutForTruncate, with this mount's
+  // unrecorded length too); the caller commits the size. `node`: the file
+  // if open here. Returns 0 or the errno to reply.
+  int prepareTruncate(uint64_t ino, const meta::Caller& caller, int mask, uint64_t new_size,
+                      std::shared_ptr<OpenInode>* node);
   // Before this mount unlinks or replaces `ino`: readers open here take a hold.
   void holdIfOpen(fuse_req_t req, uint64_t ino);
   // Close-to-open: true when the inode is unchanged since this mount last saw it.

@@ -25,20 +25,14 @@ bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inod
   int acc = flags & O_ACCMODE;
   bool write = wantsWrite(flags);
   bool trunc = write && (flags & O_TRUNC);
-  meta::Inode before;
-  uint64_t old_size = 0;
   std::shared_ptr<OpenInode> node;
   meta::Caller who = f.caller(req);
   if (trunc) {
     // The old bytes leave storage before the open commits the empty file, so
-    // that none shows through a hole of the new contents (ClientImpl::cutData).
+    // that none shows through a hole of the new contents.
     int mask = W_OK | (acc != O_WRONLY ? R_OK : 0);
-    if (int err = f.prepareTruncate(ino, who, mask, &node, &before, &old_size)) {
+    if (int err = f.prepareTruncate(ino, who, mask, 0, &node)) {
       replyErr(req, err);
-      return false;
-    }
-    if (Status s = f.client().cutData(before, 0); !s.ok()) {
-      replyErr(req, replyErrno(s));
       return false;
     }
   }

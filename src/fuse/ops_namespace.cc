@@ -142,24 +142,16 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     in.set_mtime_ns(toNs(attr->st_mtim));
   }
   std::shared_ptr<OpenInode> node;
-  meta::Inode before;
-  uint64_t old_size = 0;
   if (to_set & FUSE_SET_ATTR_SIZE) {
     if (attr->st_size < 0) {
       replyErr(req, EINVAL);
       return;
     }
     in.set_size(static_cast<uint64_t>(attr->st_size));
-    if (int err = f.prepareTruncate(ino, in.caller(), W_OK, &node, &before, &old_size)) {
+    // Cut first, commit second; a size past the end cuts nothing.
+    if (int err = f.prepareTruncate(ino, in.caller(), W_OK, in.size(), &node)) {
       replyErr(req, err);
       return;
-    }
-    // Cut first, commit second (ClientImpl::cutData); a size past the end cuts nothing.
-    if (in.size() <= old_size) {
-      if (Status s = f.client().cutData(before, in.size()); !s.ok()) {
-        replyErr(req, replyErrno(s));
-        return;
-      }
     }
   }
   stamp(f, &in);

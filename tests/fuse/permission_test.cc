@@ -321,7 +321,7 @@ TEST(PermissionExtra, FailedCallsChangeNothing) {
 
 // The same for a file whose bytes are in chunks (past the 8 KiB that stay
 // inline): a truncate cuts storage before it commits, so the permission
-// check must come before the cut (ClientImpl::getattrFor).
+// check must come before the cut (ClientImpl::cutForTruncate).
 TEST(PermissionExtra, DeniedTruncatesLeaveAChunkedFilesBytes) {
   std::string d = testDir();
   std::string big(100 << 10, '\0');
