@@ -35,10 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kRootIno = 1;
 constexpr size_t kCacheEntriesMax = 65536;
-// How far apart the wall clocks of the meta service and the storage servers
-// may be (NTP keeps them far closer): an inline file's conversion stops
-// writing this long before its lease ends by the meta service's clock.
-constexpr int64_t kLeaseClockSkewNs = 2'000'000'000;
 
 net::Method metaMethod(const char* name) {
   return net::Method::of(std::string("cistern.meta.MetaService.") + name);
@@ -745,7 +741,7 @@ Status ClientImpl::convertInline(uint64_t ino) {
     // differ by, so a call of ours delayed past the lease cannot land after
     // those of the next client to take the inode (which begins only once
     // the lease has run out). Then the lease is lost: begin again.
-    const int64_t not_after = held.inode().convert_until_ns() - kLeaseClockSkewNs;
+    const int64_t not_after = held.inode().convert_until_ns() - kClockSkewNs;
     s = moveInlineBytes(held.inode(), held.data(), not_after);
     if (s.code() == ErrorCode::kLeaseExpired && Clock::now() < deadline) continue;
     RETURN_ON_ERROR(s.withContext(what));

@@ -30,6 +30,11 @@
 
 namespace cistern::client {
 
+// How far apart the wall clocks of the services and clients may be (NTP
+// keeps them far closer): storage calls fenced by a time (an inline file's
+// conversion lease, a call's attempt) stop this long before it.
+inline constexpr int64_t kClockSkewNs = 2'000'000'000;
+
 // One chunk's share of a read or write.
 struct Piece {
   uint32_t index = 0;   // chunk index in the file
@@ -167,14 +172,30 @@ class ClientImpl final : public Client {
   Result<ChainRoute> route(uint32_t chain);
   static std::string pieceName(bool write, const meta::Inode& inode, const Piece& piece);
   // After a failed attempt at a piece: the error to return, or nullopt to try
-  // again after `backoff` (the routing refreshed if it was stale).
+  // again after `backoff` (the routing refreshed if it was stale). `fenced`:
+  // the attempt carried attemptFence(), so a refusal for being late
+  // (kLeaseExpired) is tried again too, with a new fence.
   std::optional<Status> giveUp(const Status& s, std::chrono::steady_clock::time_point deadline,
-                               std::chrono::steady_clock::duration backoff);
+                               std::chrono::steady_clock::duration backoff, bool fenced = false);
+  // The not_after_unix_ns of one attempt of a storage call that changes a
+  // chunk (write, truncate, remove), sent now: when this client stops
+  // waiting for its answer (call_timeout_ms), less a margin for the storage
+  // server's clock to run ahead of ours (kClockSkewNs, at most a quarter of
+  // the timeout). A server that reaches the chunk later refuses the call
+  // (kLeaseExpired), so an attempt given up on — timed out and tried again,
+  // or reported as failed — cannot land after the calls that followed it
+  // and undo acknowledged bytes (docs/client.md, "Late calls").
+  uint64_t attemptFence() const;
+  // attemptFence() for a blocking call of `method` to `to`, or 0 when that
+  // call runs in this process (it cannot be left behind, and a fence would
+  // only refuse a call that waits long for the chunk's lock).
+  uint64_t blockingFence(const net::Endpoint& to, const net::Method& method) const;
   // One storage call `once(route)` on chain `chain` from this thread, tried
   // again with backoff as a piece is (giveUp) until retry_ms; `what()` names
   // the work in the error. Defined and used in data_io.cc.
+  // `fenced`: each attempt carries its own attemptFence() (giveUp).
   template <typename Once, typename What>
-  Status retryBlocking(uint32_t chain, const Once& once, const What& what);
+  Status retryBlocking(uint32_t chain, const Once& once, const What& what, bool fenced = false);
   // A server of this process serves the chain's reads (or writes) as local calls.
   bool servedHere(bool write, uint32_t chain);
   // Threads that run pieces served by this process (io_parallel_max, started on first use).

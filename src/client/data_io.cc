@@ -130,7 +130,8 @@ Status rangeStatus(const storage::BatchReadResp& resp, size_t* got) {
 // driver's coroutines and blocking callers.
 class ClientImpl::SocketPiece {
  public:
-  SocketPiece(bool write, const meta::Inode& inode, Piece& p, const ChainRoute& r)
+  // `fence`: a write's not_after_unix_ns (ClientImpl::attemptFence).
+  SocketPiece(bool write, const meta::Inode& inode, Piece& p, const ChainRoute& r, uint64_t fence)
       : write_(write), p_(p) {
     options_.ran_locally = &local_;
     if (write) {
@@ -138,6 +139,7 @@ class ClientImpl::SocketPiece {
       write_req_.mutable_chunk()->set_index(p.index);
       write_req_.set_offset(p.offset);
       write_req_.set_chain_version(r.version);
+      write_req_.set_not_after_unix_ns(fence);
       options_.request_payload = std::span<const uint8_t>(p.data, p.length);
     } else {
       auto* range = read_req_.add_ranges();
@@ -193,8 +195,9 @@ std::string ClientImpl::pieceName(bool write, const meta::Inode& inode, const Pi
 }
 
 std::optional<Status> ClientImpl::giveUp(const Status& s, Clock::time_point deadline,
-                                         Clock::duration backoff) {
-  if (!retryable(s) || Clock::now() + backoff > deadline) return s;
+                                         Clock::duration backoff, bool fenced) {
+  const bool again = retryable(s) || (fenced && s.code() == ErrorCode::kLeaseExpired);
+  if (!again || Clock::now() + backoff > deadline) return s;
   if (s.code() == ErrorCode::kStaleChainVersion) {
     Status refreshed = refreshRouting();  // blocking (on the driver thread too): rare
     if (!refreshed.ok()) return refreshed;
@@ -217,13 +220,13 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
     if (via) {
       s = *via;
     } else {
-      SocketPiece call(write, inode, p, *r);
+      SocketPiece call(write, inode, p, *r, write ? attemptFence() : 0);
       s = co_await rpc_->call(r->endpoint, call.method(), call.request(), call.response(),
                               call.options());
       s = call.finish(std::move(s));
     }
     if (s.ok()) co_return s;
-    if (auto end = giveUp(s, deadline, backoff))
+    if (auto end = giveUp(s, deadline, backoff, /*fenced=*/write))
       co_return end->withContext(pieceName(write, inode, p));
     asio::steady_timer timer(co_await asio::this_coro::executor, backoff);
     co_await timer.async_wait(asio::use_awaitable);
@@ -232,7 +235,7 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
 }
 
 template <typename Once, typename What>
-Status ClientImpl::retryBlocking(uint32_t chain, const Once& once, const What& what) {
+Status ClientImpl::retryBlocking(uint32_t chain, const Once& once, const What& what, bool fenced) {
   auto deadline = Clock::now() + std::chrono::milliseconds(options_.retry_ms);
   std::chrono::milliseconds backoff(5);
   for (;;) {
@@ -240,7 +243,7 @@ Status ClientImpl::retryBlocking(uint32_t chain, const Once& once, const What& w
     if (!r.ok()) return r.status().withContext(what());
     Status s = once(*r);
     if (s.ok()) return s;
-    if (auto end = giveUp(s, deadline, backoff)) return end->withContext(what());
+    if (auto end = giveUp(s, deadline, backoff, fenced)) return end->withContext(what());
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
@@ -250,11 +253,11 @@ Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece&
   return retryBlocking(
       p.chain,
       [&](const ChainRoute& r) {
-        SocketPiece call(write, inode, p, r);
+        SocketPiece call(write, inode, p, r, write ? blockingFence(r.endpoint, kWrite()) : 0);
         return call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
                                           call.response(), call.options()));
       },
-      [&] { return pieceName(write, inode, p); });
+      [&] { return pieceName(write, inode, p); }, /*fenced=*/write);
 }
 
 asio::awaitable<uint64_t> ClientImpl::shmHandle(const ChainRoute& r) {
@@ -296,6 +299,7 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmWrite(const ChainRoute& r,
   req.set_shm_handle(handle);
   req.set_shm_offset(shm_->offset(slot));
   req.set_shm_length(p.length);
+  req.set_not_after_unix_ns(attemptFence());
   storage::WriteResp resp;
   Status s = co_await rpc_->call(r.endpoint, kWrite(), req, &resp);
   // Ended before the server answered: it may still be reading the slot.
@@ -547,11 +551,24 @@ Status ClientImpl::truncateChunk(const meta::Inode& inode, uint64_t index, uint6
         req.mutable_chunk()->set_index(static_cast<uint32_t>(index));
         req.set_length(length);
         req.set_chain_version(r.version);
-        req.set_not_after_unix_ns(fence);
+        req.set_not_after_unix_ns(fence != 0 ? fence : blockingFence(r.endpoint, kTruncate()));
         storage::TruncateResp resp;
         return rpc_->callSync(r.endpoint, kTruncate(), req, &resp);
       },
-      [&] { return fmt::format("truncate chunk {}:{}", inode.ino(), index); });
+      [&] { return fmt::format("truncate chunk {}:{}", inode.ino(), index); },
+      /*fenced=*/fence == 0);
+}
+
+uint64_t ClientImpl::attemptFence() const {
+  const int64_t timeout_ns = int64_t{options_.call_timeout_ms} * 1'000'000;
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  return static_cast<uint64_t>(now_ns + timeout_ns - std::min(kClockSkewNs, timeout_ns / 4));
+}
+
+uint64_t ClientImpl::blockingFence(const net::Endpoint& to, const net::Method& method) const {
+  return rpc_->callsLocally(to, method) ? 0 : attemptFence();
 }
 
 Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
@@ -563,10 +580,13 @@ Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
   }
   // The chunks wholly past the new end first, so that a cut stopped part way
   // leaves the file's bytes before some point, zeros after it.
-  storage::RemoteChunkRemover remover(*rpc_, [this](uint32_t chain) -> Result<net::Endpoint> {
-    ASSIGN_OR_RETURN(auto r, route(chain));
-    return r.endpoint;
-  });
+  storage::RemoteChunkRemover remover(
+      *rpc_,
+      [this](uint32_t chain) -> Result<net::Endpoint> {
+        ASSIGN_OR_RETURN(auto r, route(chain));
+        return r.endpoint;
+      },
+      [this](const net::Endpoint& to) { return blockingFence(to, kRemove()); });
   RETURN_ON_ERROR(remover.removeFrom(inode.ino(), layout, (new_size + chunk - 1) / chunk));
   if (new_size % chunk != 0)
     RETURN_ON_ERROR(truncateChunk(inode, new_size / chunk, new_size % chunk, /*fence=*/0));

@@ -990,8 +990,9 @@ Status ChunkEngine::checkNotAfter(ChunkId id, int64_t not_after_ns) const {
   const int64_t now_ns = options_.clock->wallMicros() * 1000;
   if (now_ns <= not_after_ns) return Status::OK();
   return Status(ErrorCode::kLeaseExpired,
-                fmt::format("{}: the caller's lease ended {} ms ago", idText(id),
-                            (now_ns - not_after_ns) / 1'000'000));
+                fmt::format("{}: refused {} ms past the call's not-after time (a lease that ran "
+                            "out, or an attempt its client gave up on)",
+                            idText(id), (now_ns - not_after_ns) / 1'000'000));
 }
 
 Status ChunkEngine::checkReserve(uint64_t bytes) {

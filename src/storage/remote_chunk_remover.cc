@@ -47,8 +47,11 @@ Status RemoteChunkRemover::removeOnChain(uint64_t ino, uint32_t first, uint32_t 
     auto backoff = std::chrono::milliseconds(10);
     for (uint32_t attempt = 0;; ++attempt) {
       resp.Clear();
+      if (fence_) req.set_not_after_unix_ns(fence_(to));
       s = client_.callSync(to, kRemove, req, &resp);
-      if (s.code() != ErrorCode::kTargetBusy || attempt >= busy_retries_) break;
+      const bool again =
+          s.code() == ErrorCode::kTargetBusy || (fence_ && s.code() == ErrorCode::kLeaseExpired);
+      if (!again || attempt >= busy_retries_) break;
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }

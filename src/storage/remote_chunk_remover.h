@@ -25,9 +25,17 @@ namespace cistern::storage {
 class RemoteChunkRemover : public meta::ChunkRemover {
  public:
   using Route = std::function<Result<net::Endpoint>(uint32_t chain)>;
-  RemoteChunkRemover(net::RpcClient& client, Route route, uint32_t batch = 1024,
-                     uint32_t busy_retries = 8)
-      : client_(client), route_(std::move(route)), batch_(batch), busy_retries_(busy_retries) {}
+  // RemoveReq.not_after_unix_ns for each call to an endpoint (a client's
+  // attempt fence; 0: none); a call refused for it (kLeaseExpired) is
+  // retried like a busy target.
+  using Fence = std::function<uint64_t(const net::Endpoint&)>;
+  RemoteChunkRemover(net::RpcClient& client, Route route, Fence fence = nullptr,
+                     uint32_t batch = 1024, uint32_t busy_retries = 8)
+      : client_(client),
+        route_(std::move(route)),
+        fence_(std::move(fence)),
+        batch_(batch),
+        busy_retries_(busy_retries) {}
 
   Status removeFrom(uint64_t ino, const meta::Layout& layout, uint64_t first) override;
 
@@ -36,6 +44,7 @@ class RemoteChunkRemover : public meta::ChunkRemover {
 
   net::RpcClient& client_;
   Route route_;
+  Fence fence_;
   uint32_t batch_;
   uint32_t busy_retries_;
 };

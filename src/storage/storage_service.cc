@@ -4,6 +4,7 @@
 
 #include <asio/this_coro.hpp>
 
+#include "common/fault.h"
 #include "common/metrics.h"
 #include "net/blocking.h"
 #include "storage.pb.h"
@@ -167,6 +168,7 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
         Admission admitted(*this, kRequestBytes);
         if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          RETURN_ON_ERROR(CISTERN_FAULT("storage.remove.queued"));
           const auto not_after = static_cast<int64_t>(req.not_after_unix_ns());
           for (const auto& c : req.chunks())
             resp.add_codes(static_cast<uint32_t>(engine_.remove(idOf(c), not_after).code()));
@@ -388,6 +390,8 @@ Result<std::span<const uint8_t>> StorageService::writeData(const WriteReq& req,
 
 Status StorageService::writeChunk(const WriteReq& req, std::span<const uint8_t> data, bool copy,
                                   WriteResp& resp) {
+  // A write held up on its way to the chunk (a full queue, a stalled thread).
+  RETURN_ON_ERROR(CISTERN_FAULT("storage.write.queued"));
   ASSIGN_OR_RETURN(ChunkMeta m,
                    engine_.write(idOf(req.chunk()), req.offset(), data, req.chain_version(),
                                  /*stable=*/!copy, static_cast<int64_t>(req.not_after_unix_ns())));
@@ -425,6 +429,7 @@ size_t StorageService::readRanges(const BatchReadReq& req, uint8_t* dest, BatchR
 }
 
 Status StorageService::truncateChunk(const TruncateReq& req, TruncateResp& resp) {
+  RETURN_ON_ERROR(CISTERN_FAULT("storage.truncate.queued"));
   ASSIGN_OR_RETURN(ChunkMeta m,
                    engine_.truncate(idOf(req.chunk()), req.length(), req.chain_version(),
                                     static_cast<int64_t>(req.not_after_unix_ns())));

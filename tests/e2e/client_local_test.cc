@@ -61,12 +61,14 @@ class LocalClient : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  std::unique_ptr<Client> connect(bool local_calls, uint32_t session_renew_ms = 20000) {
+  std::unique_ptr<Client> connect(bool local_calls, uint32_t session_renew_ms = 20000,
+                                  uint32_t call_timeout_ms = 30000) {
     Client::Options o;
     o.cluster = cluster_->endpoint().toString();
     o.retry_ms = 2000;
     o.local_calls = local_calls;
     o.session_renew_ms = session_renew_ms;
+    o.call_timeout_ms = call_timeout_ms;
     auto [c, e] = Client::connect(o);
     EXPECT_FALSE(e) << e.message;
     return std::move(c);
@@ -192,6 +194,110 @@ TEST_F(LocalClient, AConversionStalledPastItsLeaseCannotPutOldBytesBack) {
   fault::disableAll();
   EXPECT_EQ(readAll(*a, "/f"), fresh);
   EXPECT_EQ(readAll(*b, "/f"), fresh);
+}
+
+// Calls to storage that were refused for arriving past their not-after time.
+uint64_t refusedLate(const char* method) {
+  return metrics::Registry::global()
+      .counter("rpc_server_errors_by_code_total",
+               {{"method", std::string("cistern.storage.StorageService.") + method},
+                {"code", std::string(errorCodeName(ErrorCode::kLeaseExpired))}})
+      .value();
+}
+
+// Holds up the next call at storage fault point `name` (a call stuck in a
+// server's queue, a stalled thread) for 1.5 s: a client whose calls time out
+// after 400 ms gives up on it meanwhile.
+void stallOnce(const char* name) {
+  fault::Spec stall;
+  stall.action = fault::Action::kDelay;
+  stall.delay = std::chrono::milliseconds(1500);
+  stall.times = 1;
+  fault::enable(name, stall);
+}
+
+// Waits (up to 10 s) for a stalled call of `method` to reach its chunk and
+// be refused; returns whether it was.
+bool lateCallRefused(const char* method, uint64_t before) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (refusedLate(method) == before && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return refusedLate(method) > before;
+}
+
+// A storage call its client gave up on — timed out, then tried again or
+// reported as failed — may still reach its chunk later. Each attempt that
+// changes a chunk carries a fence (when its client stops waiting, less a
+// clock margin; ClientImpl::attemptFence), so a late one is refused instead
+// of undoing the acknowledged writes that followed it. Without the fence
+// each late call below lands: the file reads as the stalled write's older
+// bytes, or cut by the stalled truncate or remove.
+TEST_F(LocalClient, AStorageCallItsClientGaveUpOnCannotUndoTheWritesAfterIt) {
+  auto c = connect(false, 20000, /*call_timeout_ms=*/400);
+  const size_t n = 64 << 10;  // past the inline limit: in chunk 0
+  writeFile(*c, "/f", n, 0x1111111111111111ull);
+  std::vector<uint8_t> first(n), second(n);
+  fill(first.data(), n, 0, 0x2222222222222222ull);
+  fill(second.data(), n, 0, 0x3333333333333333ull);
+  ASSERT_NE(first, second);
+  // A write: its first attempt stalls, the client tries again, and the
+  // writes after it are acknowledged before the stalled one gets there.
+  uint64_t before = refusedLate("Write");
+  stallOnce("storage.write.queued");
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(c->open("/f", O_WRONLY, 0, &f));
+  size_t done = 0;
+  ASSERT_FALSE(f->pwrite(first.data(), n, 0, &done));
+  ASSERT_FALSE(f->fsync());
+  EXPECT_EQ(fault::fired("storage.write.queued"), 1u);
+  ASSERT_FALSE(f->pwrite(second.data(), n, 0, &done));
+  ASSERT_FALSE(f->close());
+  EXPECT_TRUE(lateCallRefused("Write", before)) << "the stalled write was not refused";
+  EXPECT_EQ(readAll(*c, "/f"), second);
+  fault::disableAll();
+
+  // A truncate's cut of chunk 0, then a write past the cut.
+  const uint64_t cut = 10000;
+  before = refusedLate("Truncate");
+  stallOnce("storage.truncate.queued");
+  ASSERT_FALSE(c->truncate("/f", cut));
+  ASSERT_FALSE(c->open("/f", O_WRONLY, 0, &f));
+  ASSERT_FALSE(f->pwrite(first.data(), n, cut, &done));
+  ASSERT_FALSE(f->close());
+  EXPECT_TRUE(lateCallRefused("Truncate", before)) << "the stalled truncate was not refused";
+  std::vector<uint8_t> want(second.begin(), second.begin() + cut);
+  want.insert(want.end(), first.begin(), first.end());
+  EXPECT_EQ(readAll(*c, "/f"), want);
+}
+
+// The same for a truncate's removal of the chunks past the new end, on one
+// chain (with two, the other chain's removal goes ahead and zeros may show
+// past the new end, as after any truncate that failed part way): the
+// removal times out, the truncate fails and the file keeps its size, and a
+// write into chunk 1 that follows is acknowledged before the stalled removal
+// gets there.
+TEST_F(LocalClient, ARemovalItsClientGaveUpOnCannotUndoTheWritesAfterIt) {
+  server::LocalClusterOptions o;
+  o.targets = 1;
+  ASSERT_NO_FATAL_FAILURE(start(o));
+  auto c = connect(false, 20000, /*call_timeout_ms=*/400);
+  const size_t n = 64 << 10;
+  std::vector<uint8_t> second(n);
+  fill(second.data(), n, 0, 0x3333333333333333ull);
+  writeFile(*c, "/g", 3 * kChunk, 0x4444444444444444ull);
+  std::vector<uint8_t> g = readAll(*c, "/g");
+  const uint64_t before = refusedLate("Remove");
+  stallOnce("storage.remove.queued");
+  Error e = c->truncate("/g", kChunk);
+  EXPECT_EQ(e.errno_value, ETIMEDOUT) << e.message;
+  std::unique_ptr<File> f;
+  size_t done = 0;
+  ASSERT_FALSE(c->open("/g", O_WRONLY, 0, &f));
+  ASSERT_FALSE(f->pwrite(second.data(), n, kChunk, &done));
+  ASSERT_FALSE(f->close());
+  EXPECT_TRUE(lateCallRefused("Remove", before)) << "the stalled removal was not refused";
+  std::copy(second.begin(), second.end(), g.begin() + kChunk);
+  EXPECT_EQ(readAll(*c, "/g"), g);
 }
 
 // A truncate cuts storage first and commits the size second (ClientImpl::
