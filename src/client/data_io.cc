@@ -586,7 +586,8 @@ Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
         ASSIGN_OR_RETURN(auto r, route(chain));
         return r.endpoint;
       },
-      [this](const net::Endpoint& to) { return blockingFence(to, kRemove()); });
+      {.fence = [this](const net::Endpoint& to) { return blockingFence(to, kRemove()); },
+       .foreground = true});
   RETURN_ON_ERROR(remover.removeFrom(inode.ino(), layout, (new_size + chunk - 1) / chunk));
   if (new_size % chunk != 0)
     RETURN_ON_ERROR(truncateChunk(inode, new_size / chunk, new_size % chunk, /*fence=*/0));

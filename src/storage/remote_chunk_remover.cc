@@ -37,21 +37,21 @@ Status RemoteChunkRemover::removeOnChain(uint64_t ino, uint32_t first, uint32_t 
   static const net::Method kRemove = net::Method::of("cistern.storage.StorageService.Remove");
   ASSIGN_OR_RETURN(net::Endpoint to, route_(chain));
   RemoveReq req;
-  req.set_qos(QOS_BACKGROUND);
+  req.set_qos(options_.foreground ? QOS_FOREGROUND : QOS_BACKGROUND);
   req.mutable_from()->set_inode(ino);
   req.mutable_from()->set_index(first);
-  req.set_limit(batch_);
+  req.set_limit(options_.batch);
   for (;;) {
     RemoveResp resp;
     Status s;
     auto backoff = std::chrono::milliseconds(10);
     for (uint32_t attempt = 0;; ++attempt) {
       resp.Clear();
-      if (fence_) req.set_not_after_unix_ns(fence_(to));
+      if (options_.fence) req.set_not_after_unix_ns(options_.fence(to));
       s = client_.callSync(to, kRemove, req, &resp);
-      const bool again =
-          s.code() == ErrorCode::kTargetBusy || (fence_ && s.code() == ErrorCode::kLeaseExpired);
-      if (!again || attempt >= busy_retries_) break;
+      const bool again = s.code() == ErrorCode::kTargetBusy ||
+                         (options_.fence && s.code() == ErrorCode::kLeaseExpired);
+      if (!again || attempt >= options_.busy_retries) break;
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }

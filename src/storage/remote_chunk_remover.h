@@ -8,7 +8,8 @@
 // index on that its target holds, so chunks a writer wrote past the file's
 // recorded length go too), the chains side by side (8 at a time), at most
 // `batch` chunks per call, with the
-// background QoS class so that GC never crowds out application I/O. A target
+// background QoS class so that GC never crowds out application I/O (a
+// client's truncate uses the foreground one). A target
 // that is busy (kTargetBusy) is retried with exponential backoff up to
 // `busy_retries` times; any other failure is returned and the GC entry stays
 // queued, so nothing is lost. Removing chunks that are already gone succeeds.
@@ -25,17 +26,21 @@ namespace cistern::storage {
 class RemoteChunkRemover : public meta::ChunkRemover {
  public:
   using Route = std::function<Result<net::Endpoint>(uint32_t chain)>;
-  // RemoveReq.not_after_unix_ns for each call to an endpoint (a client's
-  // attempt fence; 0: none); a call refused for it (kLeaseExpired) is
-  // retried like a busy target.
-  using Fence = std::function<uint64_t(const net::Endpoint&)>;
-  RemoteChunkRemover(net::RpcClient& client, Route route, Fence fence = nullptr,
-                     uint32_t batch = 1024, uint32_t busy_retries = 8)
-      : client_(client),
-        route_(std::move(route)),
-        fence_(std::move(fence)),
-        batch_(batch),
-        busy_retries_(busy_retries) {}
+  struct Options {
+    // RemoveReq.not_after_unix_ns for each call to an endpoint (a client's
+    // attempt fence; null or 0: none); a call refused for it (kLeaseExpired)
+    // is retried like a busy target.
+    std::function<uint64_t(const net::Endpoint&)> fence;
+    // The foreground QoS class instead of the background one: a client's
+    // truncate, which its caller waits for.
+    bool foreground = false;
+    uint32_t batch = 1024;
+    uint32_t busy_retries = 8;
+  };
+  RemoteChunkRemover(net::RpcClient& client, Route route, Options options)
+      : client_(client), route_(std::move(route)), options_(std::move(options)) {}
+  RemoteChunkRemover(net::RpcClient& client, Route route)
+      : RemoteChunkRemover(client, std::move(route), Options()) {}
 
   Status removeFrom(uint64_t ino, const meta::Layout& layout, uint64_t first) override;
 
@@ -44,9 +49,7 @@ class RemoteChunkRemover : public meta::ChunkRemover {
 
   net::RpcClient& client_;
   Route route_;
-  Fence fence_;
-  uint32_t batch_;
-  uint32_t busy_retries_;
+  Options options_;
 };
 
 }  // namespace cistern::storage

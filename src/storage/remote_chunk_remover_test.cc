@@ -98,8 +98,7 @@ TEST_F(RemoteChunkRemoverTest, GcRemovesEveryChunkOfUnlinkedFiles) {
   ASSERT_TRUE(c.ok());
   writeChunks(*c, 3);
 
-  RemoteChunkRemover remover(
-      client_, [this](uint32_t c) { return route(c); }, /*fence=*/nullptr, /*batch=*/2);
+  RemoteChunkRemover remover(client_, [this](uint32_t c) { return route(c); }, {.batch = 2});
   meta::GcWorker gc(*kv_, remover);
   auto done = gc.runOnce();
   ASSERT_TRUE(done.ok()) << done.status().toString();
@@ -117,8 +116,7 @@ TEST_F(RemoteChunkRemoverTest, RemovesFromAnIndexOnEveryChainInBatches) {
   ASSERT_TRUE(a.ok() && b.ok());
   writeChunks(*a, 9);
   writeChunks(*b, 2);
-  RemoteChunkRemover remover(
-      client_, [this](uint32_t c) { return route(c); }, /*fence=*/nullptr, /*batch=*/2);
+  RemoteChunkRemover remover(client_, [this](uint32_t c) { return route(c); }, {.batch = 2});
   ASSERT_TRUE(remover.removeFrom(a->ino(), a->layout(), 3).ok());
   for (uint32_t i = 0; i < 9; ++i) EXPECT_EQ(exists(*a, i), i < 3) << "chunk " << i;
   for (uint32_t i = 0; i < 2; ++i) EXPECT_TRUE(exists(*b, i)) << "the next inode's chunk " << i;
