@@ -32,6 +32,17 @@ class ChunkRemover {
   virtual Status removeFrom(uint64_t ino, const Layout& layout, uint64_t first) = 0;
 };
 
+// How far a file's bytes reach in storage, for the sessions of a writer
+// that died before it recorded its length (MetaStore::reapSessions).
+class StoredEnd {
+ public:
+  virtual ~StoredEnd() = default;
+  // The end of the last chunk of inode `ino` with index >= `first`, placed by
+  // `layout` (chunk i starts at i * chunk_size), as a file offset; 0 when it
+  // has none there.
+  virtual Result<uint64_t> storedEnd(uint64_t ino, const Layout& layout, uint64_t first) = 0;
+};
+
 class GcWorker {
  public:
   GcWorker(kv::Engine& engine, ChunkRemover& remover) : engine_(engine), remover_(remover) {}

@@ -32,6 +32,8 @@
 
 namespace cistern::meta {
 
+class StoredEnd;
+
 struct MetaOptions {
   // Chunk size of new files when no directory sets one. Default: 1 MiB.
   uint32_t chunk_size_default = 1u << 20;
@@ -163,12 +165,15 @@ class MetaStore {
   // session_renew_ms), so that a client that dies leaves none behind.
   Status renewClient(std::string_view client);
   // Ends the write sessions of clients that neither renewed nor opened them
-  // within session_timeout_ms, as their close would (the length stays; an
-  // unlinked file whose last session this was goes to the GC), and forgets
-  // those clients. At most `max` sessions; returns how many it ended. The GC
-  // loop of whoever serves meta runs it. A client that was only slow closes
+  // within session_timeout_ms, as their close would (an unlinked file whose
+  // last session this was goes to the GC), and forgets those clients. At
+  // most `max` sessions; returns how many it ended. The GC loop of whoever
+  // serves meta runs it. With `stored`, a file's length grows to the end of
+  // the bytes its writers put in storage past it (what the dead client
+  // wrote and never recorded), unless the file changed since that was
+  // asked; without, the length stays. A client that was only slow closes
   // its files later all the same (close() records the length).
-  Result<size_t> reapSessions(size_t max = 1000);
+  Result<size_t> reapSessions(size_t max = 1000, StoredEnd* stored = nullptr);
   // Moving a data_inline file's bytes into chunks, in two calls around the
   // caller's chunk write (it needs write permission). begin (token 0) takes the inode for
   // inline_convert_lease_ms (kInodeBusy while another holder's lease runs)

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -827,6 +829,75 @@ TEST_P(MetaTest, SessionsOfClientsThatStopRenewingEndAsTheirCloseWould) {
   EXPECT_FALSE(sessions(h->ino()));
   EXPECT_EQ(leases(), 0u);
   EXPECT_EQ(*m.reapSessions(), 0u);
+}
+
+// How far files' bytes reach in storage, in memory; `during` runs inside
+// each call (a change that races the reaper).
+class FakeStoredEnd : public StoredEnd {
+ public:
+  std::map<uint64_t, uint64_t> ends;
+  std::map<uint64_t, uint64_t> asked_from;
+  std::function<void(uint64_t ino)> during;
+  Result<uint64_t> storedEnd(uint64_t ino, const Layout&, uint64_t first) override {
+    asked_from[ino] = first;
+    if (during) during(ino);
+    auto it = ends.find(ino);
+    return it == ends.end() ? uint64_t{0} : it->second;
+  }
+};
+
+// A client that died after its bytes reached storage but before it recorded
+// the length (no close, no fsync) left them past the file's end: the reaper
+// asks storage how far they reach and grows the length to that, as the
+// close would have. A file changed while storage was asked (here truncated)
+// keeps its length; a file whose bytes end inside it is left as it is.
+TEST_P(MetaTest, ReapedSessionsGrowTheLengthToTheBytesInStorage) {
+  ManualClock clock;
+  MetaOptions o;
+  o.session_timeout_ms = 60000;
+  MetaStore m(*engine_, o, clock);
+  auto f = m.create(kRoot, kRootIno, "f", 0644, true);
+  auto g = m.create(kRoot, kRootIno, "g", 0644, true);
+  auto h = m.create(kRoot, kRootIno, "h", 0644, true);
+  ASSERT_TRUE(f.ok() && g.ok() && h.ok());
+  const uint64_t chunk = f->layout().chunk_size();
+  // Each file got 3 chunks and 100 bytes recorded by an earlier writer.
+  for (const auto& n : {*f, *g, *h}) {
+    auto w = m.open(kRoot, n.ino(), false, true, false, "early");
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(m.close(n.ino(), w->session, 3 * chunk + 100, true).ok());
+  }
+  // Then client a opened each for writing and died.
+  for (const auto& n : {*f, *g, *h})
+    ASSERT_TRUE(m.open(kRoot, n.ino(), false, true, false, "a").ok());
+  FakeStoredEnd stored;
+  stored.ends[f->ino()] = 5 * chunk + 7;    // a wrote two chunks and 7 bytes more
+  stored.ends[g->ino()] = 5 * chunk;        // likewise, but g is truncated meanwhile
+  stored.ends[h->ino()] = 3 * chunk + 100;  // nothing past the end
+  stored.during = [&](uint64_t ino) {
+    if (ino != g->ino()) return;
+    SetAttr cut;
+    cut.size = 10;
+    ASSERT_TRUE(m.setattr(kRoot, ino, cut).ok());
+  };
+  const int64_t before = m.getattr(f->ino())->mtime_ns();
+  clock.advance(std::chrono::seconds(61));
+  auto n = m.reapSessions(1000, &stored);
+  ASSERT_TRUE(n.ok()) << n.status().toString();
+  EXPECT_EQ(*n, 3u);
+  EXPECT_EQ(stored.asked_from[f->ino()], 3u);  // from the chunk holding the end
+  EXPECT_EQ(m.getattr(f->ino())->size(), 5 * chunk + 7);
+  EXPECT_GT(m.getattr(f->ino())->mtime_ns(), before);
+  EXPECT_EQ(m.getattr(g->ino())->size(), 10u);
+  EXPECT_EQ(m.getattr(h->ino())->size(), 3 * chunk + 100);
+  // Without a StoredEnd (a meta service that cannot reach storage) the
+  // length stays.
+  auto k = m.create(kRoot, kRootIno, "k", 0644, true);
+  ASSERT_TRUE(k.ok());
+  ASSERT_TRUE(m.open(kRoot, k->ino(), false, true, false, "b").ok());
+  clock.advance(std::chrono::seconds(61));
+  EXPECT_EQ(*m.reapSessions(), 1u);
+  EXPECT_EQ(m.getattr(k->ino())->size(), 0u);
 }
 
 // Storage's chunk ids for checkChunks(), per target, in memory.

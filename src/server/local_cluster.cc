@@ -161,7 +161,7 @@ void LocalCluster::Impl::gcLoop() {
     // Sessions of clients that died first: their unlinked files become garbage.
     if (std::chrono::steady_clock::now() >= next_reap) {
       next_reap = std::chrono::steady_clock::now() + reap_every;
-      auto reaped = meta->reapSessions();
+      auto reaped = meta->reapSessions(1000, remover.get());
       if (!reaped.ok()) CLOG_WARN("gc", "ending sessions: {}", reaped.status().toString());
     }
     auto done = gc.runOnce();

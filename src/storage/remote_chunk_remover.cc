@@ -33,6 +33,18 @@ Status RemoteChunkRemover::removeFrom(uint64_t ino, const meta::Layout& layout, 
   return Status::OK();
 }
 
+Status RemoteChunkRemover::retried(const std::function<Status()>& once) {
+  auto backoff = std::chrono::milliseconds(10);
+  for (uint32_t attempt = 0;; ++attempt) {
+    Status s = once();
+    const bool again = s.code() == ErrorCode::kTargetBusy ||
+                       (options_.fence && s.code() == ErrorCode::kLeaseExpired);
+    if (!again || attempt >= options_.busy_retries) return s;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
 Status RemoteChunkRemover::removeOnChain(uint64_t ino, uint32_t first, uint32_t chain) {
   static const net::Method kRemove = net::Method::of("cistern.storage.StorageService.Remove");
   ASSIGN_OR_RETURN(net::Endpoint to, route_(chain));
@@ -43,22 +55,54 @@ Status RemoteChunkRemover::removeOnChain(uint64_t ino, uint32_t first, uint32_t 
   req.set_limit(options_.batch);
   for (;;) {
     RemoveResp resp;
-    Status s;
-    auto backoff = std::chrono::milliseconds(10);
-    for (uint32_t attempt = 0;; ++attempt) {
+    Status s = retried([&] {
       resp.Clear();
       if (options_.fence) req.set_not_after_unix_ns(options_.fence(to));
-      s = client_.callSync(to, kRemove, req, &resp);
-      const bool again = s.code() == ErrorCode::kTargetBusy ||
-                         (options_.fence && s.code() == ErrorCode::kLeaseExpired);
-      if (!again || attempt >= options_.busy_retries) break;
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-    }
+      return client_.callSync(to, kRemove, req, &resp);
+    });
     RETURN_ON_ERROR(s.withContext(
         fmt::format("remove chunks of inode {} from {} on chain {}", ino, first, chain)));
     if (!resp.more()) return Status::OK();
   }
+}
+
+Result<uint64_t> RemoteChunkRemover::storedEnd(uint64_t ino, const meta::Layout& layout,
+                                               uint64_t first) {
+  static const net::Method kList = net::Method::of("cistern.storage.StorageService.List");
+  if (layout.chunk_size() == 0 || first > UINT32_MAX) return uint64_t{0};
+  const std::set<uint32_t> chains(layout.chains().begin(), layout.chains().end());
+  uint64_t end = 0;
+  for (uint32_t chain : chains) {
+    ASSIGN_OR_RETURN(net::Endpoint to, route_(chain));
+    ListReq req;
+    req.set_qos(options_.foreground ? QOS_FOREGROUND : QOS_BACKGROUND);
+    req.mutable_from()->set_inode(ino);
+    req.mutable_from()->set_index(static_cast<uint32_t>(first));
+    req.set_limit(options_.batch);
+    for (bool more = true; more;) {
+      ListResp resp;
+      Status s = retried([&] {
+        resp.Clear();
+        return client_.callSync(to, kList, req, &resp);
+      });
+      RETURN_ON_ERROR(s.withContext(
+          fmt::format("list chunks of inode {} from {} on chain {}", ino, first, chain)));
+      more = resp.more() && resp.chunks_size() > 0;
+      for (const auto& c : resp.chunks()) {
+        if (c.chunk().inode() != ino) {
+          more = false;  // past the file's chunks
+          break;
+        }
+        end = std::max(end, uint64_t{c.chunk().index()} * layout.chunk_size() + c.info().length());
+        if (c.chunk().index() == UINT32_MAX) {
+          more = false;
+          break;
+        }
+        req.mutable_from()->set_index(c.chunk().index() + 1);
+      }
+    }
+  }
+  return end;
 }
 
 }  // namespace cistern::storage

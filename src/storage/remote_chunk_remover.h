@@ -13,7 +13,8 @@
 // that is busy (kTargetBusy) is retried with exponential backoff up to
 // `busy_retries` times; any other failure is returned and the GC entry stays
 // queued, so nothing is lost. Removing chunks that are already gone succeeds.
-// Thread-safe if `route` is.
+// It also tells the session reaper how far a file's bytes reach in storage
+// (meta::StoredEnd, List calls). Thread-safe if `route` is.
 #pragma once
 
 #include <functional>
@@ -23,7 +24,7 @@
 
 namespace cistern::storage {
 
-class RemoteChunkRemover : public meta::ChunkRemover {
+class RemoteChunkRemover : public meta::ChunkRemover, public meta::StoredEnd {
  public:
   using Route = std::function<Result<net::Endpoint>(uint32_t chain)>;
   struct Options {
@@ -43,9 +44,14 @@ class RemoteChunkRemover : public meta::ChunkRemover {
       : RemoteChunkRemover(client, std::move(route), Options()) {}
 
   Status removeFrom(uint64_t ino, const meta::Layout& layout, uint64_t first) override;
+  // List calls on each chain of the layout, one after the other.
+  Result<uint64_t> storedEnd(uint64_t ino, const meta::Layout& layout, uint64_t first) override;
 
  private:
   Status removeOnChain(uint64_t ino, uint32_t first, uint32_t chain);
+  // `once` again while the target is busy (or refused a fenced call), with
+  // backoff, up to busy_retries times.
+  Status retried(const std::function<Status()>& once);
 
   net::RpcClient& client_;
   Route route_;

@@ -126,6 +126,34 @@ TEST_F(RemoteChunkRemoverTest, RemovesFromAnIndexOnEveryChainInBatches) {
   EXPECT_EQ(targets_[0].engine->space().chunks + targets_[1].engine->space().chunks, 2u);
 }
 
+// How far a file's chunks reach in storage, from an index on, across both
+// chains and in pages: what the session reaper grows a dead writer's file to.
+TEST_F(RemoteChunkRemoverTest, StoredEndIsTheEndOfTheFilesLastChunkFromAnIndexOn) {
+  auto a = store_->create(root_, 1, "a", 0644, true);
+  auto b = store_->create(root_, 1, "b", 0644, true);
+  auto c = store_->create(root_, 1, "c", 0644, true);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  const uint64_t chunk = a->layout().chunk_size();
+  writeChunks(*a, 9);  // 1,000 bytes each
+  writeChunks(*c, 2);  // the next inode's: not a's
+  // Chunk 3 of b only: a file with a hole before its bytes.
+  uint32_t chain3 = b->layout().chains(3 % b->layout().chains_size());
+  std::vector<uint8_t> tail(4321, 9);
+  ASSERT_TRUE(targets_[chain3 - 1].engine->write({b->ino(), 3}, 100, tail, 1).ok());
+  RemoteChunkRemover probe(client_, [this](uint32_t ch) { return route(ch); }, {.batch = 2});
+  EXPECT_EQ(*probe.storedEnd(a->ino(), a->layout(), 0), 8 * chunk + 1000);
+  EXPECT_EQ(*probe.storedEnd(a->ino(), a->layout(), 8), 8 * chunk + 1000);
+  EXPECT_EQ(*probe.storedEnd(a->ino(), a->layout(), 9), 0u);
+  EXPECT_EQ(*probe.storedEnd(b->ino(), b->layout(), 0), 3 * chunk + 100 + 4321);
+  EXPECT_EQ(*probe.storedEnd(b->ino(), b->layout(), 4), 0u);
+  // A chain nobody serves: the error names the inode.
+  meta::Layout gone = a->layout();
+  gone.add_chains(7);
+  auto e = probe.storedEnd(a->ino(), gone, 0);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("no chain 7"), std::string::npos) << e.status().toString();
+}
+
 TEST_F(RemoteChunkRemoverTest, UnreachableStorageKeepsTheEntryQueued) {
   auto a = store_->create(root_, 1, "a", 0644, true);
   ASSERT_TRUE(store_->setattr(root_, a->ino(), {.size = 2u << 20}).ok());

@@ -404,6 +404,43 @@ TEST_F(LocalClient, AClientThatStopsRenewingLosesItsSessionsAndItsUnlinkedFileGo
   EXPECT_EQ(e.errno_value, ENOENT) << e.message;
 }
 
+// A client that dies after its bytes reached storage but before it recorded
+// the length (no fsync, no close: here its write-behind sent three whole
+// chunks, the last 100 bytes were still in its buffer) would leave them
+// past the file's end, unseen. The reaper that ends its session asks
+// storage how far they reach and grows the length to that, as a local file
+// keeps what a killed process wrote.
+TEST_F(LocalClient, AClientThatDiesWithoutClosingLeavesTheBytesItStoredInItsFile) {
+  server::LocalClusterOptions o;
+  o.targets = 2;
+  o.session_timeout_ms = 1500;
+  ASSERT_NO_FATAL_FAILURE(start(o));
+  auto live = connect(true, /*session_renew_ms=*/200);
+  auto silent = connect(true, /*session_renew_ms=*/0);  // as if it had died
+  std::unique_ptr<File> held;
+  ASSERT_FALSE(silent->open("/ckpt", O_CREAT | O_WRONLY, 0644, &held));
+  std::vector<uint8_t> data(3 * kChunk + 100);
+  fill(data.data(), data.size(), 0, 0x7777777777777777ull);
+  size_t done = 0;
+  ASSERT_FALSE(held->pwrite(data.data(), data.size(), 0, &done));
+  FileInfo info;
+  ASSERT_FALSE(live->stat("/ckpt", &info));
+  EXPECT_EQ(info.size, 0u);  // nothing recorded yet
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (info.size == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_FALSE(live->stat("/ckpt", &info));
+  }
+  ASSERT_EQ(info.size, 3 * kChunk);
+  data.resize(3 * kChunk);
+  EXPECT_TRUE(readAll(*live, "/ckpt") == data);
+  CheckReport report;
+  ASSERT_FALSE(live->fsck(&report));
+  EXPECT_EQ(report.sessions, 0u);
+  EXPECT_EQ(report.chunks_past_end, 0u);
+  EXPECT_TRUE(report.problems.empty()) << report.problems.front();
+}
+
 // fsck holds the chunks in storage against the namespace: one that belongs
 // to no file (here a write for an inode nobody has, as one delayed past its
 // file's deletion would land) is a problem, and `remove_orphan_chunks`

@@ -3,7 +3,8 @@
 // So every client renews a lease of its own now and then (one key per
 // client, however many files it holds open), and reapSessions() ends the
 // sessions of a client whose lease, and the sessions' own opening, are older
-// than session_timeout_ms — as its close would have, keeping the length.
+// than session_timeout_ms — as its close would have, with the length its
+// bytes in storage reach (when the caller can ask storage).
 #include <fmt/format.h>
 
 #include <functional>
@@ -12,6 +13,7 @@
 
 #include "common/log.h"
 #include "kv/key_codec.h"
+#include "meta/gc_worker.h"
 #include "meta/meta_store.h"
 #include "meta/schema.h"
 
@@ -58,6 +60,41 @@ struct Held {
   std::string client;
 };
 
+// The file as the reaper saw it when it asked storage how far its bytes
+// reach; the length grows to `end` only if the file is still so.
+struct Probed {
+  uint64_t size = 0;
+  int64_t ctime_ns = 0;
+  uint64_t end = 0;
+};
+
+// Asks storage how far the bytes of inode `ino` reach past its length; 0
+// when they do not (or it has no chunks, or storage cannot say: the length
+// then stays, as it did before storage was asked).
+Probed probeEnd(kv::Engine& engine, StoredEnd& stored, uint64_t ino) {
+  Probed p;
+  Inode n;
+  bool found = false;
+  Status s = kv::runReadTransaction(engine, [&](kv::ReadTransaction& t) -> Status {
+    ASSIGN_OR_RETURN(auto v, t.get(inodeKey(ino)));
+    found = v && n.ParseFromString(*v);
+    return Status::OK();
+  });
+  if (!s.ok() || !found || n.type() != REGULAR || n.data_inline() || n.layout().chunk_size() == 0 ||
+      n.layout().chains_size() == 0)
+    return p;
+  p.size = n.size();
+  p.ctime_ns = n.ctime_ns();
+  auto end = stored.storedEnd(ino, n.layout(), n.size() / n.layout().chunk_size());
+  if (!end.ok()) {
+    CLOG_WARN("meta", "inode {}: how far its bytes reach in storage: {} (its length stays)", ino,
+              end.status().toString());
+    return p;
+  }
+  p.end = *end;
+  return p;
+}
+
 }  // namespace
 
 Status MetaStore::renewClient(std::string_view client) {
@@ -70,7 +107,7 @@ Status MetaStore::renewClient(std::string_view client) {
   });
 }
 
-Result<size_t> MetaStore::reapSessions(size_t max) {
+Result<size_t> MetaStore::reapSessions(size_t max, StoredEnd* stored) {
   const int64_t cutoff = nowNs() - int64_t{options_.session_timeout_ms} * 1'000'000;
   // Sessions whose client looked gone in a snapshot; each is checked again
   // in the transaction that ends it (the client may renew meanwhile).
@@ -99,20 +136,38 @@ Result<size_t> MetaStore::reapSessions(size_t max) {
                              }));
   size_t ended = 0;
   for (const Held& h : gone) {
+    // Asked before the transaction (storage calls do not belong in one); a
+    // change of the file meanwhile (a truncate, a close that recorded a
+    // length) leaves its length alone.
+    const Probed probed = stored ? probeEnd(engine_, *stored, h.ino) : Probed{};
     bool end_it = false;
+    uint64_t grew_to = 0;
     auto done = mutate({}, [&](kv::Transaction& t) -> Result<std::string> {
       end_it = false;
+      grew_to = 0;
       ASSIGN_OR_RETURN(auto s, t.get(sessionKey(h.ino, h.session)));
       if (!s) return std::string();  // closed meanwhile
       ASSIGN_OR_RETURN(int64_t at, renewedNs(t, h.client));
       if (at > cutoff) return std::string();  // renewed meanwhile
       end_it = true;
-      return closeIn(t, h.ino, h.session, 0, false, std::nullopt);
+      uint64_t length = 0;
+      if (probed.end > probed.size) {
+        ASSIGN_OR_RETURN(auto v, t.get(inodeKey(h.ino)));
+        Inode n;
+        if (v && n.ParseFromString(*v) && n.size() == probed.size &&
+            n.ctime_ns() == probed.ctime_ns)
+          length = probed.end;
+      }
+      grew_to = length;
+      return closeIn(t, h.ino, h.session, length, /*wrote=*/length > 0, std::nullopt);
     });
     if (!done.ok() && done.code() != ErrorCode::kNotFound) return done.status();
     if (done.ok() && end_it) {
-      CLOG_INFO("meta", "ended session {} of inode {}: client {} stopped renewing", h.session,
-                h.ino, h.client);
+      CLOG_INFO(
+          "meta", "ended session {} of inode {}: client {} stopped renewing{}", h.session, h.ino,
+          h.client,
+          grew_to ? fmt::format("; its length grew to {}, where its bytes in storage end", grew_to)
+                  : std::string());
       ++ended;
     }
   }
