@@ -74,6 +74,17 @@ class LocalClient : public ::testing::Test {
     return std::move(c);
   }
 
+  // A cluster whose sessions end 1.5 s after their client stops renewing, a
+  // client that renews every 200 ms, and one that never does (as if dead).
+  void startWithADyingClient(std::unique_ptr<Client>* live, std::unique_ptr<Client>* silent) {
+    server::LocalClusterOptions o;
+    o.targets = 2;
+    o.session_timeout_ms = 1500;
+    ASSERT_NO_FATAL_FAILURE(start(o));
+    *live = connect(true, /*session_renew_ms=*/200);
+    *silent = connect(true, /*session_renew_ms=*/0);
+  }
+
   std::filesystem::path dir_;
   std::unique_ptr<server::LocalCluster> cluster_;
   std::unique_ptr<Client> local_, socket_;
@@ -364,12 +375,8 @@ TEST_F(LocalClient, OTruncCutsBytesAWriterHasNotRecordedYet) {
 // a file it held open after an unlink goes, chunks and all. A client that
 // renews keeps its own.
 TEST_F(LocalClient, AClientThatStopsRenewingLosesItsSessionsAndItsUnlinkedFileGoes) {
-  server::LocalClusterOptions o;
-  o.targets = 2;
-  o.session_timeout_ms = 1500;
-  ASSERT_NO_FATAL_FAILURE(start(o));
-  auto live = connect(true, /*session_renew_ms=*/200);
-  auto silent = connect(true, /*session_renew_ms=*/0);  // as if it had died
+  std::unique_ptr<Client> live, silent;
+  ASSERT_NO_FATAL_FAILURE(startWithADyingClient(&live, &silent));
   std::unique_ptr<File> kept, held;
   ASSERT_FALSE(live->open("/kept", O_CREAT | O_WRONLY, 0644, &kept));
   ASSERT_FALSE(silent->open("/held", O_CREAT | O_WRONLY, 0644, &held));
@@ -411,12 +418,8 @@ TEST_F(LocalClient, AClientThatStopsRenewingLosesItsSessionsAndItsUnlinkedFileGo
 // storage how far they reach and grows the length to that, as a local file
 // keeps what a killed process wrote.
 TEST_F(LocalClient, AClientThatDiesWithoutClosingLeavesTheBytesItStoredInItsFile) {
-  server::LocalClusterOptions o;
-  o.targets = 2;
-  o.session_timeout_ms = 1500;
-  ASSERT_NO_FATAL_FAILURE(start(o));
-  auto live = connect(true, /*session_renew_ms=*/200);
-  auto silent = connect(true, /*session_renew_ms=*/0);  // as if it had died
+  std::unique_ptr<Client> live, silent;
+  ASSERT_NO_FATAL_FAILURE(startWithADyingClient(&live, &silent));
   std::unique_ptr<File> held;
   ASSERT_FALSE(silent->open("/ckpt", O_CREAT | O_WRONLY, 0644, &held));
   std::vector<uint8_t> data(3 * kChunk + 100);
