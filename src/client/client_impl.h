@@ -186,10 +186,13 @@ class ClientImpl final : public Client {
   // or reported as failed — cannot land after the calls that followed it
   // and undo acknowledged bytes (docs/client.md, "Late calls").
   uint64_t attemptFence() const;
-  // attemptFence() for a blocking call of `method` to `to`, or 0 when that
-  // call runs in this process (it cannot be left behind, and a fence would
-  // only refuse a call that waits long for the chunk's lock).
-  uint64_t blockingFence(const net::Endpoint& to, const net::Method& method) const;
+  // The fence of a blocking call of `method` to `to` sent now: `lease` (0:
+  // none) or attemptFence(), whichever comes first; attemptFence() is left
+  // out when the call runs in this process (it cannot be left behind, and
+  // the fence would only refuse a call that waits long for the chunk's
+  // lock). 0: no fence.
+  uint64_t blockingFence(const net::Endpoint& to, const net::Method& method,
+                         uint64_t lease = 0) const;
   // One storage call `once(route)` on chain `chain` from this thread, tried
   // again with backoff as a piece is (giveUp) until retry_ms; `what()` names
   // the work in the error. Defined and used in data_io.cc.

@@ -508,6 +508,9 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
   const auto fence = static_cast<uint64_t>(not_after_ns);
   // A converter that stalls here (a paused process, a slow network) is what
   // the fence is for: LocalClient.AConversionStalledPastItsLeaseCannotPutOldBytesBack.
+  // Each attempt also stops at its own end (attemptFence), as every chunk
+  // write does: one given up on inside the lease cannot put these bytes back
+  // over the writes that follow the conversion.
   RETURN_ON_ERROR(CISTERN_FAULT("client.inline.before_move"));
   auto retried = [&](const auto& once) {
     return retryBlocking(layout.chains(0), once,
@@ -518,7 +521,7 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
     return retried([&](const ChainRoute& r) -> Status {
       storage::RemoveReq req;
       *req.add_chunks() = chunk;
-      req.set_not_after_unix_ns(fence);
+      req.set_not_after_unix_ns(blockingFence(r.endpoint, kRemove(), fence));
       storage::RemoveResp resp;
       RETURN_ON_ERROR(rpc_->callSync(r.endpoint, kRemove(), req, &resp));
       auto code = resp.codes_size() == 1 ? static_cast<ErrorCode>(resp.codes(0)) : ErrorCode::kOk;
@@ -529,7 +532,7 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
     storage::WriteReq req;
     *req.mutable_chunk() = chunk;
     req.set_chain_version(r.version);
-    req.set_not_after_unix_ns(fence);
+    req.set_not_after_unix_ns(blockingFence(r.endpoint, kWrite(), fence));
     storage::WriteResp resp;
     net::CallOptions options;
     options.request_payload =
@@ -551,7 +554,7 @@ Status ClientImpl::truncateChunk(const meta::Inode& inode, uint64_t index, uint6
         req.mutable_chunk()->set_index(static_cast<uint32_t>(index));
         req.set_length(length);
         req.set_chain_version(r.version);
-        req.set_not_after_unix_ns(fence != 0 ? fence : blockingFence(r.endpoint, kTruncate()));
+        req.set_not_after_unix_ns(blockingFence(r.endpoint, kTruncate(), fence));
         storage::TruncateResp resp;
         return rpc_->callSync(r.endpoint, kTruncate(), req, &resp);
       },
@@ -567,8 +570,11 @@ uint64_t ClientImpl::attemptFence() const {
   return static_cast<uint64_t>(now_ns + timeout_ns - std::min(kClockSkewNs, timeout_ns / 4));
 }
 
-uint64_t ClientImpl::blockingFence(const net::Endpoint& to, const net::Method& method) const {
-  return rpc_->callsLocally(to, method) ? 0 : attemptFence();
+uint64_t ClientImpl::blockingFence(const net::Endpoint& to, const net::Method& method,
+                                   uint64_t lease) const {
+  if (rpc_->callsLocally(to, method)) return lease;
+  const uint64_t own = attemptFence();
+  return lease == 0 ? own : std::min(lease, own);
 }
 
 Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {

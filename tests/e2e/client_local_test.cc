@@ -279,6 +279,24 @@ TEST_F(LocalClient, AStorageCallItsClientGaveUpOnCannotUndoTheWritesAfterIt) {
   std::vector<uint8_t> want(second.begin(), second.begin() + cut);
   want.insert(want.end(), first.begin(), first.end());
   EXPECT_EQ(readAll(*c, "/f"), want);
+  fault::disableAll();
+
+  // An inline file's conversion: its write of the old bytes to chunk 0 is
+  // given up on (inside the conversion's lease), and the writes that follow
+  // the conversion are acknowledged before it gets there.
+  std::vector<uint8_t> small(100);
+  fill(small.data(), small.size(), 0, 0x5555555555555555ull);
+  ASSERT_FALSE(c->open("/i", O_WRONLY | O_CREAT | O_TRUNC, 0644, &f));
+  ASSERT_FALSE(f->pwrite(small.data(), small.size(), 0, &done));
+  ASSERT_FALSE(f->close());  // inline: the bytes in the KV
+  before = refusedLate("Write");
+  stallOnce("storage.write.queued");
+  ASSERT_FALSE(c->open("/i", O_WRONLY, 0, &f));  // moves the bytes to chunk 0
+  EXPECT_EQ(fault::fired("storage.write.queued"), 1u);
+  ASSERT_FALSE(f->pwrite(second.data(), n, 0, &done));
+  ASSERT_FALSE(f->close());
+  EXPECT_TRUE(lateCallRefused("Write", before)) << "the conversion's stalled write was not refused";
+  EXPECT_EQ(readAll(*c, "/i"), second);
 }
 
 // The same for a truncate's removal of the chunks past the new end, on one
