@@ -838,7 +838,11 @@ class FakeStoredEnd : public StoredEnd {
   std::map<uint64_t, uint64_t> ends;
   std::map<uint64_t, uint64_t> asked_from;
   std::function<void(uint64_t ino)> during;
+  bool down = false;  // storage does not answer
+  int calls = 0;
   Result<uint64_t> storedEnd(uint64_t ino, const Layout&, uint64_t first) override {
+    ++calls;
+    if (down) return Status(ErrorCode::kDeadlineExceeded, "storage is down");
     asked_from[ino] = first;
     if (during) during(ino);
     auto it = ends.find(ino);
@@ -890,6 +894,27 @@ TEST_P(MetaTest, ReapedSessionsGrowTheLengthToTheBytesInStorage) {
   EXPECT_GT(m.getattr(f->ino())->mtime_ns(), before);
   EXPECT_EQ(m.getattr(g->ino())->size(), 10u);
   EXPECT_EQ(m.getattr(h->ino())->size(), 3 * chunk + 100);
+  // Storage down: the sessions that need it wait for a later pass (after one
+  // call), so the bytes are not lost; an unlinked file's ends all the same.
+  auto p = m.create(kRoot, kRootIno, "p", 0644, true);
+  auto q = m.create(kRoot, kRootIno, "q", 0644, true);
+  auto u = m.create(kRoot, kRootIno, "u", 0644, true);
+  ASSERT_TRUE(p.ok() && q.ok() && u.ok());
+  for (const auto& x : {*p, *q, *u})
+    ASSERT_TRUE(m.open(kRoot, x.ino(), false, true, false, "d").ok());
+  ASSERT_TRUE(m.unlink(kRoot, kRootIno, "u").ok());
+  stored.ends[p->ino()] = 2 * chunk;
+  stored.ends[q->ino()] = chunk + 1;
+  stored.down = true;
+  stored.calls = 0;
+  clock.advance(std::chrono::seconds(61));
+  EXPECT_EQ(*m.reapSessions(1000, &stored), 1u);  // u's
+  EXPECT_EQ(stored.calls, 1);
+  EXPECT_EQ(m.getattr(u->ino()).code(), ErrorCode::kNotFound);
+  stored.down = false;
+  EXPECT_EQ(*m.reapSessions(1000, &stored), 2u);
+  EXPECT_EQ(m.getattr(p->ino())->size(), 2 * chunk);
+  EXPECT_EQ(m.getattr(q->ino())->size(), chunk + 1);
   // Without a StoredEnd (a meta service that cannot reach storage) the
   // length stays.
   auto k = m.create(kRoot, kRootIno, "k", 0644, true);

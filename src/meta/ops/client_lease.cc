@@ -68,30 +68,28 @@ struct Probed {
   uint64_t end = 0;
 };
 
-// Asks storage how far the bytes of inode `ino` reach past its length; 0
-// when they do not (or it has no chunks, or storage cannot say: the length
-// then stays, as it did before storage was asked).
-Probed probeEnd(kv::Engine& engine, StoredEnd& stored, uint64_t ino) {
+// Asks storage how far the bytes of inode `ino` reach past its length (end
+// 0: they do not, or it has no chunks, or it is unlinked and its bytes go
+// anyway). An error when storage cannot say, or `ask` is false and it would
+// have to: the session then waits for a later pass, so its bytes are not
+// lost to a storage server that is down for a while.
+Result<Probed> probeEnd(kv::Engine& engine, StoredEnd& stored, uint64_t ino, bool ask) {
   Probed p;
   Inode n;
   bool found = false;
-  Status s = kv::runReadTransaction(engine, [&](kv::ReadTransaction& t) -> Status {
+  RETURN_ON_ERROR(kv::runReadTransaction(engine, [&](kv::ReadTransaction& t) -> Status {
     ASSIGN_OR_RETURN(auto v, t.get(inodeKey(ino)));
     found = v && n.ParseFromString(*v);
     return Status::OK();
-  });
-  if (!s.ok() || !found || n.type() != REGULAR || n.data_inline() || n.layout().chunk_size() == 0 ||
-      n.layout().chains_size() == 0)
+  }));
+  if (!found || n.type() != REGULAR || n.nlink() == 0 || n.data_inline() ||
+      n.layout().chunk_size() == 0 || n.layout().chains_size() == 0)
     return p;
+  if (!ask)
+    return Status(ErrorCode::kConnectionFailed, "storage did not answer earlier in this pass");
   p.size = n.size();
   p.ctime_ns = n.ctime_ns();
-  auto end = stored.storedEnd(ino, n.layout(), n.size() / n.layout().chunk_size());
-  if (!end.ok()) {
-    CLOG_WARN("meta", "inode {}: how far its bytes reach in storage: {} (its length stays)", ino,
-              end.status().toString());
-    return p;
-  }
-  p.end = *end;
+  ASSIGN_OR_RETURN(p.end, stored.storedEnd(ino, n.layout(), n.size() / n.layout().chunk_size()));
   return p;
 }
 
@@ -135,11 +133,26 @@ Result<size_t> MetaStore::reapSessions(size_t max, StoredEnd* stored) {
                                return gone.size() < max;
                              }));
   size_t ended = 0;
+  bool storage_answers = true;
   for (const Held& h : gone) {
     // Asked before the transaction (storage calls do not belong in one); a
     // change of the file meanwhile (a truncate, a close that recorded a
     // length) leaves its length alone.
-    const Probed probed = stored ? probeEnd(engine_, *stored, h.ino) : Probed{};
+    Probed probed;
+    if (stored) {
+      auto p = probeEnd(engine_, *stored, h.ino, storage_answers);
+      if (!p.ok()) {
+        // One wait for storage per pass: the rest that need it wait too.
+        if (storage_answers)
+          CLOG_WARN("meta",
+                    "sessions of clients that stopped renewing wait for storage: how far the "
+                    "bytes of inode {} reach: {}",
+                    h.ino, p.status().toString());
+        storage_answers = false;
+        continue;
+      }
+      probed = *p;
+    }
     bool end_it = false;
     uint64_t grew_to = 0;
     auto done = mutate({}, [&](kv::Transaction& t) -> Result<std::string> {
