@@ -172,8 +172,9 @@ class MetaStore {
   // the bytes its writers put in storage past it (what the dead client
   // wrote and never recorded), unless the file changed since that was
   // asked; sessions that need storage while it does not answer wait for a
-  // later pass (one wait per pass). Without `stored` the length stays. A client that was only slow closes
-  // its files later all the same (close() records the length).
+  // later pass (one wait per pass). Without `stored` the length stays. A
+  // client that was only slow closes its files later all the same (close()
+  // records the length).
   Result<size_t> reapSessions(size_t max = 1000, StoredEnd* stored = nullptr);
   // Moving a data_inline file's bytes into chunks, in two calls around the
   // caller's chunk write (it needs write permission). begin (token 0) takes the inode for

@@ -10,13 +10,21 @@
 #include "storage.pb.h"
 
 namespace cistern::storage {
+namespace {
+
+// Each chain of the layout once, in order (a layout may name one twice).
+std::vector<uint32_t> distinctChains(const meta::Layout& layout) {
+  const std::set<uint32_t> distinct(layout.chains().begin(), layout.chains().end());
+  return {distinct.begin(), distinct.end()};
+}
+
+}  // namespace
 
 Status RemoteChunkRemover::removeFrom(uint64_t ino, const meta::Layout& layout, uint64_t first) {
   if (layout.chains_size() == 0)
     return Status(ErrorCode::kInvalidArgument, fmt::format("inode {} has no chains", ino));
   if (first > UINT32_MAX) return Status::OK();  // chunk indexes are 32-bit: nothing lies there
-  const std::set<uint32_t> distinct(layout.chains().begin(), layout.chains().end());
-  const std::vector<uint32_t> chains(distinct.begin(), distinct.end());
+  const std::vector<uint32_t> chains = distinctChains(layout);
   if (chains.size() == 1) return removeOnChain(ino, static_cast<uint32_t>(first), chains[0]);
   // The chains side by side, a bounded number at a time: a truncate waits
   // for about one round trip, not one per chain.
@@ -70,9 +78,8 @@ Result<uint64_t> RemoteChunkRemover::storedEnd(uint64_t ino, const meta::Layout&
                                                uint64_t first) {
   static const net::Method kList = net::Method::of("cistern.storage.StorageService.List");
   if (layout.chunk_size() == 0 || first > UINT32_MAX) return uint64_t{0};
-  const std::set<uint32_t> chains(layout.chains().begin(), layout.chains().end());
   uint64_t end = 0;
-  for (uint32_t chain : chains) {
+  for (uint32_t chain : distinctChains(layout)) {
     ASSIGN_OR_RETURN(net::Endpoint to, route_(chain));
     ListReq req;
     req.set_qos(options_.foreground ? QOS_FOREGROUND : QOS_BACKGROUND);

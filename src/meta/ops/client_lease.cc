@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "common/log.h"
@@ -75,21 +76,19 @@ struct Probed {
 // lost to a storage server that is down for a while.
 Result<Probed> probeEnd(kv::Engine& engine, StoredEnd& stored, uint64_t ino, bool ask) {
   Probed p;
-  Inode n;
-  bool found = false;
+  std::optional<Inode> n;
   RETURN_ON_ERROR(kv::runReadTransaction(engine, [&](kv::ReadTransaction& t) -> Status {
-    ASSIGN_OR_RETURN(auto v, t.get(inodeKey(ino)));
-    found = v && n.ParseFromString(*v);
+    ASSIGN_OR_RETURN(n, loadInode(t, ino));
     return Status::OK();
   }));
-  if (!found || n.type() != REGULAR || n.nlink() == 0 || n.data_inline() ||
-      n.layout().chunk_size() == 0 || n.layout().chains_size() == 0)
+  if (!n || n->type() != REGULAR || n->nlink() == 0 || n->data_inline() ||
+      n->layout().chunk_size() == 0 || n->layout().chains_size() == 0)
     return p;
   if (!ask)
     return Status(ErrorCode::kConnectionFailed, "storage did not answer earlier in this pass");
-  p.size = n.size();
-  p.ctime_ns = n.ctime_ns();
-  ASSIGN_OR_RETURN(p.end, stored.storedEnd(ino, n.layout(), n.size() / n.layout().chunk_size()));
+  p.size = n->size();
+  p.ctime_ns = n->ctime_ns();
+  ASSIGN_OR_RETURN(p.end, stored.storedEnd(ino, n->layout(), n->size() / n->layout().chunk_size()));
   return p;
 }
 
@@ -165,11 +164,8 @@ Result<size_t> MetaStore::reapSessions(size_t max, StoredEnd* stored) {
       end_it = true;
       uint64_t length = 0;
       if (probed.end > probed.size) {
-        ASSIGN_OR_RETURN(auto v, t.get(inodeKey(h.ino)));
-        Inode n;
-        if (v && n.ParseFromString(*v) && n.size() == probed.size &&
-            n.ctime_ns() == probed.ctime_ns)
-          length = probed.end;
+        ASSIGN_OR_RETURN(auto n, loadInode(t, h.ino));
+        if (n && n->size() == probed.size && n->ctime_ns() == probed.ctime_ns) length = probed.end;
       }
       grew_to = length;
       return closeIn(t, h.ino, h.session, length, /*wrote=*/length > 0, std::nullopt);
