@@ -3,18 +3,22 @@
 // Each side writes 256 MiB in 1 MiB blocks with 4 writers, one 64 MiB file each (every write
 // durable before it returns: the engine group-commits, fio uses fdatasync=1),
 // reads them back sequentially with 4 readers, and does 4 KiB random reads
-// over the same 256 MiB with 32 readers (fio: 32 threads, psync, one shared
-// file; odd rounds run fio first in every phase). Both sides use O_DIRECT (the engine's default on
-// a filesystem that has it; fio --direct=1), so the page cache favours neither. The sequential read
-// is run a second time through the storage RPC on loopback (4 clients, one 1 MiB BatchRead each at
-// a time). Small durable writes: 16 writers each make 256 new 4 KiB chunks (small files), next to
-// fio's 16 jobs appending 4 KiB blocks with fdatasync=1; the engine runs twice, with small writes'
-// bytes in the metadata log (the default) and without (data fdatasync, then
-// the log). Usage: chunk_bench [RAND_SECS] [ROUNDS]; CHUNK_BENCH_IO=psync|io_uring
-// picks the engine's I/O backend (default io_uring).
+// over the same 256 MiB at queue depth 32 two ways: 2 threads with 16 reads
+// in flight each, through one io_uring per thread (the engine's
+// startRead/finishRead around a LoopRing, the way the storage service serves
+// small reads; fio: io_uring, 2 jobs, iodepth 16 — the figure), and 32
+// threads with one blocking read() each (fio: psync, 32 jobs); fio reads one
+// shared file, and odd rounds run fio first in every phase. Both sides use O_DIRECT (the engine's
+// default on a filesystem that has it; fio --direct=1), so the page cache favours neither. The
+// sequential read is run a second time through the storage RPC on loopback (4 clients, one 1 MiB
+// BatchRead each at a time). Small durable writes: 16 writers each make 256 new 4 KiB chunks (small
+// files), next to fio's 16 jobs appending 4 KiB blocks with fdatasync=1; the engine runs twice,
+// with small writes' bytes in the metadata log (the default) and without (data fdatasync, then the
+// log). Usage: chunk_bench [RAND_SECS] [ROUNDS]; CHUNK_BENCH_IO=psync|io_uring picks the engine's
+// I/O backend for read() and writes (default io_uring; the queued reads always use io_uring).
 // Figures: chunk_seqwrite_vs_fio, chunk_seqread_vs_fio, chunk_randread_vs_fio,
-// storage_rpc_seqread_vs_fio, chunk_smallwrite_vs_fio (x), the MB/s and IOPS
-// behind them, peak RSS.
+// chunk_randread_threads_vs_fio_psync, storage_rpc_seqread_vs_fio, chunk_smallwrite_vs_fio (x), the
+// MB/s and IOPS behind them, peak RSS.
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,11 +28,17 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <thread>
 #include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/this_coro.hpp>
 
 #include "bench/bench_util.h"
 #include "common/log.h"
@@ -37,6 +47,7 @@
 #include "net/rpc_server.h"
 #include "storage.pb.h"
 #include "storage/chunk_engine.h"
+#include "storage/loop_ring.h"
 #include "storage/storage_service.h"
 
 using namespace cistern;
@@ -103,6 +114,63 @@ double parallel(int threads, const std::function<void(int)>& fn) {
   return bench::secondsSince(t0);
 }
 
+// 4 KiB random reads over the benchmark's chunks for `secs` seconds from 2
+// threads, each with 16 reads in flight through its own io_uring: the
+// engine's startRead()/finishRead() around a LoopRing, as StorageService
+// serves small reads. A read whose record is not in memory (or that must be
+// done again) uses read(), as the service hands it to its pool. Returns
+// reads per second.
+double queuedRandReads(ChunkEngine& e, double secs, int round,
+                       const std::function<ChunkId(uint32_t)>& id) {
+  constexpr int kThreads = 2, kDepth = 16;
+  std::atomic<uint64_t> reads{0}, blocking{0};
+  double took = parallel(kThreads, [&](int t) {
+    asio::io_context ctx(1);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int d = 0; d < kDepth; ++d) {
+      asio::co_spawn(
+          ctx,
+          [&, d]() -> asio::awaitable<void> {
+            LoopRing* ring = LoopRing::forThread(co_await asio::this_coro::executor);
+            if (!ring) {
+              std::fprintf(stderr, "chunk bench: no io_uring for the queued reads\n");
+              std::exit(1);
+            }
+            Xoshiro256 rng(static_cast<uint64_t>(t * kDepth + d) +
+                           1000u * static_cast<uint64_t>(round));
+            std::vector<uint8_t> out(4096);
+            ChunkEngine::AsyncRead a;
+            int results[2];
+            uint64_t n = 0;
+            while (bench::secondsSince(t0) < secs) {
+              ChunkId c = id(static_cast<uint32_t>(rng.uniform(kChunks)));
+              uint64_t off = rng.uniform(256) * 4096;
+              auto started = e.startRead(c, off, out, a);
+              bool done = started.ok() && *started && **started == out.size();
+              if (done && !a.io().empty()) {
+                co_await ring->run(a.io(), {results, a.io().size()});
+                done = e.finishRead(a, {results, a.io().size()});
+              }
+              if (!done) {
+                ++blocking;
+                if (!e.read(c, off, out).ok()) std::exit(1);
+              }
+              ++n;
+            }
+            reads += n;
+          },
+          asio::detached);
+    }
+    ctx.run();
+  });
+  if (blocking.load() * 10 > reads.load()) {
+    std::fprintf(stderr, "chunk bench: %llu of %llu queued reads were blocking reads\n",
+                 static_cast<unsigned long long>(blocking.load()),
+                 static_cast<unsigned long long>(reads.load()));
+  }
+  return static_cast<double>(reads.load()) / took;
+}
+
 // Median of a few values (the middle one; rounds is odd).
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -154,9 +222,9 @@ int main(int argc, char** argv) {
   // The disk's speed drifts on a shared machine, so each round measures the
   // engine and fio back to back and the figures are the medians of the
   // per-round ratios. Round r writes files 4r+1..4r+4 (fresh chunks).
-  std::vector<double> w_ratio, r_ratio, rr_ratio, rpc_ratio, sw_ratio, swu_ratio;
-  double eng_write = 0, eng_read = 0, eng_iops = 0, rpc_read = 0, fio_write = 0, fio_read = 0,
-         fio_iops = 0;
+  std::vector<double> w_ratio, r_ratio, rr_ratio, rrt_ratio, rpc_ratio, sw_ratio, swu_ratio;
+  double eng_write = 0, eng_read = 0, eng_iops = 0, eng_threads_iops = 0, rpc_read = 0,
+         fio_write = 0, fio_read = 0, fio_iops = 0, fio_threads_iops = 0;
   for (int round = 0; round < rounds; ++round) {
     auto id = [&](uint32_t i) {
       ChunkId c = chunkOf(i);
@@ -229,8 +297,17 @@ int main(int argc, char** argv) {
     rpc_read = kChunks * kMiB / took;
     rpc_ratio.push_back(rpc_read / fio_read);
 
-    // Random reads alternate which side goes first too.
+    // Random reads alternate which side goes first too. At queue depth 32
+    // both ways: 2 threads with 16 reads each in flight through one
+    // io_uring per thread (the engine's asynchronous reads, as the storage
+    // service serves small reads; fio --ioengine=io_uring --iodepth=16
+    // --numjobs=2), and 32 threads with one blocking read each (the
+    // engine's read(); fio psync, 32 jobs).
     auto engineRandRead = [&] {
+      dropCaches();
+      eng_iops = queuedRandReads(e, rand_secs, round, [&](uint32_t i) { return id(i); });
+    };
+    auto engineRandReadThreads = [&] {
       dropCaches();
       std::atomic<uint64_t> reads{0};
       double secs = parallel(32, [&](int t) {
@@ -246,20 +323,29 @@ int main(int argc, char** argv) {
         }
         reads += n;
       });
-      eng_iops = static_cast<double>(reads.load()) / secs;
+      eng_threads_iops = static_cast<double>(reads.load()) / secs;
     };
+    const std::string rand_common = "--directory=" + base +
+                                    "/fio --direct=1 --thread --group_reporting --name=r "
+                                    "--filename=rand --rw=randread --bs=4k --size=256m "
+                                    "--time_based --runtime=" +
+                                    std::to_string(static_cast<int>(rand_secs));
     auto fioRandRead = [&] {
       dropCaches();
-      fio_iops = fio(common +
-                     " --name=r --filename=rand --rw=randread --bs=4k --size=256m "
-                     "--numjobs=32 --time_based --runtime=" +
-                     std::to_string(static_cast<int>(rand_secs)))
-                     .second;
+      fio_iops = fio(rand_common + " --ioengine=io_uring --iodepth=16 --numjobs=2").second;
+    };
+    auto fioRandReadThreads = [&] {
+      dropCaches();
+      fio_threads_iops = fio(rand_common + " --ioengine=psync --numjobs=32").second;
     };
     if (fio_first) fioRandRead();
     engineRandRead();
     if (!fio_first) fioRandRead();
     rr_ratio.push_back(eng_iops / fio_iops);
+    if (fio_first) fioRandReadThreads();
+    engineRandReadThreads();
+    if (!fio_first) fioRandReadThreads();
+    rrt_ratio.push_back(eng_threads_iops / fio_threads_iops);
 
     // Small durable writes: 16 x 256 new 4 KiB chunks, on inodes of their own.
     std::vector<uint8_t> small(4096, 0x3c);
@@ -284,9 +370,10 @@ int main(int argc, char** argv) {
         round, small_logged, small_unlogged, fio_small);
     std::printf(
         "round %d: engine write %.0f MB/s, read %.0f MB/s, rpc read %.0f MB/s, 4K randread %.0f "
-        "IOPS; fio write %.0f MB/s, read %.0f MB/s, randread %.0f IOPS\n",
-        round, eng_write / 1e6, eng_read / 1e6, rpc_read / 1e6, eng_iops, fio_write / 1e6,
-        fio_read / 1e6, fio_iops);
+        "IOPS (32 threads: %.0f); fio write %.0f MB/s, read %.0f MB/s, randread %.0f IOPS "
+        "(psync, 32 jobs: %.0f)\n",
+        round, eng_write / 1e6, eng_read / 1e6, rpc_read / 1e6, eng_iops, eng_threads_iops,
+        fio_write / 1e6, fio_read / 1e6, fio_iops, fio_threads_iops);
   }
   server.stop();
   unlogged->reset();
@@ -298,6 +385,7 @@ int main(int argc, char** argv) {
   bench::figure("chunk_seqwrite_vs_fio", median(w_ratio), "x");
   bench::figure("chunk_seqread_vs_fio", median(r_ratio), "x");
   bench::figure("chunk_randread_vs_fio", median(rr_ratio), "x");
+  bench::figure("chunk_randread_threads_vs_fio_psync", median(rrt_ratio), "x");
   bench::figure("storage_rpc_seqread_vs_fio", median(rpc_ratio), "x");
   bench::figure("chunk_smallwrite_vs_fio", median(sw_ratio), "x");
   return 0;

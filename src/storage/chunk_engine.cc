@@ -955,7 +955,7 @@ Result<std::optional<ChunkMeta>> ChunkEngine::queryInMemory(ChunkId id, bool* in
   rocksdb::Status s = db_->Get(ro, encodeChunkKey(id), &value);
   *in_memory = !s.IsIncomplete();
   if (s.IsNotFound() || s.IsIncomplete()) return std::optional<ChunkMeta>();
-  RETURN_ON_ERROR(fromRocks(s, "read metadata of " + idText(id)));
+  if (!s.ok()) return fromRocks(s, "read metadata of " + idText(id));  // text only on error
   auto m = decodeChunkMeta(value);
   if (!m.ok()) return m.status().withContext(idText(id));
   return std::optional<ChunkMeta>(*m);
@@ -965,7 +965,7 @@ Result<std::optional<ChunkMeta>> ChunkEngine::query(ChunkId id) {
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), encodeChunkKey(id), &value);
   if (s.IsNotFound()) return std::optional<ChunkMeta>();
-  RETURN_ON_ERROR(fromRocks(s, "read metadata of " + idText(id)));
+  if (!s.ok()) return fromRocks(s, "read metadata of " + idText(id));  // text only on error
   auto m = decodeChunkMeta(value);
   if (!m.ok()) return m.status().withContext(idText(id));
   return std::optional<ChunkMeta>(*m);

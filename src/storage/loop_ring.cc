@@ -27,6 +27,13 @@ namespace {
 // Enough for the service's bounded reads in flight per thread (two requests
 // each) with room to spare.
 constexpr unsigned kEntries = 256;
+// Queued requests are submitted once this many wait, without waiting for the
+// handlers ready to run to queue theirs: after a burst of completions the
+// first requests reach the disk sooner, and each system call (and each kick
+// of the device) still carries several. bench/run chunk, 4 KiB random reads
+// at depth 16 on each of 2 threads: 8 gave 109k IOPS against 96k when only
+// the posted submit() submitted (eight alternated runs each; 6 gave 103k).
+constexpr uint32_t kSubmitBatch = 8;
 
 // A suspended caller's completion handler, type-erased.
 struct Completion {
@@ -123,9 +130,12 @@ class UringLoop final : public LoopRing, public std::enable_shared_from_this<Uri
     co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(
         [&](auto handler) {
           op.done = std::make_unique<CompletionOf<decltype(handler)>>(std::move(handler));
-          // Submitted once the handlers ready to run now have queued theirs:
-          // requests read from a socket together share one system call.
-          if (!submit_posted_) {
+          // Submitted once the handlers ready to run now have queued theirs
+          // (requests read from a socket together share one system call),
+          // or sooner once kSubmitBatch wait.
+          if (unsubmitted_ >= kSubmitBatch) {
+            submit();
+          } else if (!submit_posted_) {
             submit_posted_ = true;
             asio::post(efd_.get_executor(), [weak = weak_from_this()] {
               if (auto self = weak.lock()) self->submit();

@@ -9,6 +9,7 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 
 #include <cerrno>
@@ -128,6 +129,54 @@ TEST_F(LoopRingTest, MoreRequestsThanTheRingHoldsAreRefusedUnsubmitted) {
   });
   ASSERT_TRUE(ran);
   for (size_t i = 0; i < kMany; ++i) ASSERT_EQ(results[i], -EBUSY) << i;
+}
+
+// Requests queued by handlers that run one after another are submitted
+// together once the loop has run them all, or as soon as 8 of them wait: a
+// handler that runs after 7 queued reads sees none in flight yet, one that
+// runs after 8 sees all 8 submitted. (Reads of an empty pipe stay in flight
+// until bytes are written to it.)
+TEST_F(LoopRingTest, EightQueuedRequestsGoToTheKernelWithoutWaitingForTheLoop) {
+  for (int readers : {7, 8, 9}) {
+    int p[2];
+    ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+    std::vector<uint8_t> got(static_cast<size_t>(readers), 0);
+    std::vector<int> results(static_cast<size_t>(readers), -1);
+    uint32_t seen_in_flight = 1000;
+    int done = 0;
+    onLoop([&]() -> asio::awaitable<void> {
+      auto ex = co_await asio::this_coro::executor;
+      LoopRing* ring = LoopRing::forThread(ex);
+      if (!ring) co_return;
+      // Each reader starts from a handler of its own, queued ahead of the
+      // check (co_spawn on the loop's own thread runs a coroutine at once).
+      for (int i = 0; i < readers; ++i) {
+        asio::post(ex, [&, i, ring, ex] {
+          asio::co_spawn(
+              ex,
+              [&, i, ring]() -> asio::awaitable<void> {
+                IoRequest q = IoRequest::readOf(p[0], &got[static_cast<size_t>(i)], 1, 0);
+                co_await ring->run({&q, 1}, {&results[static_cast<size_t>(i)], 1});
+                ++done;
+              },
+              asio::detached);
+        });
+      }
+      asio::post(ex, [&, ring] {
+        seen_in_flight = ring->inFlight();
+        std::vector<uint8_t> bytes(static_cast<size_t>(readers), 0x5a);
+        EXPECT_EQ(::write(p[1], bytes.data(), bytes.size()), readers);
+      });
+    });
+    ::close(p[0]);
+    ::close(p[1]);
+    ASSERT_EQ(done, readers) << "io_uring is available here, and every read ended";
+    EXPECT_EQ(seen_in_flight, readers >= 8 ? 8u : 0u) << readers << " readers";
+    for (int i = 0; i < readers; ++i) {
+      EXPECT_EQ(results[static_cast<size_t>(i)], 1) << i;
+      EXPECT_EQ(got[static_cast<size_t>(i)], 0x5a) << i;
+    }
+  }
 }
 
 // A thread's ring serves the io_context it was made for, not another one
