@@ -138,7 +138,11 @@ double queuedRandReads(ChunkEngine& e, double secs, int round,
             }
             Xoshiro256 rng(static_cast<uint64_t>(t * kDepth + d) +
                            1000u * static_cast<uint64_t>(round));
-            std::vector<uint8_t> out(4096);
+            // 4 KiB-aligned, as the service's pooled reply buffers are (the
+            // disk's bytes land in them without a copy).
+            std::unique_ptr<uint8_t, decltype(&std::free)> mem(
+                static_cast<uint8_t*>(std::aligned_alloc(4096, 4096)), &std::free);
+            std::span<uint8_t> out(mem.get(), 4096);
             ChunkEngine::AsyncRead a;
             int results[2];
             uint64_t n = 0;
