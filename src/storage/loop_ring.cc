@@ -211,7 +211,7 @@ class UringLoop final : public LoopRing, public std::enable_shared_from_this<Uri
   asio::execution_context* context_;
   asio::posix::stream_descriptor efd_;
   uint32_t inflight_ = 0;
-  uint32_t unsubmitted_ = 0;  // queued, to be submitted by the posted submit()
+  uint32_t unsubmitted_ = 0;  // queued, not yet submitted (by the posted submit() or a batch)
   bool waiting_ = false;
   bool submit_posted_ = false;
 };
