@@ -100,7 +100,7 @@ Status settle(const IoRequest& q, int res) {
 // its own ring for each 4 KiB read makes one submission, and one kick of the
 // device, per read; here the reads that arrive while the ring's thread is
 // busy go to the kernel together (bench/RESULTS.md, session 19: 32 threads
-// of 4 KiB random reads, 80k against 66k IOPS). Only small reads come here:
+// of 4 KiB random reads, 58.9k against 47.2k IOPS). Only small reads come here:
 // a read served from the page cache is copied by the thread that submits
 // it, which must not be one thread for everyone's large reads.
 // The ring is SINGLE_ISSUER | DEFER_TASKRUN: completions are processed when
