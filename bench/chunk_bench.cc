@@ -214,8 +214,13 @@ int main(int argc, char** argv) {
   if (!server.start().ok()) return 1;
   net::RpcClient client;
   const auto kBatchRead = net::Method::of("cistern.storage.StorageService.BatchRead");
-  std::string common =
-      "--directory=" + base + "/fio --direct=1 --thread --ioengine=psync --group_reporting";
+  const std::string fio_base = "--directory=" + base + "/fio --direct=1 --thread --group_reporting";
+  const std::string common = fio_base + " --ioengine=psync";
+  // The random reads: fio's engine and depth are added per comparison.
+  const std::string rand_common = fio_base +
+                                  " --name=r --filename=rand --rw=randread --bs=4k --size=256m "
+                                  "--time_based --runtime=" +
+                                  std::to_string(static_cast<int>(rand_secs));
   // Written as the storage service writes a request's payload: from a
   // 4 KiB-aligned buffer that does not change during the call.
   std::unique_ptr<uint8_t, decltype(&std::free)> block_mem(
@@ -329,11 +334,6 @@ int main(int argc, char** argv) {
       });
       eng_threads_iops = static_cast<double>(reads.load()) / secs;
     };
-    const std::string rand_common = "--directory=" + base +
-                                    "/fio --direct=1 --thread --group_reporting --name=r "
-                                    "--filename=rand --rw=randread --bs=4k --size=256m "
-                                    "--time_based --runtime=" +
-                                    std::to_string(static_cast<int>(rand_secs));
     auto fioRandRead = [&] {
       dropCaches();
       fio_iops = fio(rand_common + " --ioengine=io_uring --iodepth=16 --numjobs=2").second;
