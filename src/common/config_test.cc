@@ -97,7 +97,7 @@ TEST(Config, SyntaxErrorNamesFileAndLine) {
 }
 
 // Regression: tests/fuzz/config_fuzz found toml++ 3.3 reaching
-// __builtin_unreachable on code points such as U+FEBF and U+037B.
+// __builtin_unreachable on code points such as U+FEBF, U+037B and U+2EBE.
 TEST(Config, CodePointsTomlppMishandlesAreRejectedWithAnEscapeHint) {
   Opts o;
   ConfigBinder b;
@@ -112,6 +112,40 @@ TEST(Config, CodePointsTomlppMishandlesAreRejectedWithAnEscapeHint) {
   ASSERT_TRUE(
       b.loadString("name = \"\xe6\x97\xa5\xe6\x9c\xac caf\\u00E9\"  # \xe2\x82\xac\n").ok());
   EXPECT_EQ(o.name, "\xe6\x97\xa5\xe6\x9c\xac caf\xc3\xa9");
+}
+
+// The edges of the ranges toml++ 3.3 mishandles (every code point in them
+// reaches its __builtin_unreachable; see config.cc), in a comment.
+TEST(Config, TheRejectedRangesEndWhereTomlppStopsMishandling) {
+  Opts o;
+  ConfigBinder b;
+  o.bind(b);
+  struct Case {
+    const char* utf8;
+    bool rejected;
+  };
+  for (Case c : {Case{"\xc2\xa0", false},         // U+00A0
+                 Case{"\xc2\xa1", true},          // U+00A1
+                 Case{"\xd2\x99", true},          // U+0499
+                 Case{"\xd2\x9a", false},         // U+049A
+                 Case{"\xe2\xb1\x9d", false},     // U+2C5D
+                 Case{"\xe2\xb1\x9e", true},      // U+2C5E
+                 Case{"\xe2\xba\xbe", true},      // U+2EBE (the fuzzer's find)
+                 Case{"\xe2\xbf\xbf", true},      // U+2FFF
+                 Case{"\xe3\x80\x80", false},     // U+3000
+                 Case{"\xe3\x80\x81", true},      // U+3001
+                 Case{"\xe3\x81\x97", true},      // U+3057
+                 Case{"\xe3\x81\x98", false},     // U+3058
+                 Case{"\xef\xac\xa5", false},     // U+FB25
+                 Case{"\xef\xac\xa6", true},      // U+FB26
+                 Case{"\xef\xbb\xbe", true},      // U+FEFE
+                 Case{"\xef\xbb\xbf", false}}) {  // U+FEFF
+    Status s = b.loadString(std::string("# ") + c.utf8 + "\nname = \"x\"\n", "r.toml");
+    EXPECT_EQ(!s.ok(), c.rejected) << s.toString();
+    if (c.rejected) {
+      EXPECT_EQ(s.code(), ErrorCode::kConfigInvalid);
+    }
+  }
 }
 
 TEST(Config, LoadFileAndMissingFile) {
