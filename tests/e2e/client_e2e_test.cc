@@ -909,7 +909,8 @@ TEST_F(E2E, MetricsParseAndMoveWithTheWorkload) {
                           "storage_write_bytes_total",
                           "storage_read_bytes_total",
                           "storage_loop_reads_total",
-                          "kv_commits_total"};
+                          "kv_commits_total",
+                          "kv_log_latency_us_count"};
   for (const char* name : moving) EXPECT_GT(sumOf(after, name), sumOf(before, name)) << name;
   EXPECT_GE(sumOf(after, "storage_write_bytes_total") - sumOf(before, "storage_write_bytes_total"),
             5.0 * kChunk);
