@@ -20,6 +20,7 @@ void addUp(CLI::App& app) {
   static std::string mount;
   static std::string mount_options;
   static bool no_sync = false;
+  static std::string config;
   cmd->add_option("--data", data, "data directory (created if missing)")->capture_default_str();
   cmd->add_option("--targets", targets, "storage targets (one chain each)")->capture_default_str();
   cmd->add_option("--listen", listen,
@@ -31,6 +32,9 @@ void addUp(CLI::App& app) {
   cmd->add_option("-o,--mount-options", mount_options,
                   "options of the mount, as `cistern mount -o`");
   cmd->add_flag("--no-sync", no_sync, "do not fsync commits (tests only: a crash loses data)");
+  cmd->add_option(
+      "--config", config,
+      "TOML file of storage, meta and log settings (keys: `cistern config --defaults`)");
   cmd->callback([] {
     auto ep = net::Endpoint::parse(listen);
     if (!ep.ok()) {
@@ -38,11 +42,20 @@ void addUp(CLI::App& app) {
       setExitCode(2);
       return;
     }
+    server::LocalClusterOptions o;
+    if (!config.empty()) {
+      log::Level level = log::level();
+      if (Status s = loadUpConfig(config, &o, &level); !s.ok()) {
+        fmt::print(stderr, "cistern up: {}\n", s.message());
+        setExitCode(2);
+        return;
+      }
+      log::setLevel(level);
+    }
     // Signals are taken by sigwait below; block them before any thread starts.
     sigset_t stop_signals;
     blockStopSignals(&stop_signals);
 
-    server::LocalClusterOptions o;
     o.data_dir = data;
     o.targets = targets;
     o.listen_host = ep->host;

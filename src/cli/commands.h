@@ -6,8 +6,14 @@
 
 #include <string>
 
+#include "common/log.h"
+#include "common/status.h"
+
 namespace CLI {
 class App;
+}
+namespace cistern::server {
+struct LocalClusterOptions;
 }
 
 namespace cistern::cli {
@@ -15,6 +21,12 @@ namespace cistern::cli {
 std::string versionString();
 void addVersion(CLI::App& app);
 void addConfig(CLI::App& app);
+// Sets `options` and `level` from a TOML file of `cistern up --config`
+// (keys: `cistern config --defaults`); what the file does not set keeps its
+// value. kConfigInvalid or kInvalidArgument naming the file and key; on
+// error nothing is changed.
+Status loadUpConfig(const std::string& path, server::LocalClusterOptions* options,
+                    log::Level* level);
 void addUp(CLI::App& app);
 void addFileCommands(CLI::App& app);     // ls, stat, mkdir, rm, mv, cat
 void addCopyCommands(CLI::App& app);     // put, get

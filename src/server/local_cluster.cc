@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "kv/engine.h"
 #include "meta/fsck.h"
@@ -99,7 +100,7 @@ Status LocalCluster::Impl::startTargets() {
     TargetRuntime& t = targets[i];
     t.id = i + 1;
     t.path = fmt::format("{}/target-{}", options.data_dir, t.id);
-    storage::ChunkEngineOptions eo;
+    storage::ChunkEngineOptions eo = options.engine;
     eo.path = t.path;
     eo.sync = options.sync;
     ASSIGN_OR_RETURN(t.engine, storage::ChunkEngine::open(eo));
@@ -108,7 +109,8 @@ Status LocalCluster::Impl::startTargets() {
     so.listen_port = options.listen_port == 0 ? 0 : options.listen_port + t.id;
     so.threads = 1;
     t.server = std::make_unique<net::RpcServer>(so);
-    t.service = std::make_unique<storage::StorageService>(*t.engine, *t.server);
+    t.service =
+        std::make_unique<storage::StorageService>(*t.engine, *t.server, options.storage_service);
     RETURN_ON_ERROR(t.server->start().withContext(fmt::format("storage target {}", t.id)));
     if (options.scrub_bytes_per_second > 0)
       t.scrub = std::make_unique<storage::ScrubWorker>(*t.engine, options.scrub_bytes_per_second);
@@ -208,8 +210,29 @@ void LocalCluster::Impl::stop() {
 LocalCluster::LocalCluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LocalCluster::~LocalCluster() { impl_->stop(); }
 
+void LocalClusterOptions::bind(ConfigBinder& b) {
+  engine.bind(b, "storage");
+  storage_service.bind(b, "storage");
+  b.bind("storage.scrub_bytes_per_second", &scrub_bytes_per_second,
+         "bytes per second each target's scrub re-reads and verifies (0: no scrub)");
+  b.bind("meta.session_timeout_ms", &session_timeout_ms,
+         "a client silent this long loses its write sessions; keep it well above the "
+         "clients' renewal period (20 s)");
+}
+
+Status LocalClusterOptions::validate() const {
+  if (targets == 0) return Status(ErrorCode::kInvalidArgument, "--targets must be >= 1");
+  RETURN_ON_ERROR(engine.validate());
+  RETURN_ON_ERROR(storage_service.validate());
+  if (session_timeout_ms < 1000) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("meta session_timeout_ms {} is below 1000", session_timeout_ms));
+  }
+  return Status::OK();
+}
+
 Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOptions& options) {
-  if (options.targets == 0) return Status(ErrorCode::kInvalidArgument, "--targets must be >= 1");
+  RETURN_ON_ERROR(options.validate());  // before anything is created
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) {

@@ -20,6 +20,8 @@
 
 #include "common/result.h"
 #include "net/endpoint.h"
+#include "storage/chunk_engine.h"
+#include "storage/storage_service_options.h"
 
 namespace cistern::server {
 
@@ -37,6 +39,18 @@ struct LocalClusterOptions {
   // A client silent this long loses its write sessions (meta::MetaOptions;
   // the GC loop ends them every quarter of it, at most every second).
   uint32_t session_timeout_ms = 300000;
+  // Every target's chunk engine (path and sync are set per target) and
+  // storage service.
+  storage::ChunkEngineOptions engine;
+  storage::StorageServiceOptions storage_service;
+
+  // Binds what a config file may set (`cistern up --config`): storage.*,
+  // meta.session_timeout_ms. The data directory, targets and addresses are
+  // flags.
+  void bind(ConfigBinder& b);
+  // kInvalidArgument naming the option when a value cannot work; start()
+  // checks it before creating anything.
+  Status validate() const;
 };
 
 class LocalCluster {

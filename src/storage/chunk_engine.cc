@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/assert.h"
+#include "common/config.h"
 #include "common/crc32c.h"
 #include "common/endian.h"
 #include "common/fault.h"
@@ -553,7 +554,36 @@ ChunkEngine::~ChunkEngine() {
   if (db_) (void)db_->Close();
 }
 
+void ChunkEngineOptions::bind(ConfigBinder& b, const std::string& p) {
+  b.bind(p + ".io_engine", &io_engine,
+         "io_uring (psync where io_uring cannot be set up) or psync (pread/pwrite)");
+  b.bind(p + ".direct_io", &direct_io,
+         "read and write data blocks with O_DIRECT where the file system supports it");
+  b.bind(p + ".crc_cache_bytes", &crc_cache_bytes,
+         "memory for pages of block CRCs per target (0: off; small reads then cost two I/Os)");
+  b.bind(p + ".meta_cache_bytes", &meta_cache_bytes,
+         "RocksDB block cache of a target's chunk metadata");
+  b.bind(p + ".open_files_max", &open_files_max, "group files a target keeps open (at least 1)");
+  b.bind(p + ".reserved_bytes", &reserved_bytes,
+         "writes fail with ENOSPC while the target's file system has less free");
+  b.bind(p + ".kept_free_bytes", &kept_free_bytes,
+         "freed slots keep their disk blocks up to this many bytes per target");
+}
+
+Status ChunkEngineOptions::validate() const {
+  if (io_engine != "io_uring" && io_engine != "psync") {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("unknown storage I/O engine '{}' (io_uring or psync)", io_engine));
+  }
+  if (open_files_max == 0 || groups_max == 0) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "storage open_files_max and groups_max must be at least 1");
+  }
+  return Status::OK();
+}
+
 Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions& options) {
+  RETURN_ON_ERROR(options.validate().withContext("target " + options.path));
   std::error_code ec;
   std::filesystem::create_directories(options.path + "/data", ec);
   if (ec)
@@ -585,6 +615,11 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   }
   if (!io.ok()) return io.status().withContext("target " + options.path);
   engine->io_ = std::move(io).value();
+  metrics::Registry::global()
+      .gauge("storage_io_engine",
+             {{"target", options.path}, {"engine", std::string(engine->io_->name())}},
+             "1 for the I/O engine each target uses (storage.io_engine)")
+      .set(1);
   ASSIGN_OR_RETURN(engine->page_io_, makeIoBackend("psync"));
   if (options.crc_cache_bytes > 0)
     engine->crc_cache_ = std::make_unique<CrcCache>(options.crc_cache_bytes);

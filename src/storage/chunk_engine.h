@@ -60,6 +60,10 @@ namespace cistern::kv {
 class CommitLog;
 }
 
+namespace cistern {
+class ConfigBinder;
+}
+
 namespace cistern::storage {
 
 struct ChunkEngineOptions {
@@ -126,6 +130,13 @@ struct ChunkEngineOptions {
   // Closing flushes RocksDB's memtable so that the next open replays
   // nothing. Tests turn it off to reopen as after a crash. Default: true.
   bool flush_at_close = true;
+
+  // Binds the fields a deployment tunes to `<prefix>.<name>` keys (not the
+  // ones that fix the layout on disk, such as group_bytes).
+  void bind(ConfigBinder& b, const std::string& prefix);
+  // kInvalidArgument naming the field when a value cannot work (an unknown
+  // io_engine, no open files or groups). open() checks it too.
+  Status validate() const;
 };
 
 class ChunkEngine {

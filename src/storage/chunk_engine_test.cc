@@ -97,6 +97,25 @@ class ChunkEngineTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<ChunkEngine> engine_;
 };
 
+// Options that cannot work are refused before the target is touched.
+TEST_P(ChunkEngineTest, UnusableOptionsAreRefusedBeforeTheTargetIsCreated) {
+  std::string fresh = dir_ + "-never";
+  ChunkEngineOptions o = options();
+  o.path = fresh;
+  o.io_engine = "aio";
+  auto e = ChunkEngine::open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("unknown storage I/O engine 'aio'"), std::string::npos)
+      << e.status().toString();
+  o.io_engine = "psync";
+  o.open_files_max = 0;
+  e = ChunkEngine::open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+}
+
 TEST_P(ChunkEngineTest, WritesAtEveryAlignmentReadBackExactly) {
   for (uint64_t offset : {0ull, 1ull, 4095ull, 4096ull, 65535ull, 65536ull, 65537ull, 1048575ull}) {
     for (size_t len : {size_t{1}, size_t{4095}, size_t{4096}, size_t{65536}, size_t{100000}}) {

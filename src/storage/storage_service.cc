@@ -4,6 +4,7 @@
 
 #include <asio/this_coro.hpp>
 
+#include "common/config.h"
 #include "common/fault.h"
 #include "common/metrics.h"
 #include "net/blocking.h"
@@ -37,6 +38,25 @@ metrics::Gauge& queuedGauge() {
 }
 
 }  // namespace
+
+void StorageServiceOptions::bind(ConfigBinder& b, const std::string& p) {
+  b.bind(p + ".blocking_threads", &blocking_threads,
+         "threads that serve chunk reads and writes of a target (at least 1)");
+  b.bind(p + ".queued_bytes_max", &queued_bytes_max,
+         "bytes of requests admitted to a target at once; more get EAGAIN (backpressure)");
+  b.bind(p + ".background_share", &background_share,
+         "share of queued_bytes_max that background-QoS requests may use, in (0, 1]");
+}
+
+Status StorageServiceOptions::validate() const {
+  if (blocking_threads == 0)
+    return Status(ErrorCode::kInvalidArgument, "storage blocking_threads must be at least 1");
+  if (!(background_share > 0 && background_share <= 1)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("storage background_share {} is not in (0, 1]", background_share));
+  }
+  return Status::OK();
+}
 
 // Holds `bytes` of the target's budget while a request runs.
 class StorageService::Admission {

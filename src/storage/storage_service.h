@@ -24,6 +24,7 @@
 #include "net/rpc_server.h"
 #include "storage/chunk_engine.h"
 #include "storage/shm_registry.h"
+#include "storage/storage_service_options.h"
 
 namespace cistern::storage {
 
@@ -33,20 +34,6 @@ class TruncateReq;
 class TruncateResp;
 class WriteReq;
 class WriteResp;
-
-struct StorageServiceOptions {
-  uint32_t blocking_threads = 8;
-  uint64_t batch_read_bytes_max = 64ull << 20;
-  uint64_t queued_bytes_max = 256ull << 20;
-  double background_share = 0.25;
-  // Same-host clients' shared memory mapped for reads (shm_registry.h).
-  uint32_t shm_attached_max = 64;
-  uint64_t shm_bytes_max = 1ull << 30;
-  // Batch reads served on the I/O threads (above): their byte limit (0
-  // turns it off), and ranges in flight per I/O thread. Defaults: 64 KiB, 64.
-  uint64_t loop_read_bytes_max = 64 << 10;
-  uint32_t loop_reads_max = 64;
-};
 
 class StorageService {
  public:

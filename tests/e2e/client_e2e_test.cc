@@ -916,5 +916,94 @@ TEST_F(E2E, MetricsParseAndMoveWithTheWorkload) {
             5.0 * kChunk);
 }
 
+// `cistern up --config`: the storage keys reach every target's engine.
+TEST_F(E2E, AConfigFileSetsTheStorageIoEngineOfEveryTarget) {
+  auto engines = [&] {
+    std::string text = httpGet(cluster_->metricsPort(), "/metrics");
+    std::map<std::string, std::string> out;  // target -> engine
+    std::regex line(R"re(storage_io_engine\{target="([^"]+)",engine="([^"]+)"\} 1)re");
+    for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it)
+      out[(*it)[1].str()] = (*it)[2].str();
+    return out;
+  };
+  auto before = engines();
+  ASSERT_EQ(before.size(), 2u);
+  for (const auto& [target, engine] : before) {
+    // io_uring unless the kernel refuses it (the engine then falls back).
+    EXPECT_TRUE(engine == "io_uring" || engine == "psync") << target << " " << engine;
+  }
+  uint32_t crc = writeFile(*client_, "/kept", 3 * kChunk + 5, 7);
+
+  std::string config = (dir_ / "cistern.toml").string();
+  std::ofstream(config) << "# storage read and write with pread/pwrite\n"
+                           "storage.io_engine = \"psync\"\n"
+                           "storage.crc_cache_bytes = 0\n"
+                           "storage.blocking_threads = 2\n";
+  client_.reset();
+  ASSERT_EQ(cluster_->stop(), 0);
+  cluster_->setExtraArgs({"--config", config});
+  ASSERT_TRUE(cluster_->start());
+  client_ = connect();
+  ASSERT_NE(client_, nullptr);
+  auto after = engines();
+  ASSERT_EQ(after.size(), 2u);
+  for (const auto& [target, engine] : after) EXPECT_EQ(engine, "psync") << target;
+  // Bytes written before read back through the other engine, and new ones
+  // round-trip.
+  auto [rcrc, rsize] = readFile(*client_, "/kept", 333333);
+  EXPECT_EQ(rsize, 3 * kChunk + 5);
+  EXPECT_EQ(rcrc, crc);
+  uint32_t crc2 = writeFile(*client_, "/new", kChunk + 1, 8);
+  auto [rcrc2, rsize2] = readFile(*client_, "/new", 4096);
+  EXPECT_EQ(rsize2, kChunk + 1);
+  EXPECT_EQ(rcrc2, crc2);
+}
+
+// A config file `cistern up` cannot use stops it with a message naming the
+// file and the key, before it creates its data directory; `cistern config
+// --check` reports the same.
+TEST_F(E2E, ABadConfigFileStopsCisternUpBeforeItCreatesAnything) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"storage.io_engine = \"aio\"\n", "unknown storage I/O engine 'aio'"},
+      {"storage.blocking_threads = 0\n", "blocking_threads must be at least 1"},
+      {"storage.background_share = 1.5\n", "background_share 1.5 is not in (0, 1]"},
+      {"storage.group_bytes = 1048576\n", "key 'storage.group_bytes': unknown key"},
+      {"storage.crc_cache_bytes = -1\n", "key 'storage.crc_cache_bytes'"},
+      {"meta.session_timeout_ms = 10\n", "session_timeout_ms 10 is below 1000"},
+      {"log.level = \"loud\"\n", "unknown level 'loud'"},
+      {"storage.io_engine = \n", "bad.toml:1"},
+  };
+  std::string config = (dir_ / "bad.toml").string();
+  std::string data = (dir_ / "never").string();
+  for (const Case& c : cases) {
+    std::ofstream(config, std::ios::trunc) << c.text;
+    auto up = runProgram(CISTERN_BIN,
+                         {"up", "--data", data, "--listen", "127.0.0.1:0", "--config", config});
+    EXPECT_EQ(up.exit_code, 2) << c.text << up.err;
+    EXPECT_NE(up.err.find(config), std::string::npos) << up.err;
+    EXPECT_NE(up.err.find(c.message), std::string::npos) << c.text << up.err;
+    EXPECT_FALSE(std::filesystem::exists(data)) << c.text;
+    auto check = runProgram(CISTERN_BIN, {"config", "--check", config});
+    EXPECT_EQ(check.exit_code, 1) << c.text;
+    EXPECT_NE(check.err.find(c.message), std::string::npos) << c.text << check.err;
+  }
+  auto missing = runProgram(CISTERN_BIN, {"up", "--data", data, "--config", config + ".none"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("cannot open config file"), std::string::npos) << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(data));
+  // Every key `cistern config --defaults` lists is one a file may set.
+  auto defaults = runProgram(CISTERN_BIN, {"config", "--defaults"});
+  ASSERT_EQ(defaults.exit_code, 0);
+  EXPECT_NE(defaults.out.find("storage.io_engine = \"io_uring\""), std::string::npos)
+      << defaults.out;
+  std::ofstream(config, std::ios::trunc) << defaults.out;
+  auto round_trip = runProgram(CISTERN_BIN, {"config", "--check", config});
+  EXPECT_EQ(round_trip.exit_code, 0) << round_trip.err;
+}
+
 }  // namespace
 }  // namespace cistern

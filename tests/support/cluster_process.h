@@ -74,6 +74,9 @@ class ClusterProcess {
     mount_options_ = std::move(options);
   }
 
+  // More arguments of `cistern up` for the next start(), e.g. {"--config", FILE}.
+  void setExtraArgs(std::vector<std::string> args) { extra_args_ = std::move(args); }
+
   // Returns false (with a gtest failure) if it does not come up in 30 s.
   bool start() {
     int pipefd[2];
@@ -88,6 +91,7 @@ class ClusterProcess {
           bin_,       "up",          "--data",    data_,
           "--listen", "127.0.0.1:0", "--targets", std::to_string(targets_),
           "--no-sync"};
+      args.insert(args.end(), extra_args_.begin(), extra_args_.end());
       if (!mount_.empty()) {
         args.insert(args.end(), {"--mount", mount_});
         if (!mount_options_.empty()) args.insert(args.end(), {"-o", mount_options_});
@@ -164,6 +168,7 @@ class ClusterProcess {
   std::string bin_, data_;
   uint32_t targets_;
   std::string mount_, mount_options_;
+  std::vector<std::string> extra_args_;
   pid_t pid_ = -1;
   int out_fd_ = -1;
   std::string log_, cluster_;
