@@ -28,8 +28,7 @@ Status loadUpConfig(const std::string& path, server::LocalClusterOptions* option
                     log::Level* level) {
   server::LocalClusterOptions o = *options;
   // A file without log.level leaves the level as it was ($CISTERN_LOG_LEVEL).
-  static constexpr const char* kNames[] = {"trace", "debug", "info", "warn", "error", "off"};
-  UpConfig c{&o, kNames[static_cast<int>(*level)]};
+  UpConfig c{&o, std::string(log::levelName(*level))};
   ConfigBinder binder;
   c.bind(binder);
   RETURN_ON_ERROR(binder.loadFile(path));

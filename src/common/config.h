@@ -3,10 +3,11 @@
 // Each options struct binds its fields to dotted keys with a default (the
 // field's initial value) and a one-line doc:
 //
-//   struct ServerOptions {
-//     uint32_t threads = 0;  // 0 = one per core
-//     void bind(ConfigBinder& b) { b.bind("rpc.threads", &threads, "I/O threads; 0 = one per
-//     core"); }
+//   struct StorageServiceOptions {
+//     uint32_t blocking_threads = 8;
+//     void bind(ConfigBinder& b, const std::string& p) {
+//       b.bind(p + ".blocking_threads", &blocking_threads, "threads that serve chunk I/O");
+//     }
 //   };
 //
 // ConfigBinder::loadFile() then sets the bound fields from a file. A key that

@@ -56,17 +56,27 @@ spdlog::level::level_enum toSpd(Level l) {
 Level level() { return static_cast<Level>(levelVar().load(std::memory_order_relaxed)); }
 void setLevel(Level l) { levelVar().store(static_cast<int>(l), std::memory_order_relaxed); }
 
+namespace {
+constexpr std::pair<std::string_view, Level> kLevelNames[] = {
+    {"trace", Level::kTrace}, {"debug", Level::kDebug}, {"info", Level::kInfo},
+    {"warn", Level::kWarn},   {"error", Level::kError}, {"off", Level::kOff}};
+}  // namespace
+
 bool parseLevel(std::string_view name, Level* out) {
-  static constexpr std::pair<std::string_view, Level> kNames[] = {
-      {"trace", Level::kTrace}, {"debug", Level::kDebug}, {"info", Level::kInfo},
-      {"warn", Level::kWarn},   {"error", Level::kError}, {"off", Level::kOff}};
-  for (const auto& [n, l] : kNames) {
+  for (const auto& [n, l] : kLevelNames) {
     if (n == name) {
       *out = l;
       return true;
     }
   }
   return false;
+}
+
+std::string_view levelName(Level level) {
+  for (const auto& [n, l] : kLevelNames) {
+    if (l == level) return n;
+  }
+  return "info";
 }
 
 void write(Level l, std::string_view component, std::string_view message) {

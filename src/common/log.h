@@ -22,6 +22,8 @@ Level level();
 void setLevel(Level level);
 // Parses "info" etc.; returns false for an unknown name.
 bool parseLevel(std::string_view name, Level* out);
+// The name parseLevel() takes for `level`.
+std::string_view levelName(Level level);
 
 inline bool enabled(Level l) { return l >= level(); }
 void write(Level l, std::string_view component, std::string_view message);

@@ -30,19 +30,6 @@ using asio::awaitable;
 using asio::use_awaitable;
 using tcp = asio::ip::tcp;
 
-void ServerOptions::bind(ConfigBinder& b, const std::string& p) {
-  b.bind(p + ".listen_host", &listen_host, "address to listen on");
-  b.bind(p + ".listen_port", &listen_port, "port to listen on; 0 = any free port");
-  b.bind(p + ".threads", &threads, "I/O threads; 0 = one per core");
-  b.bind(p + ".inflight_per_connection_max", &inflight_per_connection_max,
-         "requests read from one connection before their responses are written");
-  b.bind(p + ".connections_max", &connections_max, "open connections; more are refused");
-  b.bind(p + ".stop_grace_ms", &stop_grace_ms, "how long stop() waits for in-flight calls");
-  b.bind(p + ".payload_crc", &payload_crc, "checksum response payloads");
-  b.bind(p + ".message_bytes_max", &limits.message_bytes_max, "largest protobuf message accepted");
-  b.bind(p + ".payload_bytes_max", &limits.payload_bytes_max, "largest raw payload accepted");
-}
-
 namespace {
 
 struct MethodEntry {

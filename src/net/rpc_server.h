@@ -29,7 +29,6 @@
 #include <string>
 
 #include "common/clock.h"
-#include "common/config.h"
 #include "common/status.h"
 #include "net/endpoint.h"
 #include "net/frame.h"
@@ -56,8 +55,6 @@ struct ServerOptions {
   // Checksum response payloads (message bodies are always checksummed). Default: true.
   bool payload_crc = true;
   FrameLimits limits;
-
-  void bind(ConfigBinder& b, const std::string& prefix);
 };
 
 // What a handler knows about its call. Valid until the handler's coroutine ends.
