@@ -615,11 +615,12 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   }
   if (!io.ok()) return io.status().withContext("target " + options.path);
   engine->io_ = std::move(io).value();
-  metrics::Registry::global()
-      .gauge("storage_io_engine",
-             {{"target", options.path}, {"engine", std::string(engine->io_->name())}},
-             "1 for the I/O engine each target uses (storage.io_engine)")
-      .set(1);
+  for (std::string_view name : {"io_uring", "psync"}) {  // a reopen may switch
+    metrics::Registry::global()
+        .gauge("storage_io_engine", {{"target", options.path}, {"engine", std::string(name)}},
+               "1 for the I/O engine each target uses (storage.io_engine), else 0")
+        .set(name == engine->io_->name() ? 1 : 0);
+  }
   ASSIGN_OR_RETURN(engine->page_io_, makeIoBackend("psync"));
   if (options.crc_cache_bytes > 0)
     engine->crc_cache_ = std::make_unique<CrcCache>(options.crc_cache_bytes);
