@@ -571,10 +571,7 @@ void ChunkEngineOptions::bind(ConfigBinder& b, const std::string& p) {
 }
 
 Status ChunkEngineOptions::validate() const {
-  if (io_engine != "io_uring" && io_engine != "psync") {
-    return Status(ErrorCode::kInvalidArgument,
-                  fmt::format("unknown storage I/O engine '{}' (io_uring or psync)", io_engine));
-  }
+  RETURN_ON_ERROR(checkIoEngineName(io_engine));
   if (open_files_max == 0 || groups_max == 0) {
     return Status(ErrorCode::kInvalidArgument,
                   "storage open_files_max and groups_max must be at least 1");
@@ -615,7 +612,7 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   }
   if (!io.ok()) return io.status().withContext("target " + options.path);
   engine->io_ = std::move(io).value();
-  for (std::string_view name : {"io_uring", "psync"}) {  // a reopen may switch
+  for (std::string_view name : kIoEngineNames) {  // a reopen may switch
     metrics::Registry::global()
         .gauge("storage_io_engine", {{"target", options.path}, {"engine", std::string(name)}},
                "1 for the I/O engine each target uses (storage.io_engine), else 0")

@@ -162,17 +162,22 @@ void prepareUring(io_uring_sqe* sqe, IoRequest& q) {
     io_uring_prep_readv(sqe, q.fd, q.iov, static_cast<unsigned>(q.iovcnt), q.pos);
 }
 
-Result<std::unique_ptr<IoBackend>> makeIoBackend(std::string_view name) {
-  if (name == "psync") return std::unique_ptr<IoBackend>(new PsyncBackend());
-  if (name == "io_uring") {
-    if (int err = threadRing().init_error; err != 0) {
-      return Status(ErrorCode::kNotSupported,
-                    fmt::format("io_uring is not available here: {}", std::strerror(err)));
-    }
-    return std::unique_ptr<IoBackend>(new UringBackend());
+Status checkIoEngineName(std::string_view name) {
+  for (std::string_view known : kIoEngineNames) {
+    if (name == known) return Status::OK();
   }
   return Status(ErrorCode::kInvalidArgument,
-                fmt::format("unknown I/O engine '{}' (io_uring or psync)", name));
+                fmt::format("unknown storage I/O engine '{}' (io_uring or psync)", name));
+}
+
+Result<std::unique_ptr<IoBackend>> makeIoBackend(std::string_view name) {
+  RETURN_ON_ERROR(checkIoEngineName(name));
+  if (name == "psync") return std::unique_ptr<IoBackend>(new PsyncBackend());
+  if (int err = threadRing().init_error; err != 0) {  // io_uring
+    return Status(ErrorCode::kNotSupported,
+                  fmt::format("io_uring is not available here: {}", std::strerror(err)));
+  }
+  return std::unique_ptr<IoBackend>(new UringBackend());
 }
 
 }  // namespace cistern::storage

@@ -54,6 +54,11 @@ void zeroFrom(const IoRequest& r, size_t done);
 // Fills `sqe` with request `q` (readv or writev).
 void prepareUring(io_uring_sqe* sqe, IoRequest& q);
 
+// The backends makeIoBackend() makes, by name.
+inline constexpr std::string_view kIoEngineNames[] = {"io_uring", "psync"};
+// kInvalidArgument naming the choices unless `name` is one of kIoEngineNames.
+Status checkIoEngineName(std::string_view name);
+
 // "io_uring" or "psync". kNotSupported if io_uring cannot be set up here;
 // kInvalidArgument for another name.
 Result<std::unique_ptr<IoBackend>> makeIoBackend(std::string_view name);
