@@ -14,7 +14,9 @@
 // BatchRead each at a time). Small durable writes: 16 writers each make 256 new 4 KiB chunks (small
 // files), next to fio's 16 jobs appending 4 KiB blocks with fdatasync=1; the engine runs twice,
 // with small writes' bytes in the metadata log (the default) and without (data fdatasync, then the
-// log). Usage: chunk_bench [RAND_SECS] [ROUNDS]; CHUNK_BENCH_IO=psync|io_uring picks the engine's
+// log). Each figure is the median of the per-round ratios over ROUNDS rounds (default 8: a
+// round's ratio swings 0.5-1.5x with this host's disk, and the median of 3 or 4 swung with
+// it). Usage: chunk_bench [RAND_SECS] [ROUNDS]; CHUNK_BENCH_IO=psync|io_uring picks the engine's
 // I/O backend for read() and writes (default io_uring; the queued reads always use io_uring).
 // Figures: chunk_seqwrite_vs_fio, chunk_seqread_vs_fio, chunk_randread_vs_fio,
 // chunk_randread_threads_vs_fio_psync, storage_rpc_seqread_vs_fio, chunk_smallwrite_vs_fio (x), the
@@ -175,10 +177,12 @@ double queuedRandReads(ChunkEngine& e, double secs, int round,
   return static_cast<double>(reads.load()) / took;
 }
 
-// Median of a few values (the middle one; rounds is odd).
+// Median of the per-round values: the mean of the middle two when the count
+// is even (the default round count is even so each order runs as often).
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
@@ -186,7 +190,11 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   log::setLevel(log::Level::kWarn);
   double rand_secs = argc > 1 ? std::atof(argv[1]) : 3.0;
-  int rounds = argc > 2 ? std::atoi(argv[2]) : 4;  // even: each order runs as often
+  int rounds = argc > 2 ? std::atoi(argv[2]) : 8;  // even: each order runs as often
+  if (rounds < 1) {
+    std::fprintf(stderr, "chunk bench: ROUNDS must be a positive number, not '%s'\n", argv[2]);
+    return 2;
+  }
   std::string base =
       std::filesystem::absolute("build/bench-chunk-" + std::to_string(getpid())).string();
   std::filesystem::remove_all(base);

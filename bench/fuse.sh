@@ -10,12 +10,15 @@
 #   FUSE_BENCH_MIB   size of the sequential files (default 1024)
 #   FUSE_BENCH_FILES number of small files (default 10000)
 #   CISTERN_BIN      the cistern binary (default build/cistern; another build for A/B runs)
+#   SMALLFILE_BIN    the small-file harness (default build/bench/smallfile_bench)
 #   FUSE_BENCH_OPTIONS mount options (-o), e.g. socket_calls: reach the servers over
 #                    loopback TCP as a mount in another process does (docs/fuse.md)
 set -euo pipefail
 root=$(mktemp -d "${BENCH_DIR:-/var/tmp}/cistern-bench-fuse.XXXXXX")
 mib=${FUSE_BENCH_MIB:-1024}
 files=${FUSE_BENCH_FILES:-10000}
+smallfile_bin=${SMALLFILE_BIN:-build/bench/smallfile_bench}
+[[ -x $smallfile_bin ]] || { echo "bench/fuse.sh: no $smallfile_bin (cmake --build build --target smallfile_bench)" >&2; exit 1; }
 mkdir -p "$root/local" "$root/mnt"
 up_log="$root/up.log"
 "${CISTERN_BIN:-build/cistern}" up --data "$root/data" --listen 127.0.0.1:0 --mount "$root/mnt" \
@@ -82,29 +85,10 @@ for job in seqwrite_direct seqread_direct seqwrite_buffered randread; do
 done
 rm -f "$root/mnt/fio.data" "$root/local/fio.data"
 
-# Small files: create (write 4 KiB + close), cold read, delete; 16 threads.
-small() {
-  /usr/bin/python3 - "$1" "$files" "$2" <<'EOF'
-import os, sys, time
-from concurrent.futures import ThreadPoolExecutor
-d, n, phase = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-data = os.urandom(4096)
-names = [os.path.join(d, "s%02d" % (i % 100), "f%06d" % i) for i in range(n)]
-def create(p):
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.write(fd, data); os.close(fd)
-def read(p):
-    fd = os.open(p, os.O_RDONLY)
-    assert len(os.read(fd, 8192)) == 4096
-    os.close(fd)
-if phase == "create":
-    for i in range(100): os.makedirs(os.path.join(d, "s%02d" % i), exist_ok=True)
-op = {"create": create, "read": read, "delete": os.unlink}[phase]
-t = time.monotonic()
-with ThreadPoolExecutor(16) as ex: list(ex.map(op, names))
-print(round(n / (time.monotonic() - t)))
-EOF
-}
+# Small files: create (write 4 KiB + close), cold read, delete; 16 threads
+# (bench/smallfile_bench.cc: a C++ harness, so that the 2 cores go to the
+# file system rather than to the harness's own threads).
+small() { "$smallfile_bin" "$1" "$files" "$2" 16; }
 declare -A small_mount small_local
 for phase in create read delete; do
   [[ $phase == read ]] && drop_caches

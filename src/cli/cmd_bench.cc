@@ -281,9 +281,11 @@ void print(const char* name, const Figures& f) {
       name, f.seqwrite, f.seqread, f.randread, f.create, f.read, f.stat, f.remove);
 }
 
+// The mean of the middle two when the count is even.
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
