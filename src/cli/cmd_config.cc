@@ -1,61 +1,90 @@
 // `cistern config --defaults`: every key a config file of `cistern up
-// --config` may set, with its default and meaning; `cistern config --check
-// FILE`: validates such a file.
+// --config` (or, with --mount, of `cistern mount --config`) may set, with its
+// default and meaning; `cistern config --check FILE`: validates such a file.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+
+#include <functional>
 
 #include "cli/commands.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "fuse/mount_options.h"
 #include "server/local_cluster.h"
 
 namespace cistern::cli {
 namespace {
 
-// What a config file sets: the cluster's options and the log level.
-struct UpConfig {
-  server::LocalClusterOptions* cluster;
-  std::string log_level = "info";
-  void bind(ConfigBinder& b) {
-    cluster->bind(b);
-    b.bind("log.level", &log_level, "trace|debug|info|warn|error|off");
-  }
-};
-
-}  // namespace
-
-Status loadUpConfig(const std::string& path, server::LocalClusterOptions* options,
-                    log::Level* level) {
-  server::LocalClusterOptions o = *options;
+// Loads `path` into the fields `bind` binds, then checks them with
+// `validate` and log.level; `commit` runs only when all of it holds, so
+// that on error nothing is changed.
+Status loadConfig(const std::string& path, log::Level* level,
+                  const std::function<void(ConfigBinder&)>& bind,
+                  const std::function<Status()>& validate, const std::function<void()>& commit) {
   // A file without log.level leaves the level as it was ($CISTERN_LOG_LEVEL).
-  UpConfig c{&o, std::string(log::levelName(*level))};
+  std::string log_level(log::levelName(*level));
   ConfigBinder binder;
-  c.bind(binder);
+  bind(binder);
+  binder.bind("log.level", &log_level, "trace|debug|info|warn|error|off");
   RETURN_ON_ERROR(binder.loadFile(path));
   log::Level l;
-  if (!log::parseLevel(c.log_level, &l)) {
+  if (!log::parseLevel(log_level, &l)) {
     return Status(ErrorCode::kConfigInvalid,
-                  fmt::format("{}: key 'log.level': unknown level '{}'", path, c.log_level));
+                  fmt::format("{}: key 'log.level': unknown level '{}'", path, log_level));
   }
   // The options' own checks, so that `cistern config --check` finds what
-  // `cistern up` would refuse.
-  RETURN_ON_ERROR(o.validate().withContext(path));
-  *options = o;
+  // `cistern up` or `cistern mount` would refuse.
+  RETURN_ON_ERROR(validate().withContext(path));
+  commit();
   *level = l;
   return Status::OK();
 }
 
+}  // namespace
+
+Status loadUpConfig(const std::string& path, server::LocalClusterOptions* options,
+                    fuse::MountConfig* mount, log::Level* level) {
+  server::LocalClusterOptions o = *options;
+  fuse::MountConfig m = *mount;
+  return loadConfig(
+      path, level,
+      [&](ConfigBinder& b) {
+        o.bind(b);
+        m.bind(b);
+      },
+      [&]() -> Status {
+        RETURN_ON_ERROR(o.validate());
+        return m.validate();
+      },
+      [&] {
+        *options = o;
+        *mount = m;
+      });
+}
+
+Status loadMountConfig(const std::string& path, fuse::MountConfig* mount, log::Level* level) {
+  fuse::MountConfig m = *mount;
+  return loadConfig(
+      path, level, [&](ConfigBinder& b) { m.bind(b); }, [&] { return m.validate(); },
+      [&] { *mount = m; });
+}
+
 void addConfig(CLI::App& app) {
-  auto* cmd = app.add_subcommand("config", "show or check the configuration of `cistern up`");
-  static bool defaults = false;
+  auto* cmd = app.add_subcommand(
+      "config", "show or check the configuration of `cistern up` (or `cistern mount`)");
+  static bool defaults = false, mount_only = false;
   cmd->add_flag("--defaults", defaults, "print every key with its default (the default action)");
+  cmd->add_flag("--mount", mount_only,
+                "the keys of `cistern mount --config` (mount.*, client.*, log.level) instead");
   auto* check = cmd->add_option("--check", "validate a TOML config file");
   cmd->callback([check] {
     server::LocalClusterOptions o;
+    fuse::MountConfig m;
     if (*check) {
       std::string path = check->as<std::string>();
       log::Level level = log::level();
-      Status s = loadUpConfig(path, &o, &level);
+      Status s =
+          mount_only ? loadMountConfig(path, &m, &level) : loadUpConfig(path, &o, &m, &level);
       if (!s.ok()) {
         fmt::print(stderr, "cistern: {}\n", s.message());
         setExitCode(1);
@@ -64,9 +93,11 @@ void addConfig(CLI::App& app) {
       fmt::print("{}: ok\n", path);
       return;
     }
-    UpConfig c{&o};
+    std::string log_level(log::levelName(log::Level::kInfo));
     ConfigBinder binder;
-    c.bind(binder);
+    if (!mount_only) o.bind(binder);
+    m.bind(binder);
+    binder.bind("log.level", &log_level, "trace|debug|info|warn|error|off");
     fmt::print("{}", binder.describe());
   });
 }

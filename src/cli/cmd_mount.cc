@@ -19,10 +19,10 @@ void blockStopSignals(sigset_t* set) {
 }
 
 int mountAndServe(const std::string& cluster, const std::string& mountpoint,
-                  const std::string& options, uint32_t timeout_ms, int metrics_port) {
-  fuse::MountOptions mo;
-  mo.mountpoint = mountpoint;
-  if (Status s = fuse::parseMountOptions(options, &mo); !s.ok()) {
+                  const fuse::MountConfig& config, const std::string& options, int metrics_port) {
+  fuse::MountConfig mc = config;
+  mc.mount.mountpoint = mountpoint;
+  if (Status s = fuse::parseMountOptions(options, &mc.mount); !s.ok()) {
     fmt::print(stderr, "cistern mount: {}\n", s.message());
     return 2;
   }
@@ -30,15 +30,7 @@ int mountAndServe(const std::string& cluster, const std::string& mountpoint,
   sigset_t stop;
   blockStopSignals(&stop);
 
-  Client::Options co;
-  co.cluster = cluster;
-  co.uid = 0;  // every request carries its caller's credentials
-  co.gid = 0;
-  co.retry_ms = timeout_ms;
-  co.call_timeout_ms = std::max<uint32_t>(timeout_ms, 1000);
-  co.readahead_max_bytes = 4ull << 20;
-  co.write_behind_bytes = 4ull << 20;  // 32 buffered files: at most 128 MiB in flight
-  co.local_calls = !mo.socket_calls;
+  Client::Options co = mc.clientOptions(cluster);
   auto [c, err] = Client::connect(co);
   if (err) {
     fmt::print(stderr, "cistern mount: {}\n", err.message);
@@ -55,7 +47,7 @@ int mountAndServe(const std::string& cluster, const std::string& mountpoint,
     fmt::print("cistern mount: metrics http://127.0.0.1:{}/metrics\n", metrics->port());
   }
   auto* impl = static_cast<client::ClientImpl*>(c.get());
-  Status s = fuse::serve(impl, mo, [&] {
+  Status s = fuse::serve(impl, mc.mount, [&] {
     fmt::print("cistern mount: {} mounted at {}; unmount with Ctrl-C or `fusermount3 -u {}`\n",
                co.cluster.empty() ? "cluster" : co.cluster, mountpoint, mountpoint);
     std::fflush(stdout);
@@ -70,22 +62,45 @@ int mountAndServe(const std::string& cluster, const std::string& mountpoint,
 
 void addMount(CLI::App& app) {
   auto* cmd = app.add_subcommand("mount", "mount a cluster as a POSIX file system (FUSE)");
-  static std::string cluster, mountpoint, options;
-  static uint32_t timeout_ms = 10000;
+  static std::string cluster, mountpoint, options, config;
+  static uint32_t timeout_ms = fuse::MountConfig().timeout_ms;
   static int metrics_port = -1;
   cmd->add_option("--cluster", cluster, "host:port (default $CISTERN_CLUSTER or 127.0.0.1:7420)");
   cmd->add_option("-o,--options", options,
                   "allow_other, writeback, attr_timeout=S, entry_timeout=S, negative_timeout=S, "
-                  "debug, socket_calls (comma-separated)");
-  cmd->add_option("--timeout-ms", timeout_ms,
-                  "a request fails with an error after the cluster is unreachable this long")
-      ->capture_default_str();
+                  "debug, socket_calls (comma-separated; over --config)");
+  auto* timeout = cmd->add_option(
+      "--timeout-ms", timeout_ms,
+      "a request fails with an error after the cluster is unreachable this long (over --config)");
+  timeout->capture_default_str();
   cmd->add_option("--metrics-port", metrics_port,
                   "serve /metrics (FUSE and client counters) on 127.0.0.1 at this port (0: a free "
                   "one; default: none)");
+  cmd->add_option("--config", config,
+                  "TOML file of mount, client and log settings (keys: `cistern config --defaults "
+                  "--mount`)");
   cmd->add_option("mountpoint", mountpoint, "an existing directory")->required();
-  cmd->callback(
-      [] { setExitCode(mountAndServe(cluster, mountpoint, options, timeout_ms, metrics_port)); });
+  cmd->callback([timeout] {
+    fuse::MountConfig mc;
+    if (!config.empty()) {
+      log::Level level = log::level();
+      if (Status s = loadMountConfig(config, &mc, &level); !s.ok()) {
+        fmt::print(stderr, "cistern mount: {}\n", s.message());
+        setExitCode(2);
+        return;
+      }
+      log::setLevel(level);
+    }
+    if (*timeout) {
+      mc.timeout_ms = timeout_ms;
+      if (Status s = mc.validate(); !s.ok()) {
+        fmt::print(stderr, "cistern mount: --timeout-ms: {}\n", s.message());
+        setExitCode(2);
+        return;
+      }
+    }
+    setExitCode(mountAndServe(cluster, mountpoint, mc, options, metrics_port));
+  });
 }
 
 }  // namespace cistern::cli

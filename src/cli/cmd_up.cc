@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "fuse/mount_options.h"
 #include "net/endpoint.h"
 #include "server/local_cluster.h"
 
@@ -34,7 +35,8 @@ void addUp(CLI::App& app) {
   cmd->add_flag("--no-sync", no_sync, "do not fsync commits (tests only: a crash loses data)");
   cmd->add_option(
       "--config", config,
-      "TOML file of storage, meta and log settings (keys: `cistern config --defaults`)");
+      "TOML file of storage, meta, mount, client and log settings (keys: `cistern config "
+      "--defaults`)");
   cmd->callback([] {
     auto ep = net::Endpoint::parse(listen);
     if (!ep.ok()) {
@@ -43,9 +45,10 @@ void addUp(CLI::App& app) {
       return;
     }
     server::LocalClusterOptions o;
+    fuse::MountConfig mount_config;
     if (!config.empty()) {
       log::Level level = log::level();
-      if (Status s = loadUpConfig(config, &o, &level); !s.ok()) {
+      if (Status s = loadUpConfig(config, &o, &mount_config, &level); !s.ok()) {
         fmt::print(stderr, "cistern up: {}\n", s.message());
         setExitCode(2);
         return;
@@ -86,7 +89,8 @@ void addUp(CLI::App& app) {
       std::error_code ec;
       std::filesystem::create_directories(mount, ec);
       // Serves until SIGINT/SIGTERM; then the cluster stops too.
-      int rc = mountAndServe(c.endpoint().toString(), mount, mount_options, 10000, -1);
+      int rc = mountAndServe(c.endpoint().toString(), mount, mount_config, mount_options,
+                             /*metrics_port=*/-1);
       if (rc != 0) setExitCode(rc);
       fmt::print("cistern up: stopping\n");
     } else {

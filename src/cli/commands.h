@@ -15,29 +15,36 @@ class App;
 namespace cistern::server {
 struct LocalClusterOptions;
 }
+namespace cistern::fuse {
+struct MountConfig;
+}
 
 namespace cistern::cli {
 
 std::string versionString();
 void addVersion(CLI::App& app);
 void addConfig(CLI::App& app);
-// Sets `options` and `level` from a TOML file of `cistern up --config`
-// (keys: `cistern config --defaults`); what the file does not set keeps its
-// value. kConfigInvalid or kInvalidArgument naming the file and key; on
-// error nothing is changed.
+// Sets `options`, `mount` (for `cistern up --mount`) and `level` from a
+// TOML file of `cistern up --config` (keys: `cistern config --defaults`);
+// what the file does not set keeps its value. kConfigInvalid or
+// kInvalidArgument naming the file and key; on error nothing is changed.
 Status loadUpConfig(const std::string& path, server::LocalClusterOptions* options,
-                    log::Level* level);
+                    fuse::MountConfig* mount, log::Level* level);
+// The same for `cistern mount --config`: the mount.*, client.* and log.level
+// keys only (`cistern config --defaults --mount`).
+Status loadMountConfig(const std::string& path, fuse::MountConfig* mount, log::Level* level);
 void addUp(CLI::App& app);
 void addFileCommands(CLI::App& app);     // ls, stat, mkdir, rm, mv, cat
 void addCopyCommands(CLI::App& app);     // put, get
 void addClusterCommands(CLI::App& app);  // df, status, fsck
 void addBench(CLI::App& app);
 void addMount(CLI::App& app);
-// Mounts `cluster` at `mountpoint` and serves until SIGINT/SIGTERM or an
-// unmount; returns the exit code. `options`: as `cistern mount -o`;
-// `metrics_port` >= 0 also serves /metrics there (0: a free port).
+// Mounts `cluster` at `mountpoint` with `config` and serves until
+// SIGINT/SIGTERM or an unmount; returns the exit code. `options`: as
+// `cistern mount -o`, applied over config.mount; `metrics_port` >= 0 also
+// serves /metrics there (0: a free port).
 int mountAndServe(const std::string& cluster, const std::string& mountpoint,
-                  const std::string& options, uint32_t timeout_ms, int metrics_port);
+                  const fuse::MountConfig& config, const std::string& options, int metrics_port);
 
 // Blocks SIGINT and SIGTERM in this thread and every thread it starts later
 // (call before starting any): the command takes them with sigwait.

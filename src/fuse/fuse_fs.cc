@@ -102,49 +102,6 @@ void inodeToStat(const meta::Inode& n, struct stat* st) {
   st->st_ctim = ts(n.ctime_ns());
 }
 
-Status parseMountOptions(const std::string& text, MountOptions* out) {
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t j = text.find(',', i);
-    if (j == std::string::npos) j = text.size();
-    std::string opt = text.substr(i, j - i);
-    i = j + 1;
-    if (opt.empty()) continue;
-    std::string key = opt, value;
-    if (size_t eq = opt.find('='); eq != std::string::npos) {
-      key = opt.substr(0, eq);
-      value = opt.substr(eq + 1);
-    }
-    auto seconds = [&](double* dst) -> Status {
-      char* end = nullptr;
-      double v = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || !(v >= 0) || v > 86400)
-        return Status(ErrorCode::kInvalidArgument,
-                      fmt::format("option {}: '{}' is not a number of seconds", key, value));
-      *dst = v;
-      return Status::OK();
-    };
-    if (key == "allow_other" && value.empty()) {
-      out->allow_other = true;
-    } else if (key == "writeback" && value.empty()) {
-      out->writeback_cache = true;
-    } else if (key == "debug" && value.empty()) {
-      out->debug = true;
-    } else if (key == "socket_calls" && value.empty()) {
-      out->socket_calls = true;
-    } else if (key == "attr_timeout") {
-      RETURN_ON_ERROR(seconds(&out->attr_timeout_s));
-    } else if (key == "entry_timeout") {
-      RETURN_ON_ERROR(seconds(&out->entry_timeout_s));
-    } else if (key == "negative_timeout") {
-      RETURN_ON_ERROR(seconds(&out->negative_timeout_s));
-    } else {
-      return Status(ErrorCode::kInvalidArgument, fmt::format("unknown mount option '{}'", opt));
-    }
-  }
-  return Status::OK();
-}
-
 FuseFs::FuseFs(client::ClientImpl* client, MountOptions options)
     : client_(client),
       options_(std::move(options)),

@@ -31,26 +31,9 @@
 
 #include "client/client_impl.h"
 #include "client/file_impl.h"
+#include "fuse/mount_options.h"
 
 namespace cistern::fuse {
-
-struct MountOptions {
-  std::string mountpoint;
-  bool allow_other = false;
-  bool writeback_cache = false;
-  double attr_timeout_s = 1.0;
-  double entry_timeout_s = 1.0;
-  double negative_timeout_s = 1.0;
-  uint32_t max_idle_threads = 16;
-  uint32_t buffered_files_max = 32;
-  bool debug = false;
-  // Metadata calls to a cluster in this process go over the socket too.
-  bool socket_calls = false;
-};
-
-// Parses "-o" text: allow_other, writeback, attr_timeout=S, entry_timeout=S,
-// negative_timeout=S, debug, socket_calls. Unknown options are an error that names them.
-Status parseMountOptions(const std::string& text, MountOptions* out);
 
 // An inode open through the mount: one FileImpl for all its kernel handles.
 struct OpenInode {

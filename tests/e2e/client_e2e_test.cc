@@ -976,6 +976,9 @@ TEST_F(E2E, ABadConfigFileStopsCisternUpBeforeItCreatesAnything) {
       {"meta.session_timeout_ms = 10\n", "session_timeout_ms 10 is below 1000"},
       {"log.level = \"loud\"\n", "unknown level 'loud'"},
       {"storage.io_engine = \n", "bad.toml:1"},
+      // The keys of the mount of `cistern up --mount`, checked also without one.
+      {"mount.attr_timeout = -1.0\n", "mount.attr_timeout -1 is not"},
+      {"client.io_parallel_max = 0\n", "client.io_parallel_max 0 is not"},
   };
   std::string config = (dir_ / "bad.toml").string();
   std::string data = (dir_ / "never").string();

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/fuse/mount_env.h"
 #include "tests/support/cluster_process.h"
 #include "tests/support/http_get.h"
 
@@ -17,14 +18,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kTimeoutMs = 2000;  // cistern mount --timeout-ms
 constexpr int kBoundMs = 15000;   // the timeout plus generous slack for a loaded machine
-
-bool mounted(const std::string& mnt) {
-  std::ifstream in("/proc/mounts");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.find(" " + mnt + " ") != std::string::npos) return true;
-  return false;
-}
 
 // Reads the file with O_DIRECT (every read reaches the mount) until a read
 // fails; writes one byte to `progress` per good read; exits with the errno.

@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 
@@ -74,6 +75,15 @@ inline std::string testDir() {
   EXPECT_EQ(::mkdir(dir.c_str(), 0777), 0) << dir << ": " << std::strerror(errno);
   EXPECT_EQ(::chmod(dir.c_str(), 0777), 0);
   return dir;
+}
+
+// Whether /proc/mounts lists a mount at `mnt`.
+inline bool mounted(const std::string& mnt) {
+  std::ifstream in("/proc/mounts");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find(" " + mnt + " ") != std::string::npos) return true;
+  return false;
 }
 
 inline constexpr uid_t kUser = 1000;

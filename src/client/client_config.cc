@@ -1,0 +1,50 @@
+#include "client/client_config.h"
+
+#include <fmt/format.h>
+
+#include "common/config.h"
+
+namespace cistern::client {
+
+void bindClientOptions(ConfigBinder& b, const std::string& p, Client::Options* o) {
+  b.bind(p + ".io_parallel_max", &o->io_parallel_max,
+         "chunk reads or writes in flight for one call (at least 1)");
+  b.bind(p + ".readahead_max_bytes", &o->readahead_max_bytes,
+         "largest read-ahead window of a sequential reader (64 KiB to 256 MiB)");
+  b.bind(p + ".write_behind_bytes", &o->write_behind_bytes,
+         "full write buffers of a file written out while its writer goes on (at most 1 GiB)");
+  b.bind(p + ".shm_bytes", &o->shm_bytes,
+         "shared memory lent to storage servers on this host for reads and writes (0: off; at "
+         "most 4 GiB)");
+  b.bind(p + ".shm_readahead_windows", &o->shm_readahead_windows,
+         "read-ahead windows in that shared memory (at most 64)");
+  b.bind(p + ".inline_max_bytes", &o->inline_max_bytes,
+         "a new file written whole and no larger than this may keep its bytes in the metadata "
+         "(0: never; at most 64 KiB)");
+  b.bind(p + ".session_renew_ms", &o->session_renew_ms,
+         "how often the client tells meta it is alive, in ms (0: never; at most 60000, well "
+         "under meta.session_timeout_ms)");
+}
+
+Status validateClientOptions(const Client::Options& o) {
+  auto bad = [](std::string_view field, uint64_t value, std::string_view want) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("client.{} {} is not {}", field, value, want));
+  };
+  if (o.io_parallel_max == 0 || o.io_parallel_max > 1024)
+    return bad("io_parallel_max", o.io_parallel_max, "in 1..1024");
+  if (o.readahead_max_bytes < (64u << 10) || o.readahead_max_bytes > (256ull << 20))
+    return bad("readahead_max_bytes", o.readahead_max_bytes, "in 64 KiB..256 MiB");
+  if (o.write_behind_bytes > (1ull << 30))
+    return bad("write_behind_bytes", o.write_behind_bytes, "at most 1 GiB");
+  if (o.shm_bytes > (4ull << 30)) return bad("shm_bytes", o.shm_bytes, "at most 4 GiB");
+  if (o.shm_readahead_windows > 64)
+    return bad("shm_readahead_windows", o.shm_readahead_windows, "at most 64");
+  if (o.inline_max_bytes > (64u << 10))
+    return bad("inline_max_bytes", o.inline_max_bytes, "at most 64 KiB");
+  if (o.session_renew_ms > 60000)
+    return bad("session_renew_ms", o.session_renew_ms, "at most 60000");
+  return Status::OK();
+}
+
+}  // namespace cistern::client
