@@ -191,6 +191,10 @@ int main(int argc, char** argv) {
   log::setLevel(log::Level::kWarn);
   double rand_secs = argc > 1 ? std::atof(argv[1]) : 3.0;
   int rounds = argc > 2 ? std::atoi(argv[2]) : 8;  // even: each order runs as often
+  if (!(rand_secs >= 1)) {  // fio takes whole seconds; --runtime=0 would not end
+    std::fprintf(stderr, "chunk bench: RAND_SECS must be at least 1, not '%s'\n", argv[1]);
+    return 2;
+  }
   if (rounds < 1) {
     std::fprintf(stderr, "chunk bench: ROUNDS must be a positive number, not '%s'\n", argv[2]);
     return 2;
