@@ -397,6 +397,15 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(base);
 
   std::printf("small writes with data synced instead of logged: %.2fx fio\n", median(swu_ratio));
+  // The spread behind each median: one round's ratio swings with the host.
+  for (auto [name, v] : {std::pair{"seqwrite", &w_ratio}, std::pair{"seqread", &r_ratio},
+                         std::pair{"randread", &rr_ratio}, std::pair{"rpc seqread", &rpc_ratio}}) {
+    std::vector<double> sorted = *v;
+    std::sort(sorted.begin(), sorted.end());
+    std::printf("per-round %s ratios:", name);
+    for (double x : sorted) std::printf(" %.2f", x);
+    std::printf("\n");
+  }
   bench::figure("chunk_bench_peak_rss_mib", bench::peakRssMiB(), "MiB");
   bench::figure("chunk_seqwrite_vs_fio", median(w_ratio), "x");
   bench::figure("chunk_seqread_vs_fio", median(r_ratio), "x");
