@@ -54,7 +54,17 @@ Status loadUpConfig(const std::string& path, server::LocalClusterOptions* option
       },
       [&]() -> Status {
         RETURN_ON_ERROR(o.validate());
-        return m.validate();
+        RETURN_ON_ERROR(m.validate());
+        // The mount of `cistern up --mount` must renew its lease well within
+        // the meta service's session timeout, or it loses its open files.
+        if (m.client.session_renew_ms > 0 &&
+            uint64_t{m.client.session_renew_ms} * 2 > o.session_timeout_ms) {
+          return Status(ErrorCode::kInvalidArgument,
+                        fmt::format("client.session_renew_ms {} is not under half of "
+                                    "meta.session_timeout_ms {}",
+                                    m.client.session_renew_ms, o.session_timeout_ms));
+        }
+        return Status::OK();
       },
       [&] {
         *options = o;

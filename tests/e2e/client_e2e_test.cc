@@ -979,6 +979,8 @@ TEST_F(E2E, ABadConfigFileStopsCisternUpBeforeItCreatesAnything) {
       // The keys of the mount of `cistern up --mount`, checked also without one.
       {"mount.attr_timeout = -1.0\n", "mount.attr_timeout -1 is not"},
       {"client.io_parallel_max = 0\n", "client.io_parallel_max 0 is not"},
+      {"meta.session_timeout_ms = 30000\nclient.session_renew_ms = 20000\n",
+       "client.session_renew_ms 20000 is not under half of meta.session_timeout_ms 30000"},
   };
   std::string config = (dir_ / "bad.toml").string();
   std::string data = (dir_ / "never").string();
