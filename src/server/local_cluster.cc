@@ -62,6 +62,17 @@ struct LocalCluster::Impl {
 
 namespace {
 
+// A server of the cluster as `options` configure them (the port is per server).
+net::ServerOptions serverOptions(const LocalClusterOptions& options, uint32_t threads) {
+  net::ServerOptions so;
+  so.listen_host = options.listen_host;
+  so.threads = threads;
+  so.inflight_per_connection_max = options.rpc_inflight_per_connection_max;
+  so.connections_max = options.rpc_connections_max;
+  so.payload_crc = options.rpc_payload_crc;
+  return so;
+}
+
 // The chunks of this process's targets, for fsck.
 class EngineLister : public meta::ChunkLister {
  public:
@@ -104,10 +115,8 @@ Status LocalCluster::Impl::startTargets() {
     eo.path = t.path;
     eo.sync = options.sync;
     ASSIGN_OR_RETURN(t.engine, storage::ChunkEngine::open(eo));
-    net::ServerOptions so;
-    so.listen_host = options.listen_host;
+    net::ServerOptions so = serverOptions(options, options.storage_rpc_threads);
     so.listen_port = options.listen_port == 0 ? 0 : options.listen_port + t.id;
-    so.threads = 1;
     t.server = std::make_unique<net::RpcServer>(so);
     t.service =
         std::make_unique<storage::StorageService>(*t.engine, *t.server, options.storage_service);
@@ -218,6 +227,18 @@ void LocalClusterOptions::bind(ConfigBinder& b) {
   b.bind("meta.session_timeout_ms", &session_timeout_ms,
          "a client silent this long loses its write sessions; keep it well above the "
          "clients' renewal period (20 s)");
+  b.bind("rpc.meta_threads", &meta_rpc_threads,
+         "I/O threads of the meta + mgmt RPC server (0: one per core; at most 256)");
+  b.bind("rpc.storage_threads", &storage_rpc_threads,
+         "I/O threads of each storage target's RPC server (1 to 256)");
+  b.bind("rpc.inflight_per_connection_max", &rpc_inflight_per_connection_max,
+         "requests a server reads from one connection before their responses are written "
+         "(1 to 65536; backpressure on a client that sends faster)");
+  b.bind("rpc.connections_max", &rpc_connections_max,
+         "open connections per server; more are closed when accepted (16 to 16384: every "
+         "connection holds a file descriptor)");
+  b.bind("rpc.payload_crc", &rpc_payload_crc,
+         "CRC32C over response payloads (chunk bytes); message bodies always carry one");
 }
 
 Status LocalClusterOptions::validate() const {
@@ -228,7 +249,16 @@ Status LocalClusterOptions::validate() const {
     return Status(ErrorCode::kInvalidArgument,
                   fmt::format("meta session_timeout_ms {} is below 1000", session_timeout_ms));
   }
-  return Status::OK();
+  auto range = [](const char* key, uint32_t v, uint32_t lo, uint32_t hi) {
+    return v >= lo && v <= hi ? Status::OK()
+                              : Status(ErrorCode::kInvalidArgument,
+                                       fmt::format("{} {} is not in {}..{}", key, v, lo, hi));
+  };
+  RETURN_ON_ERROR(range("rpc.meta_threads", meta_rpc_threads, 0, 256));
+  RETURN_ON_ERROR(range("rpc.storage_threads", storage_rpc_threads, 1, 256));
+  RETURN_ON_ERROR(
+      range("rpc.inflight_per_connection_max", rpc_inflight_per_connection_max, 1, 65536));
+  return range("rpc.connections_max", rpc_connections_max, 16, 16384);
 }
 
 Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOptions& options) {
@@ -259,8 +289,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
   c.meta = std::make_unique<meta::MetaStore>(*c.kv, meta_options);
   RETURN_ON_ERROR(c.meta->init());
   c.meta->setCapacitySource([&c] { return c.capacity(); });
-  net::ServerOptions so;
-  so.listen_host = options.listen_host;
+  net::ServerOptions so = serverOptions(options, options.meta_rpc_threads);
   so.listen_port = options.listen_port;
   c.server = std::make_unique<net::RpcServer>(so);
   c.meta_service = std::make_unique<meta::MetaService>(*c.meta, *c.server);

@@ -43,10 +43,20 @@ struct LocalClusterOptions {
   // storage service.
   storage::ChunkEngineOptions engine;
   storage::StorageServiceOptions storage_service;
+  // The RPC servers (net::ServerOptions): I/O threads of the meta + mgmt
+  // server (0: one per core) and of each target's storage server, requests
+  // read from one connection before their responses are written, open
+  // connections per server (more are closed on accept), and checksums of
+  // response payloads.
+  uint32_t meta_rpc_threads = 0;
+  uint32_t storage_rpc_threads = 1;
+  uint32_t rpc_inflight_per_connection_max = 64;
+  uint32_t rpc_connections_max = 4096;
+  bool rpc_payload_crc = true;
 
   // Binds what a config file may set (`cistern up --config`): storage.*,
-  // meta.session_timeout_ms. The data directory, targets and addresses are
-  // flags.
+  // meta.session_timeout_ms, rpc.*. The data directory, targets and
+  // addresses are flags.
   void bind(ConfigBinder& b);
   // kInvalidArgument naming the option when a value cannot work; start()
   // checks it before creating anything.

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -959,6 +960,73 @@ TEST_F(E2E, AConfigFileSetsTheStorageIoEngineOfEveryTarget) {
   EXPECT_EQ(rcrc2, crc2);
 }
 
+// The rpc.* keys reach the cluster's RPC servers: their I/O threads (named
+// rpc-srv-N), the connection limit (connections past it are closed when
+// accepted), and response payloads without a checksum still carry the bytes.
+TEST_F(E2E, AConfigFileSetsTheRpcServers) {
+  client_.reset();
+  ASSERT_EQ(cluster_->stop(), 0);
+  std::string config = (dir_ / "rpc.toml").string();
+  std::ofstream(config) << "[rpc]\nmeta_threads = 1\nstorage_threads = 3\n"
+                           "connections_max = 16\npayload_crc = false\n";
+  cluster_->setExtraArgs({"--config", config});
+  ASSERT_TRUE(cluster_->start());
+
+  // 1 meta + mgmt thread, 3 for each of the 2 targets.
+  int threads = 0;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(cluster_->pid()) + "/task")) {
+    std::string comm;
+    std::ifstream(task.path() / "comm") >> comm;
+    if (comm.rfind("rpc-srv-", 0) == 0) ++threads;
+  }
+  EXPECT_EQ(threads, 1 + 2 * 3);
+
+  // 20 connections to the meta server, before any client: 4 are closed.
+  auto ep = net::Endpoint::parse(cluster_->cluster());
+  ASSERT_TRUE(ep.ok());
+  std::vector<int> fds;
+  for (int i = 0; i < 20; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(ep->port);
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << i;
+    fds.push_back(fd);
+  }
+  // A closed connection polls readable and reads end-of-file (or a reset);
+  // an open one has nothing to read: the server waits for a request. Wait
+  // until 4 are closed (or 5 s), then a little more for any further one.
+  auto countClosed = [&fds] {
+    std::vector<pollfd> ps;
+    for (int fd : fds) ps.push_back({fd, POLLIN, 0});
+    ::poll(ps.data(), ps.size(), 0);
+    int n = 0;
+    for (const auto& p : ps) n += (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    return n;
+  };
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       countClosed() < 4 && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int closed = 0;
+  for (int fd : fds) {
+    char b;
+    ssize_t n = ::recv(fd, &b, 1, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) ++closed;
+    ::close(fd);
+  }
+  EXPECT_EQ(closed, 20 - 16);
+
+  client_ = connect();
+  ASSERT_NE(client_, nullptr);
+  uint32_t crc = writeFile(*client_, "/rpc", 2 * kChunk + 9, 11);
+  auto [rcrc, rsize] = readFile(*client_, "/rpc", 65536);
+  EXPECT_EQ(rsize, 2 * kChunk + 9);
+  EXPECT_EQ(rcrc, crc);
+}
+
 // A config file `cistern up` cannot use stops it with a message naming the
 // file and the key, before it creates its data directory; `cistern config
 // --check` reports the same.
@@ -979,6 +1047,8 @@ TEST_F(E2E, ABadConfigFileStopsCisternUpBeforeItCreatesAnything) {
       // The keys of the mount of `cistern up --mount`, checked also without one.
       {"mount.attr_timeout = -1.0\n", "mount.attr_timeout -1 is not"},
       {"client.io_parallel_max = 0\n", "client.io_parallel_max 0 is not"},
+      {"rpc.storage_threads = 0\n", "rpc.storage_threads 0 is not in 1..256"},
+      {"rpc.connections_max = 1\n", "rpc.connections_max 1 is not in 16..16384"},
       {"meta.session_timeout_ms = 30000\nclient.session_renew_ms = 20000\n",
        "client.session_renew_ms 20000 is not under half of meta.session_timeout_ms 30000"},
   };
