@@ -1,5 +1,6 @@
 // `cistern config --defaults`: every key a config file of `cistern up
-// --config` (or, with --mount, of `cistern mount --config`) may set, with its
+// --config` (with --mount: of `cistern mount --config`; with --client: of
+// `--config` of the commands that talk to a cluster) may set, with its
 // default and meaning; `cistern config --check FILE`: validates such a file.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -7,6 +8,7 @@
 #include <functional>
 
 #include "cli/commands.h"
+#include "client/client_config.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "fuse/mount_options.h"
@@ -79,13 +81,25 @@ Status loadMountConfig(const std::string& path, fuse::MountConfig* mount, log::L
       [&] { *mount = m; });
 }
 
+Status loadClientConfig(const std::string& path, Client::Options* client, log::Level* level) {
+  Client::Options c = *client;
+  return loadConfig(
+      path, level, [&](ConfigBinder& b) { client::bindClientOptions(b, "client", &c); },
+      [&] { return client::validateClientOptions(c); }, [&] { *client = c; });
+}
+
 void addConfig(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "config", "show or check the configuration of `cistern up` (or `cistern mount`)");
-  static bool defaults = false, mount_only = false;
+  static bool defaults = false, mount_only = false, client_only = false;
   cmd->add_flag("--defaults", defaults, "print every key with its default (the default action)");
-  cmd->add_flag("--mount", mount_only,
-                "the keys of `cistern mount --config` (mount.*, client.*, log.level) instead");
+  auto* mount_flag =
+      cmd->add_flag("--mount", mount_only,
+                    "the keys of `cistern mount --config` (mount.*, client.*, log.level) instead");
+  cmd->add_flag("--client", client_only,
+                "the keys of `--config` of the commands that talk to a cluster (put, get, ls, "
+                "bench, ...: client.*, log.level) instead")
+      ->excludes(mount_flag);
   auto* check = cmd->add_option("--check", "validate a TOML config file");
   cmd->callback([check] {
     server::LocalClusterOptions o;
@@ -93,8 +107,10 @@ void addConfig(CLI::App& app) {
     if (*check) {
       std::string path = check->as<std::string>();
       log::Level level = log::level();
-      Status s =
-          mount_only ? loadMountConfig(path, &m, &level) : loadUpConfig(path, &o, &m, &level);
+      Client::Options c;
+      Status s = client_only  ? loadClientConfig(path, &c, &level)
+                 : mount_only ? loadMountConfig(path, &m, &level)
+                              : loadUpConfig(path, &o, &m, &level);
       if (!s.ok()) {
         fmt::print(stderr, "cistern: {}\n", s.message());
         setExitCode(1);
@@ -105,8 +121,13 @@ void addConfig(CLI::App& app) {
     }
     std::string log_level(log::levelName(log::Level::kInfo));
     ConfigBinder binder;
-    if (!mount_only) o.bind(binder);
-    m.bind(binder);
+    Client::Options c;  // a library client's defaults, not the mount's
+    if (client_only) {
+      client::bindClientOptions(binder, "client", &c);
+    } else {
+      if (!mount_only) o.bind(binder);
+      m.bind(binder);
+    }
     binder.bind("log.level", &log_level, "trace|debug|info|warn|error|off");
     fmt::print("{}", binder.describe());
   });

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "cistern/client.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -33,6 +34,9 @@ Status loadUpConfig(const std::string& path, server::LocalClusterOptions* option
 // The same for `cistern mount --config`: the mount.*, client.* and log.level
 // keys only (`cistern config --defaults --mount`).
 Status loadMountConfig(const std::string& path, fuse::MountConfig* mount, log::Level* level);
+// The same for the commands that talk to a cluster (`cistern put --config`
+// ...): the client.* and log.level keys (`cistern config --defaults --client`).
+Status loadClientConfig(const std::string& path, Client::Options* client, log::Level* level);
 void addUp(CLI::App& app);
 void addFileCommands(CLI::App& app);     // ls, stat, mkdir, rm, mv, cat
 void addCopyCommands(CLI::App& app);     // put, get

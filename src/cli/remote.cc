@@ -16,18 +16,31 @@ ClusterFlags& addClusterFlags(CLI::App* cmd) {
                   "cluster address host:port (default: $CISTERN_CLUSTER or 127.0.0.1:7420)");
   cmd->add_option("--retry-ms", f.retry_ms, "how long transient errors are retried")
       ->capture_default_str();
-  cmd->add_option(
-         "--shm-mib", f.shm_mib,
-         "shared memory that storage servers on this host read into and write from (0: off)")
-      ->capture_default_str();
+  f.shm_flag =
+      cmd->add_option(
+             "--shm-mib", f.shm_mib,
+             "shared memory that storage servers on this host read into and write from (0: off)")
+          ->capture_default_str();
+  cmd->add_option("--config", f.config,
+                  "TOML file of client settings (keys: `cistern config --defaults --client`)");
   return f;
 }
 
 std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags) {
   Client::Options o;
+  o.shm_bytes = uint64_t{flags.shm_mib} << 20;
+  if (!flags.config.empty()) {
+    log::Level level = log::level();
+    if (Status s = loadClientConfig(flags.config, &o, &level); !s.ok()) {
+      fmt::print(stderr, "cistern: {}\n", s.message());
+      setExitCode(2);
+      return nullptr;
+    }
+    log::setLevel(level);
+    if (flags.shm_flag && flags.shm_flag->count() > 0) o.shm_bytes = uint64_t{flags.shm_mib} << 20;
+  }
   o.cluster = flags.cluster;
   o.retry_ms = flags.retry_ms;
-  o.shm_bytes = uint64_t{flags.shm_mib} << 20;
   auto [client, err] = Client::connect(o);
   if (report(err)) return nullptr;
   return std::move(client);

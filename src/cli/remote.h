@@ -9,6 +9,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace cistern::cli {
@@ -17,12 +18,18 @@ struct ClusterFlags {
   std::string cluster;  // empty: $CISTERN_CLUSTER, else 127.0.0.1:7420
   uint32_t retry_ms = 5000;
   uint32_t shm_mib = 64;  // same-host shared memory for I/O; 0: off
+  // A TOML file of client.* keys and log.level (`cistern config --defaults
+  // --client`); --shm-mib given on the command line wins over its shm_bytes.
+  std::string config;
+  const CLI::Option* shm_flag = nullptr;
 };
 
-// Adds --cluster, --retry-ms and --shm-mib to `cmd`; the flags live as long as the program.
+// Adds --cluster, --retry-ms, --shm-mib and --config to `cmd`; the flags
+// live as long as the program.
 ClusterFlags& addClusterFlags(CLI::App* cmd);
 
-// Connects, or prints "cistern: cluster ADDR: ..." and records exit code 1.
+// Connects, or prints "cistern: cluster ADDR: ..." and records exit code 1
+// (a config file that cannot be used: its message, exit code 2).
 std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags);
 
 // A remote path as the user wrote it, made absolute ("a/b" → "/a/b").

@@ -28,6 +28,7 @@
 namespace cistern {
 namespace {
 
+using testing::clusterChunks;
 using testing::ClusterProcess;
 using testing::fill;
 using testing::firstWriteError;
@@ -1025,6 +1026,52 @@ TEST_F(E2E, AConfigFileSetsTheRpcServers) {
   auto [rcrc, rsize] = readFile(*client_, "/rpc", 65536);
   EXPECT_EQ(rsize, 2 * kChunk + 9);
   EXPECT_EQ(rcrc, crc);
+}
+
+// `cistern put/get ... --config FILE`: the file's client.* keys reach the
+// command's client (a small file takes a chunk with inline files off), and a
+// file that cannot work stops the command before it writes anything.
+TEST_F(E2E, AClientConfigFileSetsTheClientOfTheCommands) {
+  const std::string c = cluster_->cluster();
+  const std::string small = (dir_ / "small").string(), back = (dir_ / "back").string();
+  std::ofstream(small) << std::string(100, 'c');
+  const std::string config = (dir_ / "client.toml").string();
+  std::ofstream(config) << "[client]\ninline_max_bytes = 0\nio_parallel_max = 2\n";
+  const uint64_t before = clusterChunks(CISTERN_BIN, c);
+  auto put = runProgram(CISTERN_BIN, {"put", "--cluster", c, "--config", config, small, "/cfg"});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  EXPECT_EQ(clusterChunks(CISTERN_BIN, c), before + 1);  // not inline: in a chunk
+  put = runProgram(CISTERN_BIN, {"put", "--cluster", c, small, "/plain"});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  EXPECT_EQ(clusterChunks(CISTERN_BIN, c), before + 1);  // inline by default
+  auto get = runProgram(CISTERN_BIN, {"get", "--cluster", c, "--config", config, "/cfg", back});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  std::ifstream in(back);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), std::string(100, 'c'));
+
+  for (const auto& [text, named] : std::vector<std::pair<std::string, std::string>>{
+           {"client.io_parallel_max = 0\n", "client.io_parallel_max 0 is not"},
+           {"mount.allow_other = true\n", "key 'mount.allow_other': unknown key"},
+           {"client.readahead_max_bytes = \"big\"\n", "client.readahead_max_bytes"}}) {
+    std::ofstream(config, std::ios::trunc) << text;
+    put = runProgram(CISTERN_BIN, {"put", "--cluster", c, "--config", config, small, "/bad"});
+    EXPECT_EQ(put.exit_code, 2) << text << put.err;
+    EXPECT_NE(put.err.find(named), std::string::npos) << put.err;
+    auto check = runProgram(CISTERN_BIN, {"config", "--client", "--check", config});
+    EXPECT_EQ(check.exit_code, 1) << text;
+    EXPECT_NE(check.err.find(named), std::string::npos) << check.err;
+  }
+  FileInfo info;
+  EXPECT_EQ(client_->stat("/bad", &info).errno_value, ENOENT);  // nothing written
+  // A library client's defaults (not the mount's), and a valid file.
+  auto defaults = runProgram(CISTERN_BIN, {"config", "--defaults", "--client"});
+  ASSERT_EQ(defaults.exit_code, 0);
+  EXPECT_NE(defaults.out.find("client.readahead_max_bytes = 8388608"), std::string::npos)
+      << defaults.out;
+  EXPECT_EQ(defaults.out.find("mount."), std::string::npos) << defaults.out;
+  std::ofstream(config, std::ios::trunc) << defaults.out;
+  EXPECT_EQ(runProgram(CISTERN_BIN, {"config", "--client", "--check", config}).exit_code, 0);
+  EXPECT_NE(runProgram(CISTERN_BIN, {"config", "--client", "--mount"}).exit_code, 0);
 }
 
 // A config file `cistern up` cannot use stops it with a message naming the

@@ -98,16 +98,7 @@ class MountProcess {
   std::string log_;
 };
 
-// The cluster's chunk count, from `cistern status` ("..., N chunks, ...").
-uint64_t chunks(const std::string& cluster) {
-  CliResult r = runProgram(CISTERN_BIN, {"status", "--cluster", cluster});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  size_t at = r.out.find(" chunks,");
-  EXPECT_NE(at, std::string::npos) << r.out;
-  if (at == std::string::npos) return 0;
-  size_t from = r.out.rfind(' ', at - 1) + 1;
-  return std::stoull(r.out.substr(from, at - from));
-}
+uint64_t chunks(const std::string& cluster) { return clusterChunks(CISTERN_BIN, cluster); }
 
 // 0 when another user may stat `path`, else the errno.
 int statAsOther(const std::string& path) {

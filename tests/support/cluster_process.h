@@ -60,6 +60,17 @@ inline CliResult runProgram(const std::string& bin, const std::vector<std::strin
   return r;
 }
 
+// The cluster's chunk count, from `cistern status` ("..., N chunks, ...").
+inline uint64_t clusterChunks(const std::string& bin, const std::string& cluster) {
+  CliResult r = runProgram(bin, {"status", "--cluster", cluster});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  size_t at = r.out.find(" chunks,");
+  EXPECT_NE(at, std::string::npos) << r.out;
+  if (at == std::string::npos) return 0;
+  size_t from = r.out.rfind(' ', at - 1) + 1;
+  return std::stoull(r.out.substr(from, at - from));
+}
+
 // `cistern up` on 127.0.0.1 with free ports. start() waits for "ready".
 class ClusterProcess {
  public:
