@@ -17,6 +17,10 @@
 namespace cistern::cli {
 namespace {
 
+void bindLogLevel(ConfigBinder& b, std::string* name) {
+  b.bind("log.level", name, "trace|debug|info|warn|error|off");
+}
+
 // Loads `path` into the fields `bind` binds, then checks them with
 // `validate` and log.level; `commit` runs only when all of it holds, so
 // that on error nothing is changed.
@@ -27,7 +31,7 @@ Status loadConfig(const std::string& path, log::Level* level,
   std::string log_level(log::levelName(*level));
   ConfigBinder binder;
   bind(binder);
-  binder.bind("log.level", &log_level, "trace|debug|info|warn|error|off");
+  bindLogLevel(binder, &log_level);
   RETURN_ON_ERROR(binder.loadFile(path));
   log::Level l;
   if (!log::parseLevel(log_level, &l)) {
@@ -128,7 +132,7 @@ void addConfig(CLI::App& app) {
       if (!mount_only) o.bind(binder);
       m.bind(binder);
     }
-    binder.bind("log.level", &log_level, "trace|debug|info|warn|error|off");
+    bindLogLevel(binder, &log_level);
     fmt::print("{}", binder.describe());
   });
 }

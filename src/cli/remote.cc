@@ -28,7 +28,6 @@ ClusterFlags& addClusterFlags(CLI::App* cmd) {
 
 std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags) {
   Client::Options o;
-  o.shm_bytes = uint64_t{flags.shm_mib} << 20;
   if (!flags.config.empty()) {
     log::Level level = log::level();
     if (Status s = loadClientConfig(flags.config, &o, &level); !s.ok()) {
@@ -37,8 +36,10 @@ std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags) {
       return nullptr;
     }
     log::setLevel(level);
-    if (flags.shm_flag && flags.shm_flag->count() > 0) o.shm_bytes = uint64_t{flags.shm_mib} << 20;
   }
+  // The flag's default is the library's; given, it wins over the file.
+  if (flags.config.empty() || flags.shm_flag->count() > 0)
+    o.shm_bytes = uint64_t{flags.shm_mib} << 20;
   o.cluster = flags.cluster;
   o.retry_ms = flags.retry_ms;
   auto [client, err] = Client::connect(o);

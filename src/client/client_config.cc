@@ -1,7 +1,5 @@
 #include "client/client_config.h"
 
-#include <fmt/format.h>
-
 #include "common/config.h"
 
 namespace cistern::client {
@@ -27,23 +25,20 @@ void bindClientOptions(ConfigBinder& b, const std::string& p, Client::Options* o
 }
 
 Status validateClientOptions(const Client::Options& o) {
-  auto bad = [](std::string_view field, uint64_t value, std::string_view want) {
-    return Status(ErrorCode::kInvalidArgument,
-                  fmt::format("client.{} {} is not {}", field, value, want));
-  };
-  if (o.io_parallel_max == 0 || o.io_parallel_max > 1024)
-    return bad("io_parallel_max", o.io_parallel_max, "in 1..1024");
+  RETURN_ON_ERROR(checkOptionRange("client.io_parallel_max", o.io_parallel_max, 1, 1024));
   if (o.readahead_max_bytes < (64u << 10) || o.readahead_max_bytes > (256ull << 20))
-    return bad("readahead_max_bytes", o.readahead_max_bytes, "in 64 KiB..256 MiB");
+    return badOptionValue("client.readahead_max_bytes", o.readahead_max_bytes,
+                          "in 64 KiB..256 MiB");
   if (o.write_behind_bytes > (1ull << 30))
-    return bad("write_behind_bytes", o.write_behind_bytes, "at most 1 GiB");
-  if (o.shm_bytes > (4ull << 30)) return bad("shm_bytes", o.shm_bytes, "at most 4 GiB");
+    return badOptionValue("client.write_behind_bytes", o.write_behind_bytes, "at most 1 GiB");
+  if (o.shm_bytes > (4ull << 30))
+    return badOptionValue("client.shm_bytes", o.shm_bytes, "at most 4 GiB");
   if (o.shm_readahead_windows > 64)
-    return bad("shm_readahead_windows", o.shm_readahead_windows, "at most 64");
+    return badOptionValue("client.shm_readahead_windows", o.shm_readahead_windows, "at most 64");
   if (o.inline_max_bytes > (64u << 10))
-    return bad("inline_max_bytes", o.inline_max_bytes, "at most 64 KiB");
+    return badOptionValue("client.inline_max_bytes", o.inline_max_bytes, "at most 64 KiB");
   if (o.session_renew_ms > 60000)
-    return bad("session_renew_ms", o.session_renew_ms, "at most 60000");
+    return badOptionValue("client.session_renew_ms", o.session_renew_ms, "at most 60000");
   return Status::OK();
 }
 

@@ -265,4 +265,13 @@ std::string ConfigBinder::describe() const {
   return out;
 }
 
+Status badOptionValue(std::string_view key, uint64_t value, std::string_view want) {
+  return Status(ErrorCode::kInvalidArgument, fmt::format("{} {} is not {}", key, value, want));
+}
+
+Status checkOptionRange(std::string_view key, uint64_t value, uint64_t lo, uint64_t hi) {
+  if (value >= lo && value <= hi) return Status::OK();
+  return badOptionValue(key, value, fmt::format("in {}..{}", lo, hi));
+}
+
 }  // namespace cistern

@@ -61,4 +61,10 @@ class ConfigBinder {
   std::vector<Entry> entries_;
 };
 
+// For options' validate(): kInvalidArgument "<key> <value> is not <want>"
+// (want e.g. "at most 1 GiB"), and the same with "in lo..hi" unless
+// lo <= value <= hi.
+Status badOptionValue(std::string_view key, uint64_t value, std::string_view want);
+Status checkOptionRange(std::string_view key, uint64_t value, uint64_t lo, uint64_t hi);
+
 }  // namespace cistern

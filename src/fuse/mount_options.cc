@@ -93,17 +93,9 @@ Status MountConfig::validate() const {
       return Status(ErrorCode::kInvalidArgument,
                     fmt::format("mount.{} {} is not a number of seconds in 0..86400", name, v));
   }
-  if (mount.buffered_files_max == 0 || mount.buffered_files_max > 4096)
-    return Status(
-        ErrorCode::kInvalidArgument,
-        fmt::format("mount.buffered_files_max {} is not in 1..4096", mount.buffered_files_max));
-  if (mount.max_idle_threads == 0 || mount.max_idle_threads > 1024)
-    return Status(
-        ErrorCode::kInvalidArgument,
-        fmt::format("mount.max_idle_threads {} is not in 1..1024", mount.max_idle_threads));
-  if (timeout_ms < 100 || timeout_ms > 3'600'000)
-    return Status(ErrorCode::kInvalidArgument,
-                  fmt::format("mount.timeout_ms {} is not in 100..3600000", timeout_ms));
+  RETURN_ON_ERROR(checkOptionRange("mount.buffered_files_max", mount.buffered_files_max, 1, 4096));
+  RETURN_ON_ERROR(checkOptionRange("mount.max_idle_threads", mount.max_idle_threads, 1, 1024));
+  RETURN_ON_ERROR(checkOptionRange("mount.timeout_ms", timeout_ms, 100, 3'600'000));
   return client::validateClientOptions(client);
 }
 

@@ -249,16 +249,11 @@ Status LocalClusterOptions::validate() const {
     return Status(ErrorCode::kInvalidArgument,
                   fmt::format("meta session_timeout_ms {} is below 1000", session_timeout_ms));
   }
-  auto range = [](const char* key, uint32_t v, uint32_t lo, uint32_t hi) {
-    return v >= lo && v <= hi ? Status::OK()
-                              : Status(ErrorCode::kInvalidArgument,
-                                       fmt::format("{} {} is not in {}..{}", key, v, lo, hi));
-  };
-  RETURN_ON_ERROR(range("rpc.meta_threads", meta_rpc_threads, 0, 256));
-  RETURN_ON_ERROR(range("rpc.storage_threads", storage_rpc_threads, 1, 256));
-  RETURN_ON_ERROR(
-      range("rpc.inflight_per_connection_max", rpc_inflight_per_connection_max, 1, 65536));
-  return range("rpc.connections_max", rpc_connections_max, 16, 16384);
+  RETURN_ON_ERROR(checkOptionRange("rpc.meta_threads", meta_rpc_threads, 0, 256));
+  RETURN_ON_ERROR(checkOptionRange("rpc.storage_threads", storage_rpc_threads, 1, 256));
+  RETURN_ON_ERROR(checkOptionRange("rpc.inflight_per_connection_max",
+                                   rpc_inflight_per_connection_max, 1, 65536));
+  return checkOptionRange("rpc.connections_max", rpc_connections_max, 16, 16384);
 }
 
 Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOptions& options) {

@@ -77,16 +77,7 @@ TEST(KillServer, MountedReaderGetsAnErrorInBoundedTimeAndTheMountUnmounts) {
   }
   close(out[1]);
   std::string log;
-  for (auto until = Clock::now() + std::chrono::seconds(30);
-       Clock::now() < until && log.find("mounted at") == std::string::npos;) {
-    pollfd p{out[0], POLLIN, 0};
-    if (poll(&p, 1, 200) <= 0) continue;
-    char b[512];
-    ssize_t n = read(out[0], b, sizeof b);
-    if (n <= 0) break;
-    log.append(b, static_cast<size_t>(n));
-  }
-  ASSERT_NE(log.find("mounted at"), std::string::npos) << log;
+  ASSERT_TRUE(readUntil(out[0], &log, "mounted at", std::chrono::seconds(30))) << log;
 
   const std::string file = mnt + "/data.bin";
   {

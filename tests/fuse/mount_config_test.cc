@@ -12,8 +12,6 @@
 namespace cistern::testing {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // A directory for one test; on the way out no mount is left in it.
 struct TestRoot {
   std::string root, mnt;
@@ -67,17 +65,9 @@ class MountProcess {
     }
     close(out[1]);
     out_ = out[0];  // open until stop(): the mount still writes when it stops
-    for (auto until = Clock::now() + std::chrono::seconds(30);
-         Clock::now() < until && log_.find("mounted at") == std::string::npos;) {
-      pollfd p{out_, POLLIN, 0};
-      if (poll(&p, 1, 200) <= 0) continue;
-      char b[512];
-      ssize_t n = read(out_, b, sizeof b);
-      if (n <= 0) break;
-      log_.append(b, static_cast<size_t>(n));
-    }
-    EXPECT_NE(log_.find("mounted at"), std::string::npos) << log_;
-    return log_.find("mounted at") != std::string::npos;
+    bool up = readUntil(out_, &log_, "mounted at", std::chrono::seconds(30));
+    EXPECT_TRUE(up) << log_;
+    return up;
   }
   // SIGTERM (a clean unmount); the exit status.
   int stop() {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -58,6 +59,22 @@ inline CliResult runProgram(const std::string& bin, const std::vector<std::strin
   unlink(out_tmpl);
   unlink(err_tmpl);
   return r;
+}
+
+// Appends what `fd` (a child's stdout) yields to `*log` until it contains
+// `marker`, the stream ends or `timeout` passes; whether the marker came.
+inline bool readUntil(int fd, std::string* log, std::string_view marker,
+                      std::chrono::milliseconds timeout) {
+  for (auto until = std::chrono::steady_clock::now() + timeout;
+       log->find(marker) == std::string::npos && std::chrono::steady_clock::now() < until;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 200) <= 0) continue;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    log->append(buf, static_cast<size_t>(n));
+  }
+  return log->find(marker) != std::string::npos;
 }
 
 // The cluster's chunk count, from `cistern status` ("..., N chunks, ...").
@@ -115,20 +132,12 @@ class ClusterProcess {
     }
     close(pipefd[1]);
     out_fd_ = pipefd[0];
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{out_fd_, POLLIN, 0};
-      if (poll(&p, 1, 200) <= 0) continue;
-      char buf[4096];
-      ssize_t n = read(out_fd_, buf, sizeof buf);
-      if (n <= 0) break;
-      log_.append(buf, static_cast<size_t>(n));
-      if (log_.find(mount_.empty() ? "ready" : "mounted at") != std::string::npos) {
-        cluster_ = field("cluster ", " ");
-        std::string m = field("metrics http://", "/metrics");
-        metrics_port_ = std::stoi(m.substr(m.rfind(':') + 1));
-        return true;
-      }
+    if (readUntil(out_fd_, &log_, mount_.empty() ? "ready" : "mounted at",
+                  std::chrono::seconds(30))) {
+      cluster_ = field("cluster ", " ");
+      std::string m = field("metrics http://", "/metrics");
+      metrics_port_ = std::stoi(m.substr(m.rfind(':') + 1));
+      return true;
     }
     ADD_FAILURE() << "cistern up did not start; its output:\n" << log_;
     stop();
