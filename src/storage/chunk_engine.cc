@@ -51,7 +51,7 @@ Status fromRocks(const rocksdb::Status& s, const std::string& what) {
                 fmt::format("{}: {}", what, s.ToString()));
 }
 
-// Classes from 1 MiB up place new chunks in runs (SlotAllocator::allocateRun)
+// Classes from 1 MiB up place new chunks in runs (SlotAllocator::allocateInRun)
 // in pre-allocated group files; smaller ones, mostly small files, stay dense
 // and sparse.
 constexpr uint32_t kRunClass = 4;
@@ -1213,18 +1213,18 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
     std::lock_guard lock(alloc_mu_);
     ASSIGN_OR_RETURN(addr, allocators_[c].allocate());  // lowest free: dense
   } else {
-    // A new large chunk goes right after the file's previous chunk, so a
-    // file written in order reads back sequentially from disk.
+    // A new large chunk goes into its file's run of 64 slots, in index
+    // order, so the file reads back sequentially from disk whatever order
+    // its chunks were written in. The previous chunk's slot finds the run of
+    // a file written before a restart.
     std::optional<ChunkMeta> prev;
     if (id.index > 0) {
       ASSIGN_OR_RETURN(prev, query(ChunkId{id.inode, id.index - 1}));
     }
+    std::optional<SlotAddr> prev_addr;
+    if (prev && prev->size_class == c) prev_addr = prev->addr;
     std::lock_guard lock(alloc_mu_);
-    if (prev && prev->size_class == c) {
-      ASSIGN_OR_RETURN(addr, allocators_[c].allocateAfter(prev->addr));
-    } else {
-      ASSIGN_OR_RETURN(addr, allocators_[c].allocateRun());
-    }
+    ASSIGN_OR_RETURN(addr, allocators_[c].allocateInRun(id.inode, id.index, prev_addr));
   }
   // Before any byte goes into the slot: a reader that fetched an older
   // record naming it must learn that the slot may have changed hands.

@@ -180,11 +180,95 @@ TEST(SlotAllocator, RandomAllocAndReleaseMatchAModel) {
   }
 }
 
+// The order a client's parallel writes bring a file's chunks in: windows of
+// 8 chunks, each window in a shuffled order, the files' windows interleaved.
+std::vector<std::pair<uint64_t, uint32_t>> clientOrder(uint64_t files, uint32_t chunks,
+                                                       uint64_t seed) {
+  Xoshiro256 rng(seed);
+  std::vector<std::pair<uint64_t, uint32_t>> order;
+  for (uint32_t first = 0; first < chunks; first += 8) {
+    for (uint64_t f = 0; f < files; ++f) {
+      std::vector<uint32_t> window;
+      for (uint32_t i = first; i < std::min(first + 8, chunks); ++i) window.push_back(i);
+      for (size_t i = window.size(); i > 1; --i) std::swap(window[i - 1], window[rng.uniform(i)]);
+      for (uint32_t i : window) order.emplace_back(100 + f, i);
+    }
+  }
+  return order;
+}
+
+TEST(SlotAllocator, RunsKeepAFilesChunksInIndexOrderWhateverOrderTheyArriveIn) {
+  SlotAllocator a(256, 8);                               // four 64-slot words per group
+  std::map<std::pair<uint64_t, uint32_t>, uint64_t> at;  // (file, chunk) -> slot number
+  for (auto [file, i] : clientOrder(4, 256, 1)) {
+    auto s = a.allocateInRun(file, i, std::nullopt);  // no predecessor committed yet
+    ASSERT_TRUE(s.ok()) << s.status().toString();
+    at[{file, i}] = uint64_t{s->group} * 256 + s->slot;
+  }
+  std::set<uint64_t> words;
+  for (uint64_t file = 100; file < 104; ++file) {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint64_t slot = at[{file, i}];
+      EXPECT_EQ(slot % 64, i % 64) << file << ":" << i;
+      if (i % 64 == 0) {
+        EXPECT_TRUE(words.insert(slot / 64).second) << "word shared: " << file << ":" << i;
+      } else {
+        EXPECT_EQ(slot, (at[{file, i - 1}] + 1)) << file << ":" << i;
+      }
+    }
+  }
+  EXPECT_EQ(a.groups(), 4u);  // 1024 chunks, 4 groups of 256: none opened for nothing
+  EXPECT_EQ(a.usedSlots(), 1024u);
+}
+
+TEST(SlotAllocator, ARunFoundAgainFromThePreviousChunkAfterARestart) {
+  SlotAllocator before(256, 4);
+  std::optional<SlotAddr> last;
+  for (uint32_t i = 0; i < 70; ++i) last = *before.allocateInRun(7, i, last);
+  ASSERT_EQ(last->slot, 64u + 5);
+  // A restarted allocator knows the slots in use but not the runs.
+  SlotAllocator after(256, 4);
+  for (uint32_t s = 0; s < 70; ++s) ASSERT_TRUE(after.markUsed({0, s}));
+  ASSERT_TRUE(after.allocateRun().ok());  // another file's run takes word 2
+  auto next = after.allocateInRun(7, 70, last);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->slot, 64u + 6);
+  for (uint32_t i = 71; i < 128; ++i) ASSERT_EQ(after.allocateInRun(7, i, std::nullopt)->slot, i);
+  // Its next run goes into the word after this one, past the other file's.
+  auto third = after.allocateInRun(7, 128, SlotAddr{0, 127});
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->slot, 192u);
+}
+
+TEST(SlotAllocator, SmallFilesStartingRunsDoNotGrowTheTargetWithoutBound) {
+  // Files of one chunk each start a run each: once no word is wholly free
+  // they fill the gaps, and a group is opened only past 3/4 in use.
+  SlotAllocator a(256, 100);
+  for (uint64_t file = 0; file < 1000; ++file) ASSERT_TRUE(a.allocateInRun(file, 0, {}).ok());
+  EXPECT_EQ(a.usedSlots(), 1000u);
+  EXPECT_LE(a.groups(), 6u);  // 1000 / (256 * 3/4) = 5.2
+  // A slot a remembered run wants that is taken already: the lowest free one.
+  SlotAllocator b(256, 2);
+  ASSERT_EQ(b.allocateInRun(1, 0, {})->slot, 0u);
+  auto other = b.allocate();  // slot 1, where chunk 1 of file 1 would go
+  ASSERT_EQ(other->slot, 1u);
+  EXPECT_EQ(b.allocateInRun(1, 1, {})->slot, 2u);
+}
+
+void keptMarksMatchAModel(uint32_t slots_per_group);
+
 // Kept marks follow a model through every way of allocating and releasing:
 // a slot is kept from a kept release (or markKept) until it is handed out
 // again or dropped.
 TEST(SlotAllocator, KeptMarksMatchAModel) {
-  SlotAllocator a(100, 3);  // 64-slot words straddle the group boundary
+  for (uint32_t slots : {100u, 128u}) {  // 100: 64-slot words straddle group boundaries
+    SCOPED_TRACE(slots);
+    keptMarksMatchAModel(slots);
+  }
+}
+
+void keptMarksMatchAModel(uint32_t slots_per_group) {
+  SlotAllocator a(slots_per_group, 3);
   std::set<std::pair<uint32_t, uint32_t>> used, kept;
   std::optional<SlotAddr> last;
   Xoshiro256 rng(9);
@@ -205,16 +289,21 @@ TEST(SlotAllocator, KeptMarksMatchAModel) {
         kept.erase(std::prev(kept.end()));
       }
     } else if (op == 5) {
-      SlotAddr s{static_cast<uint32_t>(rng.uniform(3)), static_cast<uint32_t>(rng.uniform(100))};
+      SlotAddr s{static_cast<uint32_t>(rng.uniform(3)),
+                 static_cast<uint32_t>(rng.uniform(slots_per_group))};
       bool want =
           s.group < a.groups() && !used.count({s.group, s.slot}) && !kept.count({s.group, s.slot});
       ASSERT_EQ(a.markKept(s), want);
       if (want) kept.insert({s.group, s.slot});
     } else {
-      auto s = op == 6 ? a.allocateRun() : op == 7 && last ? a.allocateAfter(*last) : a.allocate();
+      auto s = op == 6           ? a.allocateRun()
+               : op == 7 && last ? a.allocateAfter(*last)
+               : op == 8 ? a.allocateInRun(rng.uniform(4), static_cast<uint32_t>(rng.uniform(300)),
+                                           rng.oneIn(2) ? last : std::nullopt)
+                         : a.allocate();
       if (!s.ok()) {
         ASSERT_EQ(s.code(), ErrorCode::kNoSpace);
-        ASSERT_EQ(used.size(), 300u);
+        ASSERT_EQ(used.size(), 3u * slots_per_group);
         continue;
       }
       ASSERT_TRUE(used.insert({s->group, s->slot}).second);

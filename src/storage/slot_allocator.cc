@@ -117,6 +117,76 @@ Result<SlotAddr> SlotAllocator::allocateAfter(SlotAddr prev) {
   return allocateRun();
 }
 
+SlotAddr SlotAllocator::take(uint64_t i) {
+  bits_[i / 64] |= uint64_t{1} << (i % 64);
+  ++used_;
+  unkeep(i);
+  return addrOf(i);
+}
+
+const SlotAllocator::Run* SlotAllocator::findRun(uint64_t inode, uint32_t run) const {
+  for (const Run& r : runs_) {
+    if (r.valid && r.inode == inode && r.run == run) return &r;
+  }
+  return nullptr;
+}
+
+void SlotAllocator::rememberRun(uint64_t inode, uint32_t run, uint64_t word) {
+  for (Run& r : runs_) {
+    if (r.valid && r.inode == inode && r.run == run) {
+      r.word = word;
+      return;
+    }
+  }
+  runs_[next_run_] = Run{inode, run, true, word};
+  next_run_ = (next_run_ + 1) % runs_.size();
+}
+
+Result<SlotAddr> SlotAllocator::allocateInRun(uint64_t inode, uint32_t chunk_index,
+                                              std::optional<SlotAddr> prev) {
+  if (slots_per_group_ % 64 != 0) return prev ? allocateAfter(*prev) : allocateRun();
+  const uint32_t run = chunk_index / 64, pos = chunk_index % 64;
+  const uint64_t words = bits_.size();  // whole words: slots_per_group_ % 64 == 0
+  auto isFree = [&](uint64_t i) { return !(bits_[i / 64] & (uint64_t{1} << (i % 64))); };
+  std::optional<uint64_t> word;
+  if (const Run* r = findRun(inode, run)) {
+    word = r->word;
+  } else if (prev && prev->group < groups_ && pos > 0 && index(*prev) % 64 == pos - 1) {
+    word = index(*prev) / 64;  // the run of a file written before a restart
+  }
+  if (word) {
+    uint64_t i = *word * 64 + pos;
+    if (*word >= words || !isFree(i)) return allocate();
+    rememberRun(inode, run, *word);
+    return take(i);
+  }
+  // The first chunk of a run to arrive picks its word.
+  std::optional<uint64_t> after;
+  if (const Run* r = run > 0 ? findRun(inode, run - 1) : nullptr) {
+    after = r->word + 1;
+  } else if (prev && prev->group < groups_ && pos == 0 && index(*prev) % 64 == 63) {
+    after = index(*prev) / 64 + 1;
+  }
+  std::optional<uint64_t> w;
+  if (after && *after < words && bits_[*after] == 0) w = after;
+  for (uint64_t x = hint_; !w && x < words; ++x) {
+    if (bits_[x] == 0) w = x;
+  }
+  if (!w) {
+    // A new group for the run once 3/4 of the slots are in use, or half of
+    // them for a file that is evidently large (its second run, or the 9th
+    // chunk of its first): a run takes a whole word, which files of a few
+    // chunks leave mostly empty (every group is pre-allocated whole).
+    const uint64_t total = uint64_t{groups_} * slots_per_group_;
+    const bool large = run > 0 || pos >= 8;
+    if (groups_ >= groups_max_ || used_ * 4 < total * (large ? 2 : 3)) return allocate();
+    w = words;  // the first word of a new group
+    growTo(groups_ + 1);
+  }
+  rememberRun(inode, run, *w);
+  return take(*w * 64 + pos);
+}
+
 void SlotAllocator::release(SlotAddr a, bool kept) {
   CISTERN_CHECK(inUse(a), "releasing a free slot");
   uint64_t i = index(a);

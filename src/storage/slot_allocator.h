@@ -32,11 +32,28 @@ class SlotAllocator {
   // Placement for files read sequentially: allocateRun() starts a new run at
   // the first slot of the lowest wholly free 64-slot word (the lowest free slot if
   // there is no such word: a run never opens a group by itself), allocateAfter()
-  // takes the slot right after `prev` if it is free, else starts a run. So
-  // the chunks of a file written in order lie in order on disk even while
-  // other files are written at the same time.
+  // takes the slot right after `prev` if it is free, else starts a run.
   Result<SlotAddr> allocateRun();
   Result<SlotAddr> allocateAfter(SlotAddr prev);
+  // A new chunk of a file read sequentially (the chunk engine's classes from
+  // 1 MiB up): chunk `chunk_index` of `inode` goes to slot `chunk_index % 64`
+  // of the 64-slot word that holds the file's chunks [chunk_index -
+  // chunk_index % 64, +64), so a file's chunks lie in index order on disk
+  // whatever order they are written in (a client writes several chunks of a
+  // file at once) and while other files are written too. The first chunk of such a run to arrive
+  // picks its word: the one after the file's previous run if that is wholly
+  // free, else the lowest wholly free word; with none, a new group once
+  // three quarters of the slots are in use (half, for a file evidently
+  // large: a second run, or the 9th chunk of its first), else the lowest
+  // free slot (no run). The words of the last `kRunsRemembered` runs are remembered;
+  // `prev`, the committed slot of chunk `chunk_index - 1` in this class if any,
+  // finds a run's word after a restart. A slot the run would use that is
+  // already taken (the file's older chunk of that index) gives the lowest
+  // free slot. Groups whose slot count is not a multiple of 64 fall back to
+  // allocateAfter(prev) / allocateRun().
+  Result<SlotAddr> allocateInRun(uint64_t inode, uint32_t chunk_index,
+                                 std::optional<SlotAddr> prev);
+  static constexpr size_t kRunsRemembered = 256;
   // REQUIRES: `a` is in use. `kept`: the slot keeps its disk blocks.
   void release(SlotAddr a, bool kept = false);
   bool inUse(SlotAddr a) const;
@@ -70,6 +87,21 @@ class SlotAllocator {
   uint64_t used_ = 0;
   uint64_t kept_count_ = 0;
   size_t hint_ = 0;  // no free bit below word hint_
+
+  // Runs of allocateInRun(): the word that holds indices [run * 64, +64) of
+  // a file. A fixed table, replaced round robin.
+  struct Run {
+    uint64_t inode = 0;
+    uint32_t run = 0;
+    bool valid = false;
+    uint64_t word = 0;
+  };
+  const Run* findRun(uint64_t inode, uint32_t run) const;
+  void rememberRun(uint64_t inode, uint32_t run, uint64_t word);
+  // Hands out free slot `i`.
+  SlotAddr take(uint64_t i);
+  std::vector<Run> runs_ = std::vector<Run>(kRunsRemembered);
+  size_t next_run_ = 0;
 };
 
 }  // namespace cistern::storage
