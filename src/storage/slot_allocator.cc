@@ -61,8 +61,7 @@ bool SlotAllocator::markUsed(SlotAddr a) {
 
 bool SlotAllocator::inUse(SlotAddr a) const {
   if (a.group >= groups_ || a.slot >= slots_per_group_) return false;
-  uint64_t i = index(a);
-  return bits_[i / 64] & (uint64_t{1} << (i % 64));
+  return !isFree(index(a));
 }
 
 Result<SlotAddr> SlotAllocator::allocate() {
@@ -71,11 +70,8 @@ Result<SlotAddr> SlotAllocator::allocate() {
     if (~bits_[w] == 0) continue;
     uint64_t i = w * 64 + static_cast<uint64_t>(std::countr_one(bits_[w]));
     if (i >= total) break;
-    bits_[w] |= uint64_t{1} << (i % 64);
-    ++used_;
-    unkeep(i);
     hint_ = w;
-    return addrOf(i);
+    return take(i);
   }
   if (groups_ >= groups_max_) {
     return Status(ErrorCode::kNoSpace,
@@ -93,12 +89,7 @@ Result<SlotAddr> SlotAllocator::allocateRun() {
   // must not grow the target while existing groups have free slots.
   uint64_t total = uint64_t{groups_} * slots_per_group_;
   for (size_t w = hint_; w < bits_.size() && w * 64 + 63 < total; ++w) {
-    if (bits_[w] != 0) continue;
-    bits_[w] = 1;
-    ++used_;
-    uint64_t i = w * 64;
-    unkeep(i);
-    return addrOf(i);
+    if (bits_[w] == 0) return take(w * 64);
   }
   return allocate();  // the lowest free slot; grows only when every group is full
 }
@@ -106,13 +97,7 @@ Result<SlotAddr> SlotAllocator::allocateRun() {
 Result<SlotAddr> SlotAllocator::allocateAfter(SlotAddr prev) {
   if (prev.group < groups_ && prev.slot + 1 < slots_per_group_) {
     uint64_t i = index(prev) + 1;
-    uint64_t bit = uint64_t{1} << (i % 64);
-    if (!(bits_[i / 64] & bit)) {
-      bits_[i / 64] |= bit;
-      ++used_;
-      unkeep(i);
-      return SlotAddr{prev.group, prev.slot + 1};
-    }
+    if (isFree(i)) return take(i);
   }
   return allocateRun();
 }
@@ -147,7 +132,6 @@ Result<SlotAddr> SlotAllocator::allocateInRun(uint64_t inode, uint32_t chunk_ind
   if (slots_per_group_ % 64 != 0) return prev ? allocateAfter(*prev) : allocateRun();
   const uint32_t run = chunk_index / 64, pos = chunk_index % 64;
   const uint64_t words = bits_.size();  // whole words: slots_per_group_ % 64 == 0
-  auto isFree = [&](uint64_t i) { return !(bits_[i / 64] & (uint64_t{1} << (i % 64))); };
   std::optional<uint64_t> word;
   if (const Run* r = findRun(inode, run)) {
     word = r->word;

@@ -98,6 +98,7 @@ class SlotAllocator {
   };
   const Run* findRun(uint64_t inode, uint32_t run) const;
   void rememberRun(uint64_t inode, uint32_t run, uint64_t word);
+  bool isFree(uint64_t i) const { return !(bits_[i / 64] & (uint64_t{1} << (i % 64))); }
   // Hands out free slot `i`.
   SlotAddr take(uint64_t i);
   std::vector<Run> runs_ = std::vector<Run>(kRunsRemembered);
