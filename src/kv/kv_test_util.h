@@ -62,6 +62,11 @@ inline std::vector<EngineFactory> allEngines() {
       rocksEngine("rocksdb_wal", [](RocksEngineOptions* o) { o->commit_log = false; }),
       // Four batches in flight and small log segments, so that tests cross
       // segment reuse and checkpoints.
+      // The log writer applies every batch itself (EngineOptions::batch_applier).
+      rocksEngine("rocksdb_writer_applies",
+                  [](RocksEngineOptions* o) {
+                    o->engine.batch_applier = EngineOptions::BatchApplier::kWriter;
+                  }),
       rocksEngine("rocksdb_pipelined",
                   [](RocksEngineOptions* o) {
                     o->engine.commit_pipeline_depth = 4;

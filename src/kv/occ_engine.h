@@ -93,6 +93,7 @@ class OccEngine final : public Engine {
     WriteBatch ops;
     std::vector<Pending*> accepted;
     uint64_t first = 0, last = 0;  // versions
+    SteadyTime handed_at;          // when the log writer handed it to an applier
   };
 
   Status commit(TxnImpl& txn);
@@ -132,6 +133,14 @@ class OccEngine final : public Engine {
   // A committer that found the writer idle and the queue empty carries its
   // own batch; the writer takes no batch until its log write is done.
   bool leading_ = false;
+  // Who applies a logged batch while others wait to be logged (writerLoop):
+  // moving averages, in µs, of applying a batch and of handing one to a
+  // thread of its own transactions (the wake-up until it starts applying);
+  // a count of batches since the last hand-off, to measure that again.
+  double apply_avg_us_ = 0;
+  double handoff_avg_us_ = 0;
+  uint32_t since_handoff_ = 0;
+  bool applyOnWriter(size_t batch, size_t queued);  // REQUIRES: mu_ held
   bool stop_ = false;
 };
 
