@@ -708,12 +708,12 @@ TEST(KvRocks, OpenFailureNamesThePath) {
   EXPECT_NE(r.status().message().find(o.path), std::string::npos) << r.status().toString();
 }
 
-INSTANTIATE_TEST_SUITE_P(AllEngines, KvConformance, ::testing::ValuesIn(allEngines()),
+INSTANTIATE_TEST_SUITE_P(AllEngines, KvConformance, ::testing::ValuesIn(kvTestEngines()),
                          [](const auto& info) { return info.param.name; });
 
 std::vector<EngineFactory> durableEngines() {
   std::vector<EngineFactory> out;
-  for (auto& e : allEngines()) {
+  for (auto& e : kvTestEngines()) {
     if (e.durable) out.push_back(e);
   }
   return out;

@@ -22,7 +22,9 @@
 // a log writer thread takes the whole queue as soon as the previous log
 // write returns, forms the batch as in 2. and makes it durable, and hands
 // the rest of 3. to one of the batch's own transactions, which has to be
-// woken anyway. The disk then never waits for a batch to be applied or for
+// woken anyway (unless that wake-up is measured to cost more than applying
+// the batch on the writer would cost the queued transactions:
+// applyOnWriter). The disk then need not wait for a batch to be applied or for
 // a new leader to be scheduled, and only one sync is in flight (on the
 // disks measured, concurrent syncs each take longer than the group they
 // would replace). A transaction that finds the writer idle and nobody
