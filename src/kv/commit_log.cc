@@ -440,7 +440,10 @@ Status CommitLog::activate(std::unique_lock<std::mutex>& lock) {
       if (!sealed) return st;
       CLOG_WARN("kv", "commit log: {}; waiting for a checkpoint to free a segment", st.toString());
     }
-    ++space_waits_;
+    // Every segment in use, or no room for another: a wait for a checkpoint.
+    // Otherwise another thread is making the next segment (the spare one,
+    // still being zeroed): a wait for that, not counted.
+    if (segments_.size() >= options_.segments_max || !creating_) ++space_waits_;
     cv_.wait(lock);
   }
 }
