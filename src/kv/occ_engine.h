@@ -104,9 +104,11 @@ class OccEngine final : public Engine {
   void logBatch(const Batch& b, std::unique_lock<std::mutex>& lock);  // REQUIRES: mu_ held
   void applyBatch(Batch& b, std::unique_lock<std::mutex>& lock);      // REQUIRES: mu_ held
   void writerLoop();
-  void setFailed(const Status& s);           // REQUIRES: mu_ held
-  Status resolve(const TxnImpl& txn) const;  // REQUIRES: mu_ held
-  void prune();                              // REQUIRES: mu_ held
+  // The writer applies the batch it logged itself (else hands it off).
+  bool applyOnWriter(size_t batch, size_t queued);  // REQUIRES: mu_ held
+  void setFailed(const Status& s);                  // REQUIRES: mu_ held
+  Status resolve(const TxnImpl& txn) const;         // REQUIRES: mu_ held
+  void prune();                                     // REQUIRES: mu_ held
   void releaseRead(uint64_t read_version);
 
   std::unique_ptr<Store> store_;
@@ -142,7 +144,6 @@ class OccEngine final : public Engine {
   double apply_avg_us_ = 0;
   double handoff_avg_us_ = 0;
   uint32_t since_handoff_ = 0;
-  bool applyOnWriter(size_t batch, size_t queued);  // REQUIRES: mu_ held
   bool stop_ = false;
 };
 
