@@ -117,12 +117,6 @@ const SlotAllocator::Run* SlotAllocator::findRun(uint64_t inode, uint32_t run) c
 }
 
 void SlotAllocator::rememberRun(uint64_t inode, uint32_t run, uint64_t word) {
-  for (Run& r : runs_) {
-    if (r.valid && r.inode == inode && r.run == run) {
-      r.word = word;
-      return;
-    }
-  }
   runs_[next_run_] = Run{inode, run, true, word};
   next_run_ = (next_run_ + 1) % runs_.size();
 }
@@ -132,16 +126,17 @@ Result<SlotAddr> SlotAllocator::allocateInRun(uint64_t inode, uint32_t chunk_ind
   if (slots_per_group_ % 64 != 0) return prev ? allocateAfter(*prev) : allocateRun();
   const uint32_t run = chunk_index / 64, pos = chunk_index % 64;
   const uint64_t words = bits_.size();  // whole words: slots_per_group_ % 64 == 0
+  const Run* known = findRun(inode, run);
   std::optional<uint64_t> word;
-  if (const Run* r = findRun(inode, run)) {
-    word = r->word;
+  if (known) {
+    word = known->word;
   } else if (prev && prev->group < groups_ && pos > 0 && index(*prev) % 64 == pos - 1) {
     word = index(*prev) / 64;  // the run of a file written before a restart
   }
   if (word) {
     uint64_t i = *word * 64 + pos;
-    if (*word >= words || !isFree(i)) return allocate();
-    rememberRun(inode, run, *word);
+    if (!isFree(i)) return allocate();
+    if (!known) rememberRun(inode, run, *word);
     return take(i);
   }
   // The first chunk of a run to arrive picks its word.

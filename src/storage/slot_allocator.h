@@ -97,6 +97,7 @@ class SlotAllocator {
     uint64_t word = 0;
   };
   const Run* findRun(uint64_t inode, uint32_t run) const;
+  // REQUIRES: findRun(inode, run) is null.
   void rememberRun(uint64_t inode, uint32_t run, uint64_t word);
   bool isFree(uint64_t i) const { return !(bits_[i / 64] & (uint64_t{1} << (i % 64))); }
   // Hands out free slot `i`.
