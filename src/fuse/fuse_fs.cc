@@ -204,6 +204,7 @@ std::shared_ptr<OpenInode> FuseFs::acquire(const meta::Inode& inode, bool write)
   }
   ++node->handles;
   if (write) ++node->writers;
+  node->mode = inode.mode();
   return node;
 }
 

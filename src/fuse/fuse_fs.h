@@ -49,6 +49,10 @@ struct OpenInode {
   // xattr_gen counts this mount's xattr changes of the inode (bumped before
   // and after each); no_caps_at is gen + 1 of the getxattr that found none,
   // and holds only while xattr_gen is still that gen.
+  // The mode as this mount last saw it (open, setattr): a write through a
+  // handle the kernel sends past its page cache clears S_ISUID/S_ISGID from
+  // it here, as the kernel's own privilege check would (Handle::kernel_direct).
+  std::atomic<uint32_t> mode{0};
   std::atomic<uint64_t> xattr_gen{0};
   std::atomic<uint64_t> no_caps_at{0};
   std::atomic<int64_t> no_caps_until_ns{0};  // steady clock
@@ -60,6 +64,10 @@ struct Handle {
   std::atomic<uint64_t> session = 0;  // this handle's write session (0: none or ended)
   bool write = false;
   bool direct = false;  // O_DIRECT: parallel I/O past the page cache and read-ahead
+  // The kernel sends this handle's writes past its page cache (FOPEN_DIRECT_IO;
+  // a new file opened write-only, see ops::create), so its writes skip the
+  // kernel's setuid/setgid check and this mount clears those bits itself.
+  bool kernel_direct = false;
 };
 
 class FuseFs {

@@ -87,6 +87,52 @@ void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bo
   f.remember(inode);
 }
 
+// What the kernel's file_remove_privs does before a write through its page
+// cache, and leaves to the file system on a handle it writes directly (see
+// create): a writer without CAP_FSETID clears S_ISUID, and S_ISGID of a
+// group-executable file; any write drops a file capability
+// (security.capability). The kernel flags the writes that must clear the
+// bits (FUSE_WRITE_KILL_SUIDGID), but libfuse 3.14 does not pass the flag
+// on, so uid 0 stands for CAP_FSETID here. A file this mount just created
+// has no xattrs (FuseFs::knownNoXattrs): no meta call for the capability.
+// Returns an errno, 0 if done or nothing to do.
+int removePrivilegesForWrite(fuse_req_t req, FuseFs& f, OpenInode& node) {
+  meta::Caller mount = f.caller(req);
+  mount.set_uid(0);  // the mount's own authority, as for the kernel's own chmod
+  uint32_t mode = node.mode.load();
+  uint32_t drop = mode & S_ISUID;
+  if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) drop |= S_ISGID;
+  if (drop != 0 && fuse_req_ctx(req)->uid != 0) {
+    meta::SetattrReq in;
+    *in.mutable_caller() = mount;
+    in.set_ino(node.ino);
+    in.set_mode(mode & 07777 & ~drop);
+    stamp(f, &in);
+    meta::InodeResp out;
+    if (Status s = f.meta("Setattr", in, &out); !s.ok()) return replyErrno(s);
+    node.mode = out.inode().mode();
+    f.client().forgetAttrs(node.ino);
+    f.invalidateAttrs(node.ino);
+  }
+  if (f.knownNoXattrs(node.ino) || f.knownNoCaps(node)) return 0;
+  const uint64_t gen = node.xattr_gen.load();
+  meta::XattrReq in;
+  *in.mutable_caller() = mount;
+  in.set_ino(node.ino);
+  in.set_name("security.capability");
+  meta::XattrResp value;
+  Status s = f.meta("GetXattr", in, &value);
+  if (s.toErrno() == ENODATA) {
+    f.noteNoCaps(node, gen);
+    return 0;
+  }
+  if (!s.ok()) return replyErrno(s);
+  stamp(f, &in);
+  meta::Empty none;
+  s = f.meta("RemoveXattr", in, &none);
+  return s.ok() || s.toErrno() == ENODATA ? 0 : replyErrno(s);
+}
+
 }  // namespace
 
 void init(void* userdata, fuse_conn_info* conn) {
@@ -138,6 +184,16 @@ void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     fresh = false;
   }
   attach(f, inode, session, fi->flags, fresh, std::move(inline_data), fi);
+  // A new file opened write-only: its handle can neither read nor be mapped,
+  // so it has no use for the page cache, and with FOPEN_DIRECT_IO the kernel
+  // sends its writes without first asking for the file's security.capability
+  // (a round trip per write(2); for a small file one of seven requests).
+  // Only this handle: other opens of the file keep the page cache.
+  if (fresh && session != 0 && (fi->flags & O_ACCMODE) == O_WRONLY && !fi->direct_io &&
+      !f.options().writeback_cache) {
+    fi->direct_io = 1;
+    handleOf(fi)->kernel_direct = true;
+  }
   fuse_entry_param e = f.entryOf(inode);
   if (fuse_reply_create(req, &e, fi) != 0) {
     // The opener is gone (interrupted): drop the handle again.
@@ -204,6 +260,12 @@ void write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
   CISTERN_FUSE_OP("write");
   size_t done = 0;
   Handle* h = handleOf(fi);
+  if (h->kernel_direct) {
+    if (int err = removePrivilegesForWrite(req, fs(req), *h->node)) {
+      replyErr(req, err);
+      return;
+    }
+  }
   Error e = h->direct ? h->node->file->pwriteDirect(buf, size, static_cast<uint64_t>(off), &done)
                       : h->node->file->pwrite(buf, size, static_cast<uint64_t>(off), &done);
   if (e) {

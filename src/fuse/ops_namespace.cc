@@ -165,6 +165,7 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     return;
   }
   if (in.has_size() && node) node->file->setSize(in.size());
+  if (auto open = f.findOpen(ino)) open->mode = out.inode().mode();
   f.client().forgetAttrs(ino);
   f.dropDirAttrs(ino);
   f.replyAttr(req, out.inode());

@@ -360,6 +360,34 @@ TEST(PermissionExtra, WriteBySomeoneElseClearsSetuidAndSetgid) {
       EPERM);
 }
 
+// The same when the writer made the file itself and writes through the
+// descriptor that created it (the kernel leaves the clearing to the mount
+// there, see ops::create); root's writes keep the bits, as on a local disk.
+TEST(PermissionExtra, WritesThroughTheCreatingDescriptorClearSetuidAndSetgid) {
+  std::string d = testDir();
+  auto createAndWrite = [&](const std::string& path) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0755);
+    if (fd < 0) return errno;
+    struct stat st;
+    int rc = ::fchmod(fd, 06755) == 0 && ::fstat(fd, &st) == 0 ? 0 : errno;
+    if (rc == 0 && (st.st_mode & 07777) != 06755) rc = EINVAL;  // the bits never got there
+    if (rc == 0) rc = ::write(fd, "data", 4) == 4 ? 0 : errno;
+    if (rc == 0) rc = ::write(fd, "more", 4) == 4 ? 0 : errno;
+    ::close(fd);
+    return rc;
+  };
+  EXPECT_EQ(asUser(kUser, kUserGroup, [&] { return createAndWrite(d + "/users"); }), 0);
+  struct stat st;
+  ASSERT_EQ(::stat((d + "/users").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  EXPECT_EQ(st.st_uid, kUser);
+  EXPECT_EQ(readFile(d + "/users"), "datamore");
+  ASSERT_EQ(createAndWrite(d + "/roots"), 0);
+  ASSERT_EQ(::stat((d + "/roots").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 06755u);
+  EXPECT_EQ(readFile(d + "/roots"), "datamore");
+}
+
 TEST(PermissionExtra, FilesCreatedByUserAreTheirs) {
   std::string d = testDir();
   EXPECT_EQ(asUser(kUser, kUserGroup,

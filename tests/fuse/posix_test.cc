@@ -1072,6 +1072,14 @@ TEST(Xattr, AFileCreatedHereIsAnsweredWithoutMetaUntilOneIsSet) {
   EXPECT_EQ(calls(lists), lists0 + 1);
 }
 
+// Gives the file open as fd a capability (CAP_NET_RAW) as setcap(8) would.
+int setCapability(int fd) {
+  vfs_cap_data cap{};
+  cap.magic_etc = VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE;
+  cap.data[0].permitted = 1u << CAP_NET_RAW;
+  return ::fsetxattr(fd, "security.capability", &cap, XATTR_CAPS_SZ_2, 0);
+}
+
 // The kernel asks for security.capability before every buffered write. For
 // a file open on this mount meta's answer holds for attr_timeout (1 s here;
 // another client's change shows after it); a capability set through the
@@ -1095,17 +1103,35 @@ TEST(Xattr, WritesAskMetaForCapabilitiesOncePerAttrTimeoutAndStillDropThem) {
   ASSERT_EQ(::write(fd, "y", 1), 1) << std::strerror(errno);
   EXPECT_EQ(calls(), gets0 + 2);  // asked again once the answer was a second old
 
-  vfs_cap_data cap{};
-  cap.magic_etc = VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE;
-  cap.data[0].permitted = 1u << CAP_NET_RAW;
-  ASSERT_EQ(::fsetxattr(fd, "security.capability", &cap, XATTR_CAPS_SZ_2, 0), 0)
-      << std::strerror(errno);
+  ASSERT_EQ(setCapability(fd), 0) << std::strerror(errno);
   EXPECT_EQ(::getxattr(p.c_str(), "security.capability", nullptr, 0),
             static_cast<ssize_t>(XATTR_CAPS_SZ_2));
   ASSERT_EQ(::write(fd, "z", 1), 1) << std::strerror(errno);
   EXPECT_ERRNO(::getxattr(p.c_str(), "security.capability", nullptr, 0), ENODATA);
   ASSERT_EQ(::close(fd), 0);
   EXPECT_EQ(readFile(p), "x" + std::string(51, 'y') + "z");
+}
+
+// The same through the descriptor that created the file, whose writes the
+// kernel sends past its page cache without asking (ops::create): the mount
+// drops the capability itself. Setting it ended "just created, none", so
+// the check costs one GetXattr per attr_timeout, as above.
+TEST(Xattr, WritesThroughTheCreatingDescriptorDropACapability) {
+  auto d = testDir();
+  std::string p = d + "/f";
+  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0755);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "a", 1), 1) << std::strerror(errno);
+  ASSERT_EQ(setCapability(fd), 0) << std::strerror(errno);
+  EXPECT_EQ(::getxattr(p.c_str(), "security.capability", nullptr, 0),
+            static_cast<ssize_t>(XATTR_CAPS_SZ_2));
+  ASSERT_EQ(::write(fd, "b", 1), 1) << std::strerror(errno);
+  EXPECT_ERRNO(::getxattr(p.c_str(), "security.capability", nullptr, 0), ENODATA);
+  ASSERT_EQ(setCapability(fd), 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "c", 1), 1) << std::strerror(errno);
+  EXPECT_ERRNO(::getxattr(p.c_str(), "security.capability", nullptr, 0), ENODATA);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(readFile(p), "abc");
 }
 
 TEST(Xattr, SizeQueryWithZeroBuffer) {
@@ -1356,6 +1382,41 @@ TEST(Metrics, ReadOnlyClosesSendNoFlush) {
   std::string last = httpGet(port, "/metrics");
   EXPECT_EQ(sample(last, flushes) - sample(after, flushes), 1) << last;
   EXPECT_EQ(readFile(d + "/f"), "hello!");
+}
+
+// A new file opened write-only is written past the kernel's page cache
+// (FOPEN_DIRECT_IO), so its writes come without the kernel's getxattr of
+// security.capability that precedes every other write(2) through the cache;
+// the bytes are the same either way.
+TEST(Metrics, WritesToANewWriteOnlyFileNeedNoCapabilityLookup) {
+  auto d = testDir();
+  int port = MountEnv::get().cluster().metricsPort();
+  const std::string getxattrs = R"(fuse_requests_total{op="getxattr"})";
+  auto count = [&] { return std::max(0.0, sample(httpGet(port, "/metrics"), getxattrs)); };
+  std::string data = pattern(3 * 4096 + 5, 3);
+  auto writeIn4K = [&](int fd) {
+    for (size_t at = 0; at < data.size(); at += 4096) {
+      size_t n = std::min<size_t>(4096, data.size() - at);
+      if (::write(fd, data.data() + at, n) != static_cast<ssize_t>(n)) return false;
+    }
+    return true;
+  };
+  double before = count();
+  int fd = ::open((d + "/new").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(writeIn4K(fd));
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(count() - before, 0);
+  EXPECT_EQ(readFile(d + "/new"), data);
+  // The same writes into the file opened again (not created) go through the
+  // page cache and are preceded by the lookup.
+  before = count();
+  fd = ::open((d + "/new").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(writeIn4K(fd));
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_GE(count() - before, 1);
+  EXPECT_EQ(readFile(d + "/new"), data);
 }
 
 // O_DIRECT reads land in the client's shared-memory windows, written there by
