@@ -1,6 +1,7 @@
 #include "kv/occ_engine.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <map>
@@ -388,7 +389,10 @@ OccEngine::OccEngine(std::unique_ptr<Store> store, const EngineOptions& options)
   committed_version_ = assigned_version_ = forgotten_version_ = store_->recoveredVersion();
   if (options_.commit_pipeline_depth == 0) options_.commit_pipeline_depth = 1;
   if (options_.sync_commits && options_.commit_pipeline_depth == 1 && store_->hasLog())
-    writer_ = std::thread([this] { writerLoop(); });
+    writer_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "kv-log");  // for top -H and perf
+      writerLoop();
+    });
 }
 
 OccEngine::~OccEngine() {
