@@ -64,9 +64,10 @@ struct Handle {
   std::atomic<uint64_t> session = 0;  // this handle's write session (0: none or ended)
   bool write = false;
   bool direct = false;  // O_DIRECT: parallel I/O past the page cache and read-ahead
-  // The kernel sends this handle's writes past its page cache (FOPEN_DIRECT_IO;
-  // a new file opened write-only, see ops::create), so its writes skip the
-  // kernel's setuid/setgid check and this mount clears those bits itself.
+  // The kernel sends this handle's writes past its page cache
+  // (FOPEN_DIRECT_IO: O_DIRECT or write-only, see ops.cc attach), so they skip
+  // the kernel's removal of setuid/setgid and file capabilities, which the
+  // mount does itself.
   bool kernel_direct = false;
 };
 

@@ -73,8 +73,20 @@ void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bo
   }
   bool shared = f.handles(*node) > 1;
   bool direct = (flags & O_DIRECT) != 0;
-  fi->fh = reinterpret_cast<uint64_t>(new Handle{node, session, write, direct});
-  if (direct) fi->direct_io = 1;
+  auto* handle = new Handle{node, session, write, direct};
+  fi->fh = reinterpret_cast<uint64_t>(handle);
+  // The kernel writes past its page cache for O_DIRECT, and for a handle
+  // opened write-only: it can neither read nor be mapped, so it has no use
+  // for the page cache, and on that path the kernel sends writes without
+  // first asking for the file's security.capability (a round trip per
+  // write(2); for a new small file one of seven requests). The mount's own
+  // write buffering is the same either way; with -o writeback, write-only
+  // handles keep the kernel's cache.
+  bool write_only = (flags & O_ACCMODE) == O_WRONLY;
+  if (direct || (write_only && !f.options().writeback_cache)) {
+    fi->direct_io = 1;
+    handle->kernel_direct = true;
+  }
   // flush() has nothing to do for a handle that cannot write: the kernel
   // need not send it at close (one request less per read-only open; with
   // the writeback cache the kernel still flushes its dirty pages).
@@ -89,7 +101,7 @@ void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bo
 
 // What the kernel's file_remove_privs does before a write through its page
 // cache, and leaves to the file system on a handle it writes directly (see
-// create): a writer without CAP_FSETID clears S_ISUID, and S_ISGID of a
+// attach): a writer without CAP_FSETID clears S_ISUID, and S_ISGID of a
 // group-executable file; any write drops a file capability
 // (security.capability). The kernel flags the writes that must clear the
 // bits (FUSE_WRITE_KILL_SUIDGID), but libfuse 3.14 does not pass the flag
@@ -184,16 +196,6 @@ void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     fresh = false;
   }
   attach(f, inode, session, fi->flags, fresh, std::move(inline_data), fi);
-  // A new file opened write-only: its handle can neither read nor be mapped,
-  // so it has no use for the page cache, and with FOPEN_DIRECT_IO the kernel
-  // sends its writes without first asking for the file's security.capability
-  // (a round trip per write(2); for a small file one of seven requests).
-  // Only this handle: other opens of the file keep the page cache.
-  if (fresh && session != 0 && (fi->flags & O_ACCMODE) == O_WRONLY && !fi->direct_io &&
-      !f.options().writeback_cache) {
-    fi->direct_io = 1;
-    handleOf(fi)->kernel_direct = true;
-  }
   fuse_entry_param e = f.entryOf(inode);
   if (fuse_reply_create(req, &e, fi) != 0) {
     // The opener is gone (interrupted): drop the handle again.

@@ -338,31 +338,37 @@ TEST(PermissionExtra, DeniedTruncatesLeaveAChunkedFilesBytes) {
   EXPECT_EQ(readFile(d + "/g"), big);
 }
 
+// Through the page cache (the kernel clears the bits with a chmod of its
+// own) and past it (write-only and O_DIRECT descriptors: the mount clears them).
 TEST(PermissionExtra, WriteBySomeoneElseClearsSetuidAndSetgid) {
   std::string d = testDir();
-  file(d + "/prog", 06777);
-  EXPECT_EQ(asUser(kUser, kUserGroup,
-                   [&] {
-                     int fd = ::open((d + "/prog").c_str(), O_WRONLY | O_APPEND);
-                     if (fd < 0) return errno;
-                     int rc = ::write(fd, "more", 4) == 4 ? 0 : errno;
-                     ::close(fd);
-                     return rc;
-                   }),
-            0);
-  struct stat st;
-  ASSERT_EQ(::stat((d + "/prog").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 07777, 0777u);
-  EXPECT_EQ(readFile(d + "/prog"), "datamore");
-  // A chmod by the same user is still refused.
-  EXPECT_EQ(
-      asUser(kUser, kUserGroup, [&] { return errnoOf(::chmod((d + "/prog").c_str(), 0700)); }),
-      EPERM);
+  for (int flags : {O_RDWR | O_APPEND, O_WRONLY | O_APPEND, O_RDWR | O_APPEND | O_DIRECT}) {
+    SCOPED_TRACE(flags);
+    file(d + "/prog", 06777);
+    EXPECT_EQ(asUser(kUser, kUserGroup,
+                     [&] {
+                       int fd = ::open((d + "/prog").c_str(), flags);
+                       if (fd < 0) return errno;
+                       int rc = ::write(fd, "more", 4) == 4 ? 0 : errno;
+                       ::close(fd);
+                       return rc;
+                     }),
+              0);
+    struct stat st;
+    ASSERT_EQ(::stat((d + "/prog").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0777u);
+    EXPECT_EQ(readFile(d + "/prog"), "datamore");
+    // A chmod by the same user is still refused.
+    EXPECT_EQ(
+        asUser(kUser, kUserGroup, [&] { return errnoOf(::chmod((d + "/prog").c_str(), 0700)); }),
+        EPERM);
+    ASSERT_EQ(::unlink((d + "/prog").c_str()), 0);
+  }
 }
 
 // The same when the writer made the file itself and writes through the
-// descriptor that created it (the kernel leaves the clearing to the mount
-// there, see ops::create); root's writes keep the bits, as on a local disk.
+// write-only descriptor that created it (the kernel leaves the clearing to
+// the mount there); root's writes keep the bits, as on a local disk.
 TEST(PermissionExtra, WritesThroughTheCreatingDescriptorClearSetuidAndSetgid) {
   std::string d = testDir();
   auto createAndWrite = [&](const std::string& path) {

@@ -1080,7 +1080,8 @@ int setCapability(int fd) {
   return ::fsetxattr(fd, "security.capability", &cap, XATTR_CAPS_SZ_2, 0);
 }
 
-// The kernel asks for security.capability before every buffered write. For
+// The kernel asks for security.capability before every write through its
+// page cache (a descriptor that can read). For
 // a file open on this mount meta's answer holds for attr_timeout (1 s here;
 // another client's change shows after it); a capability set through the
 // mount meanwhile is still seen, and dropped, by the next write.
@@ -1095,7 +1096,7 @@ TEST(Xattr, WritesAskMetaForCapabilitiesOncePerAttrTimeoutAndStillDropThem) {
   ASSERT_EQ(::setxattr(p.c_str(), "user.a", "1", 1, 0), 0) << std::strerror(errno);
   ASSERT_EQ(::removexattr(p.c_str(), "user.a"), 0) << std::strerror(errno);
   double gets0 = calls();
-  int fd = ::open(p.c_str(), O_WRONLY | O_APPEND);
+  int fd = ::open(p.c_str(), O_RDWR | O_APPEND);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   for (int i = 0; i < 50; ++i) ASSERT_EQ(::write(fd, "y", 1), 1) << std::strerror(errno);
   EXPECT_EQ(calls(), gets0 + 1);
@@ -1112,26 +1113,29 @@ TEST(Xattr, WritesAskMetaForCapabilitiesOncePerAttrTimeoutAndStillDropThem) {
   EXPECT_EQ(readFile(p), "x" + std::string(51, 'y') + "z");
 }
 
-// The same through the descriptor that created the file, whose writes the
-// kernel sends past its page cache without asking (ops::create): the mount
-// drops the capability itself. Setting it ended "just created, none", so
-// the check costs one GetXattr per attr_timeout, as above.
-TEST(Xattr, WritesThroughTheCreatingDescriptorDropACapability) {
+// The same through write-only descriptors, whose writes the kernel sends
+// past its page cache without asking (ops_file.cc, attach): the mount drops
+// the capability itself, on a file it just created and on one opened again.
+// Setting it ended "just created, none", so the check costs one GetXattr per
+// attr_timeout, as above.
+TEST(Xattr, WritesThroughWriteOnlyDescriptorsDropACapability) {
   auto d = testDir();
   std::string p = d + "/f";
-  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0755);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  ASSERT_EQ(::write(fd, "a", 1), 1) << std::strerror(errno);
-  ASSERT_EQ(setCapability(fd), 0) << std::strerror(errno);
-  EXPECT_EQ(::getxattr(p.c_str(), "security.capability", nullptr, 0),
-            static_cast<ssize_t>(XATTR_CAPS_SZ_2));
-  ASSERT_EQ(::write(fd, "b", 1), 1) << std::strerror(errno);
-  EXPECT_ERRNO(::getxattr(p.c_str(), "security.capability", nullptr, 0), ENODATA);
-  ASSERT_EQ(setCapability(fd), 0) << std::strerror(errno);
-  ASSERT_EQ(::write(fd, "c", 1), 1) << std::strerror(errno);
-  EXPECT_ERRNO(::getxattr(p.c_str(), "security.capability", nullptr, 0), ENODATA);
-  ASSERT_EQ(::close(fd), 0);
-  EXPECT_EQ(readFile(p), "abc");
+  for (int flags : {O_WRONLY | O_CREAT | O_EXCL, O_WRONLY | O_APPEND}) {
+    int fd = ::open(p.c_str(), flags, 0755);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(fd, "a", 1), 1) << std::strerror(errno);
+    ASSERT_EQ(setCapability(fd), 0) << std::strerror(errno);
+    EXPECT_EQ(::getxattr(p.c_str(), "security.capability", nullptr, 0),
+              static_cast<ssize_t>(XATTR_CAPS_SZ_2));
+    ASSERT_EQ(::write(fd, "b", 1), 1) << std::strerror(errno);
+    EXPECT_ERRNO(::getxattr(p.c_str(), "security.capability", nullptr, 0), ENODATA);
+    ASSERT_EQ(setCapability(fd), 0) << std::strerror(errno);
+    ASSERT_EQ(::write(fd, "c", 1), 1) << std::strerror(errno);
+    EXPECT_ERRNO(::getxattr(p.c_str(), "security.capability", nullptr, 0), ENODATA);
+    ASSERT_EQ(::close(fd), 0);
+  }
+  EXPECT_EQ(readFile(p), "abcabc");
 }
 
 TEST(Xattr, SizeQueryWithZeroBuffer) {
@@ -1384,39 +1388,32 @@ TEST(Metrics, ReadOnlyClosesSendNoFlush) {
   EXPECT_EQ(readFile(d + "/f"), "hello!");
 }
 
-// A new file opened write-only is written past the kernel's page cache
+// A write-only descriptor is written past the kernel's page cache
 // (FOPEN_DIRECT_IO), so its writes come without the kernel's getxattr of
-// security.capability that precedes every other write(2) through the cache;
-// the bytes are the same either way.
-TEST(Metrics, WritesToANewWriteOnlyFileNeedNoCapabilityLookup) {
+// security.capability that precedes every write(2) through the cache; the
+// bytes are the same either way.
+TEST(Metrics, WriteOnlyDescriptorsNeedNoCapabilityLookup) {
   auto d = testDir();
   int port = MountEnv::get().cluster().metricsPort();
   const std::string getxattrs = R"(fuse_requests_total{op="getxattr"})";
   auto count = [&] { return std::max(0.0, sample(httpGet(port, "/metrics"), getxattrs)); };
   std::string data = pattern(3 * 4096 + 5, 3);
-  auto writeIn4K = [&](int fd) {
+  // Getxattr requests while DIR/new, opened with `flags`, is written 4 KiB at a time.
+  auto lookups = [&](int flags) {
+    double before = count();
+    int fd = ::open((d + "/new").c_str(), flags, 0644);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
     for (size_t at = 0; at < data.size(); at += 4096) {
       size_t n = std::min<size_t>(4096, data.size() - at);
-      if (::write(fd, data.data() + at, n) != static_cast<ssize_t>(n)) return false;
+      EXPECT_EQ(::write(fd, data.data() + at, n), static_cast<ssize_t>(n)) << std::strerror(errno);
     }
-    return true;
+    EXPECT_EQ(::close(fd), 0);
+    EXPECT_EQ(readFile(d + "/new"), data);
+    return count() - before;
   };
-  double before = count();
-  int fd = ::open((d + "/new").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(writeIn4K(fd));
-  ASSERT_EQ(::close(fd), 0);
-  EXPECT_EQ(count() - before, 0);
-  EXPECT_EQ(readFile(d + "/new"), data);
-  // The same writes into the file opened again (not created) go through the
-  // page cache and are preceded by the lookup.
-  before = count();
-  fd = ::open((d + "/new").c_str(), O_WRONLY);
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(writeIn4K(fd));
-  ASSERT_EQ(::close(fd), 0);
-  EXPECT_GE(count() - before, 1);
-  EXPECT_EQ(readFile(d + "/new"), data);
+  EXPECT_EQ(lookups(O_WRONLY | O_CREAT | O_TRUNC), 0);  // created
+  EXPECT_EQ(lookups(O_WRONLY), 0);                      // opened again
+  EXPECT_GE(lookups(O_RDWR), 1);                        // through the page cache
 }
 
 // O_DIRECT reads land in the client's shared-memory windows, written there by
