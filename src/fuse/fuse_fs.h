@@ -43,16 +43,17 @@ struct OpenInode {
   uint32_t writers = 0;
   uint64_t hold_session = 0;  // taken before this mount unlinks the file
   bool buffered = false;
-  // The kernel asks for security.capability before every buffered write
-  // (to drop file capabilities); while the inode is open here, meta's "none"
-  // is remembered for attr_timeout (FuseFs::noteNoCaps, knownNoCaps).
-  // xattr_gen counts this mount's xattr changes of the inode (bumped before
-  // and after each); no_caps_at is gen + 1 of the getxattr that found none,
-  // and holds only while xattr_gen is still that gen.
   // The mode as this mount last saw it (open, setattr): a write through a
   // handle the kernel sends past its page cache clears S_ISUID/S_ISGID from
   // it here, as the kernel's own privilege check would (Handle::kernel_direct).
   std::atomic<uint32_t> mode{0};
+  // The kernel asks for security.capability before every write through its
+  // page cache (to drop file capabilities), and the mount before every write
+  // past it; while the inode is open here, meta's "none" is remembered for
+  // attr_timeout (FuseFs::noteNoCaps, knownNoCaps).
+  // xattr_gen counts this mount's xattr changes of the inode (bumped before
+  // and after each); no_caps_at is gen + 1 of the getxattr that found none,
+  // and holds only while xattr_gen is still that gen.
   std::atomic<uint64_t> xattr_gen{0};
   std::atomic<uint64_t> no_caps_at{0};
   std::atomic<int64_t> no_caps_until_ns{0};  // steady clock
@@ -65,7 +66,7 @@ struct Handle {
   bool write = false;
   bool direct = false;  // O_DIRECT: parallel I/O past the page cache and read-ahead
   // The kernel sends this handle's writes past its page cache
-  // (FOPEN_DIRECT_IO: O_DIRECT or write-only, see ops.cc attach), so they skip
+  // (FOPEN_DIRECT_IO: O_DIRECT or write-only, see attach in ops_file.cc), so they skip
   // the kernel's removal of setuid/setgid and file capabilities, which the
   // mount does itself.
   bool kernel_direct = false;
