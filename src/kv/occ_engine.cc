@@ -1,7 +1,10 @@
 #include "kv/occ_engine.h"
 
 #include <fmt/format.h>
+#include <linux/futex.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -375,14 +378,55 @@ Result<RangeResult> TxnImpl::getRange(std::string_view begin, std::string_view e
 // ---------------------------------------------------------------------------
 // OccEngine
 
+// A committing thread's transaction, as the threads carrying its batch see it.
 struct OccEngine::Pending {
+  enum : uint32_t { kWaiting = 0, kApply = 1, kDone = 2, kSleeping = 4 /* a bit, with kWaiting */ };
   TxnImpl* txn;
   bool batched = false;  // in a batch that another thread carries
-  bool done = false;
+  // kDone once `status` is set, kApply once `apply` is; stored under mu_.
+  // With the log writer the thread waits for a change without mu_ (a futex
+  // on this word): woken, it need not queue for the engine mutex behind the
+  // writer and the applier before it can return. It adds kSleeping before it
+  // sleeps, and only then is a wake-up (a system call) sent.
+  std::atomic<uint32_t> state{kWaiting};
   Status status;
-  std::condition_variable cv;               // signalled when done, when it may lead or must apply
+  std::condition_variable cv;               // without the writer: done, or may lead
   std::unique_ptr<OccEngine::Batch> apply;  // logged by the writer; this thread applies it
+  bool done() const { return state.load(std::memory_order_acquire) == kDone; }
 };
+
+namespace {
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+              std::atomic<uint32_t>::is_always_lock_free);
+
+// Sleeps while `*word` holds `expected` (returns early on any wake-up or signal).
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected) {
+  (void)::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
+                  nullptr, nullptr, 0);
+}
+
+// Wakes a thread sleeping on `word`. Only the address is used: the waiter
+// may see its new value, return and free it before this runs; a wake-up at
+// an address reused meanwhile is a spurious one for whoever sleeps there,
+// which every futex user (glibc's locks, futexWait's callers) checks for.
+void futexWake(const void* word) {
+  (void)::syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+void OccEngine::finish(Pending* p, Status status) {
+  p->status = std::move(status);
+  if (writer_.joinable()) {
+    const void* word = &p->state;
+    if (p->state.exchange(Pending::kDone, std::memory_order_acq_rel) & Pending::kSleeping)
+      futexWake(word);  // *p may be gone already
+  } else {
+    p->state.store(Pending::kDone, std::memory_order_release);
+    p->cv.notify_one();  // its thread needs mu_ to return: *p is still there
+  }
+}
 
 OccEngine::OccEngine(std::unique_ptr<Store> store, const EngineOptions& options)
     : store_(std::move(store)), options_(options) {
@@ -487,35 +531,44 @@ Status OccEngine::commit(TxnImpl& txn) {
     } else if (writer_idle_ && !leading_) {
       writer_cv_.notify_one();
     }
-    while (!p.done) {
-      if (p.apply) {
+    lock.unlock();
+    for (uint32_t st; (st = p.state.load(std::memory_order_acquire)) != Pending::kDone;) {
+      if (st == Pending::kWaiting) {
+        // Say so before sleeping; a change meanwhile makes the exchange fail.
+        if (p.state.compare_exchange_weak(st, Pending::kWaiting | Pending::kSleeping,
+                                          std::memory_order_acq_rel))
+          futexWait(&p.state, Pending::kWaiting | Pending::kSleeping);
+      } else if (st == Pending::kApply) {
+        lock.lock();
         std::unique_ptr<Batch> b = std::move(p.apply);
         const uint64_t waited = micros(b->handed_at, clock().now());
         KvMetrics::get().handoff_us.observe(waited);
         handoff_avg_us_ += (static_cast<double>(waited) - handoff_avg_us_) / 8;
-        applyBatch(*b, lock);
+        applyBatch(*b, lock);  // finishes this transaction too
+        lock.unlock();
+      } else {
+        futexWait(&p.state, st);  // kWaiting | kSleeping: woken, or spurious
+      }
+    }
+  } else {
+    while (!p.done()) {
+      if (!p.batched && inflight_ < options_.commit_pipeline_depth) {
+        // Lead: resolve everything queued into one batch and carry it through.
+        Batch b = formBatch();
+        if (!b.accepted.empty()) runBatch(b, lock);
       } else {
         p.cv.wait(lock);
       }
     }
-  }
-  while (!p.done) {
-    if (!p.batched && inflight_ < options_.commit_pipeline_depth) {
-      // Lead: resolve everything queued into one batch and carry it through.
+    // Go on leading while others queued meanwhile and the pipeline has room:
+    // each of them is spared a wake-up (a context switch costs more than a
+    // small batch's whole commit here).
+    while (!queue_.empty() && inflight_ < options_.commit_pipeline_depth) {
       Batch b = formBatch();
       if (!b.accepted.empty()) runBatch(b, lock);
-    } else {
-      p.cv.wait(lock);
     }
+    lock.unlock();
   }
-  // Go on leading while others queued meanwhile and the pipeline has room:
-  // each of them is spared a wake-up (a context switch costs more than a
-  // small batch's whole commit here).
-  while (!writer_.joinable() && !queue_.empty() && inflight_ < options_.commit_pipeline_depth) {
-    Batch b = formBatch();
-    if (!b.accepted.empty()) runBatch(b, lock);
-  }
-  lock.unlock();
   auto& m = KvMetrics::get();
   m.commit_us.observe(micros(t0, clock().now()));
   if (p.status.ok())
@@ -577,9 +630,7 @@ OccEngine::Batch OccEngine::formBatch() {
   for (Pending* p : queued) {
     Status s = failed_.ok() ? resolve(*p->txn) : failed_;
     if (!s.ok()) {
-      p->status = s;
-      p->done = true;
-      p->cv.notify_one();
+      finish(p, std::move(s));
       continue;
     }
     ++assigned_version_;
@@ -642,11 +693,7 @@ void OccEngine::applyBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
   }
   // A batch durable and applied has committed, even if a later batch failed
   // the engine while this one was being applied.
-  for (Pending* p : b.accepted) {
-    p->status = applied ? Status::OK() : failed_;
-    p->done = true;
-    p->cv.notify_one();
-  }
+  for (Pending* p : b.accepted) finish(p, applied ? Status::OK() : failed_);
   // The slot is held until the batch is applied: a batch formed while this
   // one applies would hold only the transactions that arrived meanwhile.
   --inflight_;
@@ -677,7 +724,9 @@ void OccEngine::writerLoop() {
     Pending* applier = b->accepted.front();
     b->handed_at = clock().now();
     applier->apply = std::move(b);
-    applier->cv.notify_one();
+    // It stays until it has applied the batch: *applier is still there.
+    if (applier->state.exchange(Pending::kApply, std::memory_order_acq_rel) & Pending::kSleeping)
+      futexWake(&applier->state);
   }
 }
 

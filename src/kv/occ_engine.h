@@ -99,6 +99,8 @@ class OccEngine final : public Engine {
   };
 
   Status commit(TxnImpl& txn);
+  // Sets a transaction's outcome and wakes its thread. REQUIRES: mu_ held.
+  void finish(Pending* p, Status status);
   Batch formBatch();                                                  // REQUIRES: mu_ held
   void runBatch(Batch& b, std::unique_lock<std::mutex>& lock);        // REQUIRES: mu_ held
   void logBatch(const Batch& b, std::unique_lock<std::mutex>& lock);  // REQUIRES: mu_ held
