@@ -71,13 +71,17 @@ inline std::vector<EngineFactory> allEngines() {
   };
 }
 
-// The engines of the KV's own tests: allEngines() and one whose log writer
-// applies every batch itself (EngineOptions::batch_applier; the default
-// chooses per batch, so neither way is certain to run in a short test).
+// The engines of the KV's own tests: allEngines() and two whose log writer
+// always applies a batch itself, or always hands it to one of its threads
+// when others wait (EngineOptions::batch_applier; the default chooses per
+// batch, so neither way is certain to run in a short test).
 inline std::vector<EngineFactory> kvTestEngines() {
   auto engines = allEngines();
   engines.push_back(rocksEngine("rocksdb_writer_applies", [](RocksEngineOptions* o) {
     o->engine.batch_applier = EngineOptions::BatchApplier::kWriter;
+  }));
+  engines.push_back(rocksEngine("rocksdb_handoff", [](RocksEngineOptions* o) {
+    o->engine.batch_applier = EngineOptions::BatchApplier::kHandoff;
   }));
   return engines;
 }
