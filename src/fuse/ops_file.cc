@@ -109,8 +109,10 @@ void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bo
 // has no xattrs (FuseFs::knownNoXattrs): no meta call for the capability.
 // Returns an errno, 0 if done or nothing to do.
 int removePrivilegesForWrite(fuse_req_t req, FuseFs& f, OpenInode& node) {
-  meta::Caller mount = f.caller(req);
-  mount.set_uid(0);  // the mount's own authority, as for the kernel's own chmod
+  // The mount's own authority, as for the kernel's own chmod (and no
+  // FuseFs::caller: its supplementary groups cost a read of /proc per call).
+  meta::Caller mount;
+  mount.set_uid(0);
   uint32_t mode = node.mode.load();
   uint32_t drop = mode & S_ISUID;
   if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) drop |= S_ISGID;

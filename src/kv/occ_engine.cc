@@ -378,23 +378,6 @@ Result<RangeResult> TxnImpl::getRange(std::string_view begin, std::string_view e
 // ---------------------------------------------------------------------------
 // OccEngine
 
-// A committing thread's transaction, as the threads carrying its batch see it.
-struct OccEngine::Pending {
-  enum : uint32_t { kWaiting = 0, kApply = 1, kDone = 2, kSleeping = 4 /* a bit, with kWaiting */ };
-  TxnImpl* txn;
-  bool batched = false;  // in a batch that another thread carries
-  // kDone once `status` is set, kApply once `apply` is; stored under mu_.
-  // With the log writer the thread waits for a change without mu_ (a futex
-  // on this word): woken, it need not queue for the engine mutex behind the
-  // writer and the applier before it can return. It adds kSleeping before it
-  // sleeps, and only then is a wake-up (a system call) sent.
-  std::atomic<uint32_t> state{kWaiting};
-  Status status;
-  std::condition_variable cv;               // without the writer: done, or may lead
-  std::unique_ptr<OccEngine::Batch> apply;  // logged by the writer; this thread applies it
-  bool done() const { return state.load(std::memory_order_acquire) == kDone; }
-};
-
 namespace {
 
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
@@ -416,12 +399,34 @@ void futexWake(const void* word) {
 
 }  // namespace
 
+// A committing thread's transaction, as the threads carrying its batch see it.
+struct OccEngine::Pending {
+  enum : uint32_t { kWaiting = 0, kApply = 1, kDone = 2, kSleeping = 4 /* a bit, with kWaiting */ };
+  TxnImpl* txn;
+  bool batched = false;  // in a batch that another thread carries
+  // kDone once `status` is set, kApply once `apply` is; stored under mu_.
+  // With the log writer the thread waits for a change without mu_ (a futex
+  // on this word): woken, it need not queue for the engine mutex behind the
+  // writer and the applier before it can return. It adds kSleeping before it
+  // sleeps, and only then is a wake-up (a system call) sent.
+  std::atomic<uint32_t> state{kWaiting};
+  Status status;
+  std::condition_variable cv;               // without the writer: done, or may lead
+  std::unique_ptr<OccEngine::Batch> apply;  // logged by the writer; this thread applies it
+  bool done() const { return state.load(std::memory_order_acquire) == kDone; }
+  // Stores `s` (kApply or kDone) and wakes the thread if it sleeps. Once it
+  // sees kDone the thread may return and free this: nothing of it is used
+  // after the exchange but its address.
+  void post(uint32_t s) {
+    const void* word = &state;
+    if (state.exchange(s, std::memory_order_acq_rel) & kSleeping) futexWake(word);
+  }
+};
+
 void OccEngine::finish(Pending* p, Status status) {
   p->status = std::move(status);
   if (writer_.joinable()) {
-    const void* word = &p->state;
-    if (p->state.exchange(Pending::kDone, std::memory_order_acq_rel) & Pending::kSleeping)
-      futexWake(word);  // *p may be gone already
+    p->post(Pending::kDone);  // *p may be gone already
   } else {
     p->state.store(Pending::kDone, std::memory_order_release);
     p->cv.notify_one();  // its thread needs mu_ to return: *p is still there
@@ -533,12 +538,7 @@ Status OccEngine::commit(TxnImpl& txn) {
     }
     lock.unlock();
     for (uint32_t st; (st = p.state.load(std::memory_order_acquire)) != Pending::kDone;) {
-      if (st == Pending::kWaiting) {
-        // Say so before sleeping; a change meanwhile makes the exchange fail.
-        if (p.state.compare_exchange_weak(st, Pending::kWaiting | Pending::kSleeping,
-                                          std::memory_order_acq_rel))
-          futexWait(&p.state, Pending::kWaiting | Pending::kSleeping);
-      } else if (st == Pending::kApply) {
+      if (st == Pending::kApply) {
         lock.lock();
         std::unique_ptr<Batch> b = std::move(p.apply);
         const uint64_t waited = micros(b->handed_at, clock().now());
@@ -546,9 +546,14 @@ Status OccEngine::commit(TxnImpl& txn) {
         handoff_avg_us_ += (static_cast<double>(waited) - handoff_avg_us_) / 8;
         applyBatch(*b, lock);  // finishes this transaction too
         lock.unlock();
-      } else {
-        futexWait(&p.state, st);  // kWaiting | kSleeping: woken, or spurious
+        continue;
       }
+      // Say so before sleeping; a change meanwhile makes the exchange fail.
+      if (st == Pending::kWaiting &&
+          !p.state.compare_exchange_weak(st, Pending::kWaiting | Pending::kSleeping,
+                                         std::memory_order_acq_rel))
+        continue;
+      futexWait(&p.state, Pending::kWaiting | Pending::kSleeping);  // or a spurious wake-up
     }
   } else {
     while (!p.done()) {
@@ -724,9 +729,7 @@ void OccEngine::writerLoop() {
     Pending* applier = b->accepted.front();
     b->handed_at = clock().now();
     applier->apply = std::move(b);
-    // It stays until it has applied the batch: *applier is still there.
-    if (applier->state.exchange(Pending::kApply, std::memory_order_acq_rel) & Pending::kSleeping)
-      futexWake(&applier->state);
+    applier->post(Pending::kApply);  // it stays until it has applied the batch
   }
 }
 
