@@ -6,7 +6,11 @@
 // the PooledBuffer returns it to the pool unless the pool already caches
 // cached_bytes_max. Thread-safe. Buffers may outlive the BufferPool object
 // (the shared state stays until the last buffer is gone). Buffers are 4 KiB
-// aligned, so that O_DIRECT reads can land in them without a bounce copy.
+// aligned, so that O_DIRECT reads can land in them without a bounce copy;
+// those of 1 MiB and more lie in 2 MiB pages (common/io_memory.h) where the
+// kernel has them, so that such a read is one segment: a 1 MiB buffer is half
+// of a 2 MiB region whose other half goes to the pool (the region is
+// unmapped when both halves are dropped).
 #pragma once
 
 #include <cstddef>
@@ -45,7 +49,12 @@ class PooledBuffer {
   friend class BufferPool;
   struct State;
   void release();
+  struct Slab;
   struct Free {
+    Free() noexcept {}
+    Free(Slab* s, size_t region) noexcept : slab(s), region_bytes(region) {}
+    Slab* slab = nullptr;     // one of the buffers a region was cut into
+    size_t region_bytes = 0;  // else a region of its own, or 0: malloc'ed
     void operator()(uint8_t* p) const;
   };
   using Bytes = std::unique_ptr<uint8_t, Free>;
@@ -62,6 +71,7 @@ class BufferPool {
   PooledBuffer get(size_t n);
 
  private:
+  void allocateHuge(PooledBuffer& b, size_t size_class);
   std::shared_ptr<PooledBuffer::State> state_;
 };
 

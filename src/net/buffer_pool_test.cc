@@ -5,6 +5,8 @@
 #include <cstring>
 #include <set>
 
+#include "common/io_memory.h"
+
 namespace cistern::net {
 namespace {
 
@@ -45,6 +47,48 @@ TEST(BufferPool, BuffersMayOutliveThePool) {
     b = pool.get(8192);
   }
   std::memset(b.data(), 1, b.size());
+}
+
+TEST(BufferPool, LargeBuffersLieInHugePageRegions) {
+  if (!io_memory::hugePagesEnabled()) GTEST_SKIP() << "transparent huge pages are off";
+  BufferPool pool;
+  for (size_t n : {size_t{1} << 20, (size_t{1} << 20) - 4096, size_t{2} << 20, size_t{3} << 20}) {
+    PooledBuffer b = pool.get(n);
+    EXPECT_TRUE(io_memory::contains(b.data(), b.capacity())) << n;
+    std::memset(b.data(), 0x5a, b.capacity());
+  }
+  PooledBuffer small = pool.get(512 << 10);
+  EXPECT_FALSE(io_memory::contains(small.data(), small.size()));
+  // The two halves of one region are two buffers.
+  PooledBuffer a = pool.get(1 << 20), b = pool.get(1 << 20);
+  EXPECT_NE(a.data(), b.data());
+  std::memset(a.data(), 1, a.capacity());
+  std::memset(b.data(), 2, b.capacity());
+  EXPECT_EQ(a.data()[a.capacity() - 1], 1);
+  EXPECT_EQ(b.data()[0], 2);
+}
+
+TEST(BufferPool, ARegionIsUnmappedOnceBothHalvesAreDropped) {
+  if (!io_memory::hugePagesEnabled()) GTEST_SKIP() << "transparent huge pages are off";
+  uint8_t* p;
+  {
+    BufferPool pool(0);  // caches nothing: the other half is dropped at once
+    PooledBuffer b = pool.get(1 << 20);
+    p = b.data();
+    EXPECT_TRUE(io_memory::contains(p, 1 << 20));
+  }
+  EXPECT_FALSE(io_memory::contains(p, 1));
+  PooledBuffer kept;
+  {
+    BufferPool pool;  // caches the other half
+    PooledBuffer b = pool.get(1 << 20);
+    p = b.data();
+    kept = pool.get(1 << 20);  // the cached half
+  }
+  // The pool is gone; the region stays while a half is held.
+  EXPECT_TRUE(io_memory::contains(kept.data(), 1 << 20));
+  kept = PooledBuffer();
+  EXPECT_FALSE(io_memory::contains(p, 1));
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "common/crc32c.h"
 #include "common/endian.h"
 #include "common/fault.h"
+#include "common/io_memory.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "kv/commit_log.h"
@@ -536,6 +537,10 @@ ChunkEngine::ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB
     allocators_.emplace_back(slotsPerGroup(options_, c), options_.groups_max);
 }
 
+bool ChunkEngine::bounceFor(const uint8_t* p, size_t n) const {
+  return options_.huge_page_io && io_memory::hugePagesEnabled() && !io_memory::contains(p, n);
+}
+
 ChunkEngine::~ChunkEngine() {
   if (meta_log_) {
     meta_log_.reset();  // stops its checkpoint thread
@@ -566,6 +571,8 @@ void ChunkEngineOptions::bind(ConfigBinder& b, const std::string& p) {
   b.bind(p + ".open_files_max", &open_files_max, "group files a target keeps open (at least 1)");
   b.bind(p + ".reserved_bytes", &reserved_bytes,
          "writes fail with ENOSPC while the target's file system has less free");
+  b.bind(p + ".huge_page_io", &huge_page_io,
+         "large reads and writes go through 2 MiB-page buffers (one segment per I/O) and a copy");
   b.bind(p + ".kept_free_bytes", &kept_free_bytes,
          "freed slots keep their disk blocks up to this many bytes per target");
 }
@@ -713,22 +720,35 @@ static_assert(std::endian::native == std::endian::little, "CRC areas are stored 
 // must not allocate in proportion to its size.
 // Buffers are block-aligned for O_DIRECT and allocated on first use.
 struct Scratch {
-  AlignedBuffer io;        // readRange
-  AlignedBuffer piece;     // assembling a write
+  // What a piece goes through: up to kSmallBytes in 4 KiB pages, more in
+  // 2 MiB pages (common/io_memory.h) — a 2 MiB page costs its whole size the
+  // first time a thread touches it, which 4 KiB reads need not pay.
+  struct PieceBuffer {
+    static constexpr uint64_t kSmallBytes = (64 << 10) + kBlockBytes;
+    AlignedBuffer small;
+    io_memory::Region large;
+    // Whether `bytes` go through the buffer in 2 MiB pages.
+    static bool isLarge(uint64_t bytes) { return bytes > kSmallBytes; }
+    // Room for `bytes` (at most a piece and a block).
+    uint8_t* get(uint64_t bytes) {
+      if (!isLarge(bytes)) {
+        if (!small) small = alignedBuffer(kSmallBytes);
+        CISTERN_CHECK(small, "out of memory for a chunk I/O buffer");
+        return small.get();
+      }
+      if (!large) large = io_memory::Region(kPieceBytes + kBlockBytes);
+      CISTERN_CHECK(large, "out of memory for a chunk I/O buffer");
+      return large.data();
+    }
+  };
+  PieceBuffer io;          // readRange
+  PieceBuffer piece;       // assembling a write
   AlignedBuffer crc_page;  // readRange: a CRC page read to be cached
   std::vector<uint32_t> crcs;
   std::vector<uint32_t> read_crcs;
-  uint8_t* ioBuf() {
-    if (!io) io = alignedBuffer();
-    return io.get();
-  }
   uint8_t* crcPage() {
     if (!crc_page) crc_page = alignedBuffer(CrcCache::kPageBytes);
     return crc_page.get();
-  }
-  uint8_t* pieceBuf() {
-    if (!piece) piece = alignedBuffer();
-    return piece.get();
   }
 };
 Scratch& scratch() {
@@ -754,6 +774,7 @@ struct ChunkEngine::RangeRead {
   ChunkMeta m;
   uint64_t offset = 0, end = 0;
   uint8_t* out = nullptr;
+  bool bounce = false;  // read into `buf` even where `out` could take the bytes
   std::shared_ptr<File> file;
   uint8_t* buf = nullptr;       // aligned, a piece and a block
   uint32_t* crcs = nullptr;     // room for the range's CRCs
@@ -825,9 +846,9 @@ void ChunkEngine::preparePiece(RangeRead& r, uint64_t ps) {
   // Data end of the piece: whole blocks, up to the block holding `end`.
   r.pe = std::min({ps + kPieceBytes, (r.b1 + 1) * kBlockBytes, uint64_t{r.m.length}});
   // Whole blocks wanted whole, at a block-aligned place in `out`: read
-  // straight into `out` (no copy).
+  // straight into `out` (no copy), unless its pages are small (bounce).
   r.dst = r.buf;
-  if (ps >= r.offset && r.pe <= r.end && (r.pe - ps) % kBlockBytes == 0 &&
+  if (!r.bounce && ps >= r.offset && r.pe <= r.end && (r.pe - ps) % kBlockBytes == 0 &&
       reinterpret_cast<uintptr_t>(r.out + (ps - r.offset)) % kBlockBytes == 0) {
     r.dst = r.out + (ps - r.offset);
   }
@@ -891,11 +912,14 @@ Status ChunkEngine::readRange(const ChunkMeta& m, uint64_t offset, size_t n, uin
   r.end = offset + n;
   r.out = out;
   Scratch& sc = scratch();
-  r.buf = sc.ioBuf();
   r.crc_page = sc.crcPage();
   if (sc.read_crcs.empty()) sc.read_crcs.resize(kMaxChunkBytes / kBlockBytes);
   r.crcs = sc.read_crcs.data();
   beginRange(r, cached_crcs);
+  // A piece's blocks and one more (a CRC page read with the data).
+  const uint64_t need = std::min(kPieceBytes, (r.b1 + 1 - r.b0) * kBlockBytes) + kBlockBytes;
+  r.buf = sc.io.get(need);
+  r.bounce = Scratch::PieceBuffer::isLarge(need) && bounceFor(out, n);
   for (uint64_t ps = r.b0 * kBlockBytes; ps < r.end; ps += kPieceBytes) {
     preparePiece(r, ps);
     RETURN_ON_ERROR(io_->run({r.io, r.io_count}));
@@ -1250,7 +1274,9 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
   if (sc.crcs.size() < full - first_block) sc.crcs.resize(kMaxChunkBytes / kBlockBytes);
   uint32_t tail_crc = 0;
   auto writePieces = [&]() -> Status {
-    uint8_t* buf = sc.pieceBuf();
+    const uint64_t need = std::min(kPieceBytes, roundUp(new_len - first_block * kBlockBytes));
+    uint8_t* buf = sc.piece.get(need);
+    const bool large = Scratch::PieceBuffer::isLarge(need);
     for (uint64_t ps = first_block * kBlockBytes; ps < new_len; ps += kPieceBytes) {
       const uint64_t pe = std::min(ps + kPieceBytes, new_len);
       // Assemble whole blocks in the aligned buffer: kept old bytes, new
@@ -1268,7 +1294,8 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
       // themselves when they alone fill the piece's whole blocks.
       const uint8_t* src = buf;
       if (stable && fresh && !logged && from == ps && to == pe && (pe - ps) % kBlockBytes == 0 &&
-          reinterpret_cast<uintptr_t>(data + (ps - offset)) % kBlockBytes == 0) {
+          reinterpret_cast<uintptr_t>(data + (ps - offset)) % kBlockBytes == 0 &&
+          !(large && bounceFor(data + (ps - offset), pe - ps))) {
         src = data + (ps - offset);
       } else if (fresh) {
         std::memcpy(buf + (from - ps), data + (from - offset), to - from);
@@ -1296,7 +1323,7 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
           full * 4 <= kBlockBytes) {
         // A whole slot rewritten: its CRC page follows the data, so both go
         // out as one direct I/O (no dirty page left for the sync to write).
-        uint8_t* page = sc.ioBuf();
+        uint8_t* page = sc.io.get(kBlockBytes);
         std::memcpy(page, sc.crcs.data(), full * 4);
         std::memset(page + full * 4, 0, kBlockBytes - full * 4);
         ws[0].iov[1] = {page, kBlockBytes};
@@ -1460,7 +1487,7 @@ Result<std::vector<ChunkId>> ChunkEngine::scrub(uint64_t bytes_per_second,
       "storage_scrub_bad_chunks_total", {}, "Chunks that failed verification in a scrub");
   std::vector<ChunkId> bad;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  uint8_t* buf = scratch().pieceBuf();
+  uint8_t* buf = scratch().piece.get(kPieceBytes);
   auto t0 = std::chrono::steady_clock::now();
   uint64_t bytes = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {

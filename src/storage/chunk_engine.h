@@ -127,6 +127,15 @@ struct ChunkEngineOptions {
   // from the blocks the group files hold when the target opens. Default:
   // 4 GiB.
   uint64_t kept_free_bytes = 4ull << 30;
+  // Reads and writes of more than 64 KiB whose memory is not in 2 MiB pages
+  // (common/io_memory.h: a caller's buffer, a client's shared memory) go
+  // through the engine's own 2 MiB-page buffers and one copy, so that the
+  // disk gets one segment per I/O instead of one per 4 KiB page. On this
+  // project's virtual disk that reads 1.5-2x faster for a copy of ~0.1
+  // CPU-seconds per GiB; where scatter-gather lists are cheap (NVMe on bare
+  // metal) false saves the copy. No effect where the kernel's transparent
+  // huge pages are off. Default: true.
+  bool huge_page_io = true;
   // Closing flushes RocksDB's memtable so that the next open replays
   // nothing. Tests turn it off to reopen as after a crash. Default: true.
   bool flush_at_close = true;
@@ -261,6 +270,9 @@ class ChunkEngine {
   // readRange in steps, shared with startRead/finishRead (RangeRead in
   // chunk_engine.cc): plans the CRCs; fills in the I/O of the piece at `ps`;
   // verifies it and copies it out; caches a CRC page read on the way.
+  // Whether large I/O of `n` bytes at `p` goes through the scratch buffers
+  // instead (ChunkEngineOptions::huge_page_io).
+  bool bounceFor(const uint8_t* p, size_t n) const;
   struct RangeRead;
   void beginRange(RangeRead& r, bool cached_crcs);
   void preparePiece(RangeRead& r, uint64_t ps);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -18,12 +19,39 @@
 
 #include "common/crc32c.h"
 #include "common/fault.h"
+#include "common/io_memory.h"
 #include "common/metrics.h"
 #include "common/random.h"
 #include "storage/scrub_worker.h"
 
 namespace cistern::storage {
 namespace {
+
+// Memory a test reads into or writes from, page-aligned: plain 4 KiB pages
+// (large I/O then goes through the engine's own 2 MiB-page buffers and a
+// copy), a region in 2 MiB pages (io_memory: no copy), or plain pages with
+// huge_page_io off (no copy either).
+enum class Mem { kPlain, kHuge, kPlainNoBounce };
+const char* memName(Mem m) {
+  return m == Mem::kPlain ? "plain" : m == Mem::kHuge ? "huge" : "plain, huge_page_io off";
+}
+struct TestMemory {
+  TestMemory(Mem m, size_t n) {
+    if (m == Mem::kHuge) {
+      region = io_memory::Region(n);
+      data = region.data();
+    } else {
+      plain.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096)));
+      data = plain.get();
+    }
+  }
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> plain;
+  io_memory::Region region;
+  uint8_t* data = nullptr;
+};
 
 std::vector<uint8_t> pattern(size_t n, uint64_t seed) {
   Xoshiro256 rng(seed);
@@ -56,6 +84,15 @@ class ChunkEngineTest : public ::testing::TestWithParam<std::string> {
     return o;
   }
   void reopen() { reopen(options()); }
+  // An empty target, opened for memory `m`.
+  void freshTarget(Mem m) {
+    engine_.reset();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    ChunkEngineOptions o = options();
+    o.huge_page_io = m != Mem::kPlainNoBounce;
+    reopen(o);
+  }
   void reopen(const ChunkEngineOptions& o) {
     engine_.reset();
     auto e = ChunkEngine::open(o);
@@ -599,75 +636,126 @@ TEST_P(ChunkEngineTest, SmallReadsVerifyOnlyTheBlocksTheyTouch) {
 }
 
 // Page-aligned destination buffers take the no-copy path (data straight into
-// the caller's buffer, with the CRC page in the same I/O for full slots).
+// the caller's buffer, with the CRC page in the same I/O for full slots)
+// when their pages are large or huge_page_io is off; large reads into plain
+// pages go through the engine's buffer. Every way reads exactly and verifies.
 TEST_P(ChunkEngineTest, AlignedReadsAreExactAndVerified) {
-  auto full = pattern(65536, 21), part = pattern(100000, 22);
-  ASSERT_TRUE(engine_->write({18, 0}, 0, full, 1).ok());
-  ASSERT_TRUE(engine_->write({18, 1}, 0, part, 1).ok());
-  std::unique_ptr<uint8_t, decltype(&std::free)> mem(
-      static_cast<uint8_t*>(std::aligned_alloc(4096, 1 << 17)), &std::free);
-  std::span<uint8_t> out(mem.get(), 1 << 17);
-  ASSERT_EQ(*engine_->read({18, 0}, 0, out), 65536u);
-  EXPECT_TRUE(std::equal(full.begin(), full.end(), out.begin()));
-  ASSERT_EQ(*engine_->read({18, 1}, 0, out), 100000u);
-  EXPECT_TRUE(std::equal(part.begin(), part.end(), out.begin()));
-  ASSERT_EQ(*engine_->read({18, 1}, 8192, out.first(8192)), 8192u);
-  EXPECT_TRUE(std::equal(part.begin() + 8192, part.begin() + 16384, out.begin()));
-  engine_.reset();
-  // Flip a data byte of {18, 0} (slot 0, block 9) and a CRC byte of block 2.
-  int fd = ::open((dir_ + "/data/c0/g0.dat").c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t b;
-  for (off_t pos : {off_t(9 * 4096 + 5), off_t(classBytes(0) + 2 * 4)}) {
-    ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
-    b ^= 0x04;
-    ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
+  for (Mem kind : {Mem::kPlain, Mem::kHuge, Mem::kPlainNoBounce}) {
+    SCOPED_TRACE(memName(kind));
+    freshTarget(kind);
+    auto full = pattern(65536, 21), part = pattern(100000, 22), big = pattern(1 << 20, 23);
+    ASSERT_TRUE(engine_->write({18, 0}, 0, full, 1).ok());
+    ASSERT_TRUE(engine_->write({18, 1}, 0, part, 1).ok());
+    ASSERT_TRUE(engine_->write({18, 2}, 0, big, 1).ok());
+    TestMemory mem(kind, 2 << 20);
+    std::span<uint8_t> out(mem.data, 2 << 20);
+    ASSERT_EQ(*engine_->read({18, 0}, 0, out), 65536u);
+    EXPECT_TRUE(std::equal(full.begin(), full.end(), out.begin()));
+    ASSERT_EQ(*engine_->read({18, 1}, 0, out), 100000u);
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), out.begin()));
+    ASSERT_EQ(*engine_->read({18, 1}, 8192, out.first(8192)), 8192u);
+    EXPECT_TRUE(std::equal(part.begin() + 8192, part.begin() + 16384, out.begin()));
+    // A whole 1 MiB slot (data and CRC page in one I/O), at the start and
+    // at a page-aligned place inside the memory; then a large middle part.
+    ASSERT_EQ(*engine_->read({18, 2}, 0, out), size_t{1} << 20);
+    EXPECT_TRUE(std::equal(big.begin(), big.end(), out.begin()));
+    ASSERT_EQ(*engine_->read({18, 2}, 0, out.subspan(4096, 1 << 20)), size_t{1} << 20);
+    EXPECT_TRUE(std::equal(big.begin(), big.end(), out.begin() + 4096));
+    ASSERT_EQ(*engine_->read({18, 2}, 4096, out.first(600 << 10)), size_t{600} << 10);
+    EXPECT_TRUE(std::equal(big.begin() + 4096, big.begin() + 4096 + (600 << 10), out.begin()));
+    engine_.reset();
+    // Flip a data byte of {18, 0} (slot 0, block 9) and a CRC byte of block 2.
+    int fd = ::open((dir_ + "/data/c0/g0.dat").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint8_t b;
+    for (off_t pos : {off_t(9 * 4096 + 5), off_t(classBytes(0) + 2 * 4)}) {
+      ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
+      b ^= 0x04;
+      ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
+    }
+    ::close(fd);
+    // And a data byte in the last block of the 1 MiB chunk.
+    auto m = ChunkEngine::open(options());
+    ASSERT_TRUE(m.ok());
+    auto at = (*m)->query({18, 2});
+    ASSERT_TRUE(at.ok() && at->has_value());
+    m->reset();
+    const uint32_t c2 = (*at)->size_class;
+    fd = ::open(
+        (dir_ + "/data/c" + std::to_string(c2) + "/g" + std::to_string((*at)->addr.group) + ".dat")
+            .c_str(),
+        O_RDWR);
+    ASSERT_GE(fd, 0);
+    const off_t last = off_t((*at)->addr.slot) * off_t(slotStride(c2)) + (1 << 20) - 7;
+    ASSERT_EQ(::pread(fd, &b, 1, last), 1);
+    b ^= 0x10;
+    ASSERT_EQ(::pwrite(fd, &b, 1, last), 1);
+    ::close(fd);
+    ChunkEngineOptions o = options();
+    o.huge_page_io = kind != Mem::kPlainNoBounce;
+    reopen(o);
+    std::memset(out.data(), 0xEE, out.size());
+    EXPECT_EQ(engine_->read({18, 0}, 0, out).code(), ErrorCode::kCorruption);
+    EXPECT_EQ(engine_->read({18, 0}, 9 * 4096, out.first(4096)).code(), ErrorCode::kCorruption);
+    EXPECT_EQ(engine_->read({18, 0}, 2 * 4096, out.first(4096)).code(), ErrorCode::kCorruption);
+    EXPECT_EQ(engine_->read({18, 2}, 0, out).code(), ErrorCode::kCorruption);
+    EXPECT_EQ(engine_->read({18, 2}, 0, out.subspan(4096, 1 << 20)).code(), ErrorCode::kCorruption);
+    ASSERT_EQ(*engine_->read({18, 0}, 3 * 4096, out.first(4096)), 4096u);
+    EXPECT_TRUE(std::equal(full.begin() + 3 * 4096, full.begin() + 4 * 4096, out.begin()));
+    ASSERT_EQ(*engine_->read({18, 2}, 0, out.first(512 << 10)), size_t{512} << 10);
+    EXPECT_TRUE(std::equal(big.begin(), big.begin() + (512 << 10), out.begin()));
   }
-  ::close(fd);
-  reopen();
-  EXPECT_EQ(engine_->read({18, 0}, 0, out).code(), ErrorCode::kCorruption);
-  EXPECT_EQ(engine_->read({18, 0}, 9 * 4096, out.first(4096)).code(), ErrorCode::kCorruption);
-  EXPECT_EQ(engine_->read({18, 0}, 2 * 4096, out.first(4096)).code(), ErrorCode::kCorruption);
-  ASSERT_EQ(*engine_->read({18, 0}, 3 * 4096, out.first(4096)), 4096u);
-  EXPECT_TRUE(std::equal(full.begin() + 3 * 4096, full.begin() + 4 * 4096, out.begin()));
 }
 
 // Stable source bytes at 4 KiB-aligned addresses go to the disk without a
 // copy when they fill a piece's whole blocks (a whole slot with its CRC
-// page, a block-aligned append in place); the rest takes the copy. Either
-// way the bytes read back exactly and their CRCs hold.
+// page, a block-aligned append in place) and their pages are large or
+// huge_page_io is off; the rest takes the copy. Either way the bytes read
+// back exactly and their CRCs hold.
 TEST_P(ChunkEngineTest, StableAlignedWritesAreExactAndVerified) {
-  constexpr size_t kMem = (2 << 20) + 8192;
-  std::unique_ptr<uint8_t, decltype(&std::free)> mem(
-      static_cast<uint8_t*>(std::aligned_alloc(4096, kMem)), &std::free);
-  auto src = pattern(kMem, 31);
-  std::copy(src.begin(), src.end(), mem.get());
-  auto bytes = [&](size_t from, size_t n) { return std::span<const uint8_t>(mem.get() + from, n); };
-  auto expect = [&](size_t from, size_t n) {
-    return std::vector<uint8_t>(src.begin() + from, src.begin() + from + n);
-  };
-  // A whole 1 MiB slot; 1 MiB + 100 (a copied partial last piece); an
-  // unaligned source (copied); then an aligned append in place.
-  ASSERT_TRUE(engine_->write({19, 0}, 0, bytes(0, 1 << 20), 1, true).ok());
-  ASSERT_TRUE(engine_->write({19, 1}, 0, bytes(4096, (1 << 20) + 100), 1, true).ok());
-  ASSERT_TRUE(engine_->write({19, 2}, 0, bytes(1, 1 << 20), 1, true).ok());
-  ASSERT_TRUE(engine_->write({19, 3}, 0, bytes(8192, 102400), 1, true).ok());
-  auto m = engine_->write({19, 3}, 102400, bytes(8192, 16384), 1, true);
-  ASSERT_TRUE(m.ok()) << m.status().toString();
-  EXPECT_EQ(m->length, 118784u);
-  EXPECT_EQ(readAll({19, 0}, 1 << 20), expect(0, 1 << 20));
-  EXPECT_EQ(readAll({19, 1}, (1 << 20) + 100), expect(4096, (1 << 20) + 100));
-  EXPECT_EQ(readAll({19, 2}, 1 << 20), expect(1, 1 << 20));
-  auto appended = expect(8192, 102400), tail = expect(8192, 16384);
-  appended.insert(appended.end(), tail.begin(), tail.end());
-  EXPECT_EQ(readAll({19, 3}, 118784), appended);
-  auto clean = engine_->scrub();
-  ASSERT_TRUE(clean.ok());
-  EXPECT_TRUE(clean->empty());
-  // The same after a reopen, from the disk.
-  reopen();
-  EXPECT_EQ(readAll({19, 0}, 1 << 20), expect(0, 1 << 20));
-  EXPECT_EQ(readAll({19, 3}, 118784), appended);
+  for (Mem kind : {Mem::kPlain, Mem::kHuge, Mem::kPlainNoBounce}) {
+    SCOPED_TRACE(memName(kind));
+    freshTarget(kind);
+    constexpr size_t kMem = (2 << 20) + 8192;
+    TestMemory mem(kind, kMem);
+    auto src = pattern(kMem, 31);
+    std::copy(src.begin(), src.end(), mem.data);
+    auto bytes = [&](size_t from, size_t n) {
+      return std::span<const uint8_t>(mem.data + from, n);
+    };
+    auto expect = [&](size_t from, size_t n) {
+      return std::vector<uint8_t>(src.begin() + from, src.begin() + from + n);
+    };
+    // A whole 1 MiB slot; 1 MiB + 100 (a copied partial last piece); an
+    // unaligned source (copied); then an aligned append in place.
+    ASSERT_TRUE(engine_->write({19, 0}, 0, bytes(0, 1 << 20), 1, true).ok());
+    ASSERT_TRUE(engine_->write({19, 1}, 0, bytes(4096, (1 << 20) + 100), 1, true).ok());
+    ASSERT_TRUE(engine_->write({19, 2}, 0, bytes(1, 1 << 20), 1, true).ok());
+    ASSERT_TRUE(engine_->write({19, 3}, 0, bytes(8192, 102400), 1, true).ok());
+    auto m = engine_->write({19, 3}, 102400, bytes(8192, 16384), 1, true);
+    ASSERT_TRUE(m.ok()) << m.status().toString();
+    EXPECT_EQ(m->length, 118784u);
+    // A block-aligned append of 128 KiB in place (fills a piece's blocks).
+    ASSERT_TRUE(engine_->write({19, 4}, 0, bytes(0, 131072), 1, true).ok());
+    ASSERT_TRUE(engine_->write({19, 4}, 131072, bytes(1 << 20, 131072), 1, true).ok());
+    EXPECT_EQ(readAll({19, 0}, 1 << 20), expect(0, 1 << 20));
+    EXPECT_EQ(readAll({19, 1}, (1 << 20) + 100), expect(4096, (1 << 20) + 100));
+    EXPECT_EQ(readAll({19, 2}, 1 << 20), expect(1, 1 << 20));
+    auto appended = expect(8192, 102400), tail = expect(8192, 16384);
+    appended.insert(appended.end(), tail.begin(), tail.end());
+    EXPECT_EQ(readAll({19, 3}, 118784), appended);
+    auto two = expect(0, 131072), second = expect(1 << 20, 131072);
+    two.insert(two.end(), second.begin(), second.end());
+    EXPECT_EQ(readAll({19, 4}, 262144), two);
+    auto clean = engine_->scrub();
+    ASSERT_TRUE(clean.ok());
+    EXPECT_TRUE(clean->empty());
+    // The same after a reopen, from the disk.
+    reopen();
+    EXPECT_EQ(readAll({19, 0}, 1 << 20), expect(0, 1 << 20));
+    EXPECT_EQ(readAll({19, 3}, 118784), appended);
+    EXPECT_EQ(readAll({19, 4}, 262144), two);
+  }
 }
 
 // The background scrubber finds a flipped bit at its configured rate, and
