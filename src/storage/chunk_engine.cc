@@ -572,7 +572,8 @@ void ChunkEngineOptions::bind(ConfigBinder& b, const std::string& p) {
   b.bind(p + ".reserved_bytes", &reserved_bytes,
          "writes fail with ENOSPC while the target's file system has less free");
   b.bind(p + ".huge_page_io", &huge_page_io,
-         "large reads and writes go through 2 MiB-page buffers (one segment per I/O) and a copy");
+         "reads and writes over 64 KiB of memory in 4 KiB pages go through a 2 MiB-page buffer "
+         "and a copy (one segment per I/O)");
   b.bind(p + ".kept_free_bytes", &kept_free_bytes,
          "freed slots keep their disk blocks up to this many bytes per target");
 }
