@@ -36,8 +36,8 @@ uint8_t* allocate(size_t bytes) {
   const size_t len = roundUp(bytes);
   // Map one page more than needed and trim to a 2 MiB boundary: mmap itself
   // aligns to 4 KiB only.
-  void* m = ::mmap(nullptr, len + kPageBytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* m =
+      ::mmap(nullptr, len + kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return nullptr;
   const auto raw = reinterpret_cast<uintptr_t>(m);
   const uintptr_t start = (raw + kPageBytes - 1) & ~(uintptr_t{kPageBytes} - 1);

@@ -267,12 +267,12 @@ class ChunkEngine {
   // reads the disk's). REQUIRES: offset + n <= m.length.
   Status readRange(const ChunkMeta& m, uint64_t offset, size_t n, uint8_t* out,
                    bool cached_crcs = true);
-  // readRange in steps, shared with startRead/finishRead (RangeRead in
-  // chunk_engine.cc): plans the CRCs; fills in the I/O of the piece at `ps`;
-  // verifies it and copies it out; caches a CRC page read on the way.
   // Whether large I/O of `n` bytes at `p` goes through the scratch buffers
   // instead (ChunkEngineOptions::huge_page_io).
   bool bounceFor(const uint8_t* p, size_t n) const;
+  // readRange in steps, shared with startRead/finishRead (RangeRead in
+  // chunk_engine.cc): plans the CRCs; fills in the I/O of the piece at `ps`;
+  // verifies it and copies it out; caches a CRC page read on the way.
   struct RangeRead;
   void beginRange(RangeRead& r, bool cached_crcs);
   void preparePiece(RangeRead& r, uint64_t ps);
