@@ -98,9 +98,8 @@ struct AlignedFree {
   void operator()(uint8_t* p) const { std::free(p); }
 };
 using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
-// `bytes`: a multiple of kBlockBytes. By default one block more than a
-// piece: room for a CRC page read with the data.
-AlignedBuffer alignedBuffer(size_t bytes = kPieceBytes + kBlockBytes) {
+// `bytes`: a multiple of kBlockBytes.
+AlignedBuffer alignedBuffer(size_t bytes) {
   return AlignedBuffer(static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, bytes)));
 }
 }  // namespace
@@ -330,10 +329,11 @@ Result<bool> ChunkEngine::dataOnDisk(std::string_view key, std::string_view valu
                   fmt::format("{} in slot {}/{}/{} past the target's groups", idText(id),
                               m.size_class, m.addr.group, m.addr.slot));
   }
-  AlignedBuffer buf = alignedBuffer(kPieceBytes);
+  // In 2 MiB pages, so that the pieces are read straight into it.
+  io_memory::Region buf(kPieceBytes);
   if (!buf) return Status(ErrorCode::kResourceExhausted, "buffer to check a replayed chunk");
   for (uint64_t at = 0; at < m.length; at += kPieceBytes) {
-    Status s = readRange(m, at, std::min<uint64_t>(kPieceBytes, m.length - at), buf.get());
+    Status s = readRange(m, at, std::min<uint64_t>(kPieceBytes, m.length - at), buf.data());
     if (s.code() == ErrorCode::kCorruption) {
       CLOG_WARN("storage",
                 "target {}: {} version {} dropped: its data never reached the disk (the write "
