@@ -148,6 +148,12 @@ class Client {
     // servers on this host read straight into them, so sequential reads skip
     // a copy. Handles that find none free read ahead into the heap.
     uint32_t shm_readahead_windows = 8;
+    // Reads of more than a small piece from storage servers on this host
+    // that allow it read the chunk bytes from the servers' files themselves,
+    // verified against the CRCs the server gives (docs/client.md,
+    // "Short-circuit reads"); only a client that can open those files (the
+    // servers' user, or root) can. false: always through the server.
+    bool short_circuit_reads = true;
     // Metadata calls to servers running in this same process (`cistern up
     // --mount`) run on the calling thread instead of over loopback TCP;
     // false: always over the socket, as from another process.

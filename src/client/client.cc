@@ -9,6 +9,7 @@
 
 #include "client/client_impl.h"
 #include "client/file_impl.h"
+#include "common/host.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "mgmt.pb.h"
@@ -247,6 +248,8 @@ Status ClientImpl::init(const Options& options) {
   driver_ = std::make_unique<asio::thread_pool>(1);
   shm_ = ShmSlots::create(options_.shm_bytes, options_.shm_readahead_windows,
                           options_.readahead_max_bytes);
+  if (options_.short_circuit_reads && !hostBootId().empty())
+    short_circuit_ = std::make_unique<ShortCircuit>();
   RETURN_ON_ERROR(refreshRouting());
   if (options_.session_renew_ms > 0) renewer_ = std::thread([this] { renewLoop(); });
   return Status::OK();

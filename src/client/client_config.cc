@@ -16,6 +16,9 @@ void bindClientOptions(ConfigBinder& b, const std::string& p, Client::Options* o
          "most 4 GiB)");
   b.bind(p + ".shm_readahead_windows", &o->shm_readahead_windows,
          "read-ahead windows in that shared memory (at most 64)");
+  b.bind(p + ".short_circuit_reads", &o->short_circuit_reads,
+         "read chunks from the files of storage servers on this host where they allow it and "
+         "this process can open them (verified against the servers' CRCs)");
   b.bind(p + ".inline_max_bytes", &o->inline_max_bytes,
          "a new file written whole and no larger than this may keep its bytes in the metadata "
          "(0: never; at most 64 KiB)");

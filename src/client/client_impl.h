@@ -23,10 +23,16 @@
 
 #include "cistern/client.h"
 #include "client/shm_slots.h"
+#include "client/short_circuit.h"
 #include "common/result.h"
 #include "meta.pb.h"
 #include "net/endpoint.h"
 #include "net/rpc_client.h"
+
+namespace cistern::storage {
+class LocatedRange;
+class LocateResp;
+}  // namespace cistern::storage
 
 namespace cistern::client {
 
@@ -58,6 +64,10 @@ struct PendingIo {
   std::condition_variable cv;
   size_t running = 0;
   Status error;
+  // Short-circuit reads: each piece's Locate answer, asked for all pieces
+  // at once before the workers start (null: the piece asks for its own).
+  std::vector<const storage::LocatedRange*> located;
+  std::vector<std::unique_ptr<storage::LocateResp>> located_resps;
 
   Status wait();
   bool finished();  // wait() would not block
@@ -130,6 +140,12 @@ class ClientImpl final : public Client {
   void forgetAttrs(uint64_t ino);
   const Options& options() const { return options_; }
   ShmSlots* shm() const { return shm_.get(); }  // null: off
+  // Where read-ahead windows may be borrowed: none while short-circuit
+  // reads may fill them (they land fastest in heap memory in 2 MiB pages,
+  // HeapBuffer), the shared memory once a server refused them.
+  ShmSlots* windowShm() const {
+    return short_circuit_ && !short_circuit_->anyRefused() ? nullptr : shm_.get();
+  }
 
   // --- used by the FUSE mount (src/fuse), which speaks inodes, not paths ---
   // A metadata RPC with retries of transient errors (mutations carry (client, seq)).
@@ -143,6 +159,14 @@ class ClientImpl final : public Client {
   asio::awaitable<Status> runPiece(bool write, const meta::Inode& inode, Piece& piece);
   // runPiece() from a blocking caller, over the socket (or as a local call).
   Status runPieceBlocking(bool write, const meta::Inode& inode, Piece& piece);
+  // A read piece from a blocking caller, read from the server's files
+  // themselves where it allows (short-circuit), else over the socket.
+  // `located`: the piece's Locate answer, if asked for already (locateAll).
+  Status runPieceShortCircuit(const meta::Inode& inode, Piece& piece,
+                              const storage::LocatedRange* located);
+  // Asks each server of a short-circuit run's pieces where they lie, in one
+  // Locate per server (PendingIo::located).
+  void locateAll(PendingIo& run);
 
  private:
   struct ChainRoute {
@@ -214,6 +238,16 @@ class ClientImpl final : public Client {
   asio::awaitable<std::optional<Status>> shmWrite(const ChainRoute& route, const meta::Inode& inode,
                                                   Piece& piece);
 
+  // One short-circuit attempt at a read piece: nullopt when it cannot be
+  // (the server refused, the bytes changed since the Locate): the caller
+  // reads over the socket.
+  std::optional<Status> shortCircuitRead(const ChainRoute& route, const meta::Inode& inode,
+                                         Piece& piece, const storage::LocatedRange* located);
+  // Reads from `server` go through it from now on (logged once).
+  void refuseShortCircuit(const net::Endpoint& server, const Status& why);
+  // Whether all of `pieces` are read pieces whose servers may serve them short-circuit.
+  bool shortCircuits(const std::vector<Piece>& pieces);
+
   // Path handling: absolute, '.', '..' and repeated '/' folded lexically.
   Result<std::vector<std::string>> split(const std::string& path) const;
   Result<meta::Inode> lookup(uint64_t parent, const std::string& name);
@@ -246,7 +280,8 @@ class ClientImpl final : public Client {
   std::shared_ptr<net::CancelToken> renew_cancel_ = std::make_shared<net::CancelToken>();
   std::once_flag local_pool_once_;
   std::unique_ptr<asio::thread_pool> local_pool_;
-  std::unique_ptr<ShmSlots> shm_;  // null: off
+  std::unique_ptr<ShmSlots> shm_;                // null: off
+  std::unique_ptr<ShortCircuit> short_circuit_;  // null: off
 
   std::shared_mutex routing_mu_;
   net::Endpoint meta_endpoint_;

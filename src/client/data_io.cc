@@ -17,6 +17,7 @@
 
 #include "client/client_impl.h"
 #include "common/fault.h"
+#include "common/host.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "storage.pb.h"
@@ -40,6 +41,10 @@ const net::Method& kShmAttach() {
   static const auto m = net::Method::of("cistern.storage.StorageService.ShmAttach");
   return m;
 }
+const net::Method& kLocate() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.Locate");
+  return m;
+}
 const net::Method& kTruncate() {
   static const auto m = net::Method::of("cistern.storage.StorageService.Truncate");
   return m;
@@ -55,8 +60,9 @@ uint32_t chainOf(const meta::Layout& layout, uint64_t index) {
 }
 
 // Chunk bytes read or written, by the way they went: "shm" (same-host
-// shared memory), "socket", or "local" (a call to a server of this process,
-// on the caller's buffer: net/local_call.h).
+// shared memory), "socket", "local" (a call to a server of this process,
+// on the caller's buffer: net/local_call.h), or "short_circuit" (read from
+// the server's files by this process).
 metrics::Counter& readBytes(const char* path) {
   return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}},
                                              "Chunk bytes read from storage servers");
@@ -107,6 +113,17 @@ asio::awaitable<void> pieceWorker(PendingIo* run) {
 void blockingPieceWorker(PendingIo* run) {
   while (Piece* p = nextPiece(run)) {
     Status s = run->client->runPieceBlocking(run->write, run->inode, *p);
+    if (!s.ok()) pieceFailed(run, s);
+  }
+  workerDone(run);
+}
+
+// pieceWorker() for read pieces served short-circuit, on a thread that may block.
+void shortCircuitWorker(PendingIo* run) {
+  while (Piece* p = nextPiece(run)) {
+    const size_t i = static_cast<size_t>(p - run->pieces.data());
+    Status s = run->client->runPieceShortCircuit(
+        run->inode, *p, i < run->located.size() ? run->located[i] : nullptr);
     if (!s.ok()) pieceFailed(run, s);
   }
   workerDone(run);
@@ -258,6 +275,133 @@ Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece&
                                           call.response(), call.options()));
       },
       [&] { return pieceName(write, inode, p); }, /*fenced=*/write);
+}
+
+Status ClientImpl::runPieceShortCircuit(const meta::Inode& inode, Piece& p,
+                                        const storage::LocatedRange* located) {
+  return retryBlocking(
+      p.chain,
+      [&](const ChainRoute& r) {
+        if (!short_circuit_->refused(r.endpoint)) {
+          // The answer located in advance serves the first attempt only.
+          if (auto s = shortCircuitRead(r, inode, p, std::exchange(located, nullptr))) return *s;
+        }
+        SocketPiece call(false, inode, p, r, 0);
+        return call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
+                                          call.response(), call.options()));
+      },
+      [&] { return pieceName(false, inode, p); });
+}
+
+namespace {
+
+void addRange(storage::LocateReq* req, const meta::Inode& inode, const Piece& p) {
+  auto* range = req->add_ranges();
+  range->mutable_chunk()->set_inode(inode.ino());
+  range->mutable_chunk()->set_index(p.index);
+  range->set_offset(p.offset);
+  range->set_length(p.length);
+}
+
+// Another host, turned off, an older server: through the server from now on.
+bool refusesShortCircuit(const Status& s) {
+  return s.code() == ErrorCode::kNotFound || s.code() == ErrorCode::kUnknownMethod;
+}
+
+// Ranges per Locate: the server's limit.
+constexpr size_t kLocateRangesMax = 64;
+
+}  // namespace
+
+void ClientImpl::refuseShortCircuit(const net::Endpoint& server, const Status& why) {
+  if (short_circuit_->refused(server)) return;
+  short_circuit_->refuse(server);
+  CLOG_INFO("client", "no short-circuit reads from {}: {}", server.toString(), why.toString());
+}
+
+void ClientImpl::locateAll(PendingIo& run) {
+  run.located.assign(run.pieces.size(), nullptr);
+  std::map<std::string, std::pair<net::Endpoint, std::vector<size_t>>> servers;
+  for (size_t i = 0; i < run.pieces.size(); ++i) {
+    auto r = route(run.pieces[i].chain);
+    if (!r.ok() || short_circuit_->refused(r->endpoint)) continue;  // the piece finds out
+    auto& [endpoint, pieces] = servers[r->endpoint.toString()];
+    endpoint = r->endpoint;
+    pieces.push_back(i);
+  }
+  for (auto& [name, server] : servers) {
+    const auto& [endpoint, pieces] = server;
+    for (size_t from = 0; from < pieces.size(); from += kLocateRangesMax) {
+      const size_t to = std::min(pieces.size(), from + kLocateRangesMax);
+      storage::LocateReq req;
+      for (size_t k = from; k < to; ++k) addRange(&req, run.inode, run.pieces[pieces[k]]);
+      req.set_boot_id(hostBootId());
+      auto resp = std::make_unique<storage::LocateResp>();
+      Status s = rpc_->callSync(endpoint, kLocate(), req, resp.get());
+      if (refusesShortCircuit(s)) refuseShortCircuit(endpoint, s);
+      // Anything else wrong: each piece asks again, and retries or reports.
+      if (!s.ok() || resp->ranges_size() != static_cast<int>(to - from)) break;
+      for (size_t k = from; k < to; ++k)
+        run.located[pieces[k]] = &resp->ranges(static_cast<int>(k - from));
+      run.located_resps.push_back(std::move(resp));
+    }
+  }
+}
+
+std::optional<Status> ClientImpl::shortCircuitRead(const ChainRoute& r, const meta::Inode& inode,
+                                                   Piece& p, const storage::LocatedRange* located) {
+  auto refuse = [&](const Status& why) -> std::optional<Status> {
+    refuseShortCircuit(r.endpoint, why);
+    return std::nullopt;
+  };
+  storage::LocateResp resp;
+  if (located == nullptr) {
+    storage::LocateReq req;
+    addRange(&req, inode, p);
+    req.set_boot_id(hostBootId());
+    Status s = rpc_->callSync(r.endpoint, kLocate(), req, &resp);
+    if (refusesShortCircuit(s)) return refuse(s);
+    if (!s.ok()) return s;  // tried again (transient) or reported
+    if (resp.ranges_size() != 1)
+      return refuse(Status(ErrorCode::kBadMessage, "a Locate answer without one range"));
+    located = &resp.ranges(0);
+  }
+  const auto& loc = *located;
+  Status s;
+  size_t got = 0;
+  if (loc.code() == static_cast<uint32_t>(ErrorCode::kNotFound)) {
+    got = 0;  // a chunk never written: zeros
+  } else if (loc.code() != 0) {
+    return Status(static_cast<ErrorCode>(loc.code()), "");
+  } else {
+    s = short_circuit_->read(loc, p.offset, p.length, p.data, &got);
+    if (s.code() == ErrorCode::kNotSupported) return refuse(s);
+    if (!s.ok()) {
+      // The slot changed since the Locate (or the disk is bad, which the
+      // server will say): through the server this time.
+      static auto& fallbacks = metrics::Registry::global().counter(
+          "client_short_circuit_fallbacks_total", {},
+          "Short-circuit reads whose bytes failed their CRCs, read again through the server");
+      fallbacks.inc();
+      CLOG_DEBUG("client", "short-circuit read of {}: {}", pieceName(false, inode, p),
+                 s.toString());
+      return std::nullopt;
+    }
+  }
+  if (got < p.length) std::memset(p.data + got, 0, p.length - got);
+  readBytes("short_circuit").inc(got);
+  return Status::OK();
+}
+
+bool ClientImpl::shortCircuits(const std::vector<Piece>& pieces) {
+  if (!short_circuit_) return false;
+  for (const Piece& p : pieces) {
+    auto r = route(p.chain);
+    if (!r.ok() || short_circuit_->refused(r->endpoint) ||
+        rpc_->callsLocally(r->endpoint, kBatchRead()))
+      return false;
+  }
+  return true;
 }
 
 asio::awaitable<uint64_t> ClientImpl::shmHandle(const ChainRoute& r) {
@@ -434,6 +578,18 @@ std::unique_ptr<PendingIo> ClientImpl::start(bool write, const meta::Inode& inod
       local = false;
       break;
     }
+  }
+  // Read pieces from servers on this host that let us read their files:
+  // blocking workers on that pool too (a pread each, no event loop), once
+  // one Locate per server said where all of them lie.
+  if (!write && !local && shortCircuits(run->pieces)) {
+    asio::post(localPool(), [run = run.get(), workers] {
+      run->client->locateAll(*run);
+      for (size_t i = 1; i < workers; ++i)
+        asio::post(run->client->localPool(), [run] { shortCircuitWorker(run); });
+      shortCircuitWorker(run);
+    });
+    return run;
   }
   for (size_t i = 0; i < workers; ++i) {
     if (local) {

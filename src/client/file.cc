@@ -252,7 +252,7 @@ void FileImpl::dropPrefetch() {
 void FileImpl::startPrefetch(uint64_t offset) {
   if (prefetch_ || window_ == 0 || offset >= size_) return;
   size_t len = static_cast<size_t>(std::min<uint64_t>(window_, size_ - offset));
-  pbuf_.ensure(client_->shm(), client_->options().readahead_max_bytes);
+  pbuf_.ensure(client_->windowShm(), client_->options().readahead_max_bytes);
   pbuf_offset_ = offset;
   pbuf_len_ = len;
   prefetch_ = client_->startRead(inode_, offset, len, pbuf_.data());
@@ -300,7 +300,7 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
       return Status::OK();
     }
     size_t fetch = static_cast<size_t>(std::min<uint64_t>(window_, size_ - offset));
-    rbuf_.ensure(client_->shm(), window_max);
+    rbuf_.ensure(client_->windowShm(), window_max);
     rbuf_len_ = 0;
     RETURN_ON_ERROR(client_->readData(inode_, offset, fetch, rbuf_.data()));
     if (!rbuf_.intact()) continue;  // now on the heap: read again

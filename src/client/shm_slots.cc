@@ -196,14 +196,14 @@ void ShmWindow::ensure(ShmSlots* shm, size_t n) {
   if (shm_window_ >= 0 && n <= shm_->windowBytes()) return;
   if (heap_.size() == 0 && borrow(shm, n)) return;
   release();
-  heap_.ensure(n);
+  heap_.ensure(n, /*huge=*/true);
 }
 
 bool ShmWindow::intact() {
   if (shm_window_ < 0 || !shm_->windowPoisoned(shm_window_)) return true;
   size_t n = shm_->windowBytes();
   release();  // retired for good
-  heap_.ensure(n);
+  heap_.ensure(n, /*huge=*/true);
   return false;
 }
 

@@ -533,6 +533,9 @@ bool ChunkEngine::holdSlot(uint32_t c, SlotAddr a) {
 
 ChunkEngine::ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB> db)
     : options_(std::move(options)), db_(std::move(db)) {
+  std::error_code ec;
+  abs_path_ = std::filesystem::absolute(options_.path, ec).lexically_normal().string();
+  if (ec || abs_path_.empty()) abs_path_ = options_.path;
   for (uint32_t c = 0; c < kClassCount; ++c)
     allocators_.emplace_back(slotsPerGroup(options_, c), options_.groups_max);
 }
@@ -704,6 +707,10 @@ Result<std::shared_ptr<ChunkEngine::File>> ChunkEngine::groupFile(uint32_t c, ui
     }
   }
   std::shared_ptr<File> file(new File{fd, dfd >= 0 ? dfd : fd});
+  if (struct stat st; ::fstat(fd, &st) == 0) {
+    file->dev = st.st_dev;
+    file->ino = st.st_ino;
+  }
   lru_.push_front(key);
   files_[key] = {file, lru_.begin()};
   while (files_.size() > options_.open_files_max) {
@@ -1357,6 +1364,12 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
   // The slot's new CRCs are on the disk and its new record not yet
   // published: no reader can take a cached page of what was there before.
   if (crc_cache_) crc_cache_->invalidate(c, addr);
+  // A slot written from its first block has all its CRCs in `sc.crcs`: its
+  // first CRC page is cached once the record is published (after the
+  // invalidation, so a reader's older page cannot replace it), and a read
+  // or Locate that follows needs no I/O for them.
+  const bool cache_page = crc_cache_ && first_block == 0 && full > 0;
+  const uint64_t page_generation = cache_page ? crc_cache_->generation(c, addr) : 0;
   ChunkMeta m;
   m.size_class = c;
   m.addr = addr;
@@ -1375,6 +1388,11 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
     return committed.withContext(idText(id));
   }
   RETURN_ON_ERROR(committed);
+  if (cache_page) {
+    uint8_t page[CrcCache::kPageBytes] = {};
+    std::memcpy(page, sc.crcs.data(), std::min<uint64_t>(full, CrcCache::kEntriesPerPage) * 4);
+    crc_cache_->put(CrcCache::Key{c, addr, 0}, m.chunk_version, page_generation, page);
+  }
   if (logged) {
     std::lock_guard lock(logged_mu_);
     logged_slots_[slotKey(addr)] = pending.version;
@@ -1427,6 +1445,119 @@ Result<size_t> ChunkEngine::read(ChunkId id, uint64_t offset, std::span<uint8_t>
       if (again != m || attempt == 0) continue;
     }
     return s.withContext(idText(id));
+  }
+}
+
+std::optional<std::vector<Result<ChunkEngine::Location>>> ChunkEngine::locate(
+    std::span<const LocateRange> ranges, bool in_memory_only) {
+  // Per range: its record, and where its CRCs come from.
+  struct Plan {
+    std::optional<ChunkMeta> m;
+    uint64_t b0 = 0, in_area = 0;      // blocks with a CRC in the CRC area
+    std::optional<CrcCache::Key> key;  // the page read is to be cached
+    uint64_t generation = 0;
+    AlignedBuffer page;
+  };
+  std::vector<Result<Location>> out;
+  // As in read(): a slot handed out again between a record and its CRCs
+  // could give another chunk's CRCs, which its bytes would then pass.
+  for (int attempt = 0;; ++attempt) {
+    out.clear();
+    out.reserve(ranges.size());  // (reads below point into its locations)
+    const uint64_t allocations = slot_allocations_.load();
+    std::vector<Plan> plans(ranges.size());
+    std::vector<IoRequest> io;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const LocateRange& r = ranges[i];
+      Plan& p = plans[i];
+      bool in_memory = true;
+      auto m = in_memory_only ? queryInMemory(r.id, &in_memory) : query(r.id);
+      if (!in_memory) return std::nullopt;
+      if (!m.ok()) {
+        out.emplace_back(m.status());
+        continue;
+      }
+      if (!*m) {
+        out.emplace_back(Status(ErrorCode::kNotFound, idText(r.id)));
+        continue;
+      }
+      p.m = **m;
+      auto file = groupFile(p.m->size_class, p.m->addr.group, /*open=*/!in_memory_only);
+      if (file.ok() && !*file) return std::nullopt;  // not open now
+      if (!file.ok()) {
+        out.emplace_back(file.status());
+        continue;
+      }
+      Location loc;
+      loc.path = fmt::format("{}/data/c{}/g{}.dat", abs_path_, p.m->size_class, p.m->addr.group);
+      loc.dev = (*file)->dev;
+      loc.ino = (*file)->ino;
+      loc.slot_offset = slotPos(p.m->size_class, p.m->addr);
+      loc.length = p.m->length;
+      const uint64_t end = std::min<uint64_t>(r.offset + r.length, p.m->length);
+      if (r.offset < end) {
+        const uint64_t b1 = (end - 1) / kBlockBytes;
+        const uint64_t full = p.m->length / kBlockBytes;
+        p.b0 = r.offset / kBlockBytes;
+        p.in_area = p.b0 < full ? std::min(b1 + 1, full) - p.b0 : 0;
+        loc.crcs.resize(b1 - p.b0 + 1);
+        if (b1 >= full) loc.crcs.back() = p.m->tail_crc;
+      }
+      constexpr uint64_t kPerPage = CrcCache::kEntriesPerPage;
+      if (p.in_area > 0 && crc_cache_ && p.b0 / kPerPage == (p.b0 + p.in_area - 1) / kPerPage) {
+        CrcCache::Key key{p.m->size_class, p.m->addr, static_cast<uint32_t>(p.b0 / kPerPage)};
+        if (!crc_cache_->get(key, p.m->chunk_version, static_cast<uint32_t>(p.b0 % kPerPage),
+                             static_cast<uint32_t>(p.in_area), loc.crcs.data(), &p.generation)) {
+          if (in_memory_only) return std::nullopt;
+          // The whole page, cached once read.
+          p.key = key;
+          p.page = alignedBuffer(CrcCache::kPageBytes);
+          io.push_back(IoRequest::readOf(
+              (*file)->fd, p.page.get(), CrcCache::kPageBytes,
+              crcPos(p.m->size_class, p.m->addr) + key.page * CrcCache::kPageBytes));
+        }
+      } else if (p.in_area > 0) {
+        if (in_memory_only) return std::nullopt;
+        io.push_back(IoRequest::readOf((*file)->fd, loc.crcs.data(), p.in_area * 4,
+                                       crcPos(p.m->size_class, p.m->addr) + p.b0 * 4));
+      }
+      out.emplace_back(std::move(loc));
+    }
+    if (!io.empty()) {
+      // (The requests point into `out`'s locations, which no longer move.)
+      Status s = io_->run(io);
+      if (!s.ok()) {
+        for (auto& r : out)
+          if (r.ok()) r = s;
+        return out;
+      }
+    }
+    bool moved = false;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      Plan& p = plans[i];
+      if (!out[i].ok()) continue;
+      if (p.key) {
+        std::memcpy(out[i]->crcs.data(), p.page.get() + (p.b0 % CrcCache::kEntriesPerPage) * 4,
+                    p.in_area * 4);
+      }
+      if (slot_allocations_.load() != allocations) {
+        auto now = query(ranges[i].id);
+        if (!now.ok() || !*now || (*now)->size_class != p.m->size_class ||
+            (*now)->addr != p.m->addr) {
+          moved = true;
+          continue;
+        }
+      }
+      // Not cached before the slot was checked: a page of a later occupant
+      // must not be kept under this version.
+      if (p.key) crc_cache_->put(*p.key, p.m->chunk_version, p.generation, p.page.get());
+    }
+    if (!moved) return out;
+    if (attempt >= 100) {
+      for (auto& r : out)
+        if (r.ok()) r = Status(ErrorCode::kTargetBusy, "chunks moved during 100 locates in a row");
+      return out;
+    }
   }
 }
 

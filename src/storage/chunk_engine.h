@@ -41,6 +41,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/result.h"
@@ -175,6 +176,35 @@ class ChunkEngine {
   // the end of the chunk, 0 past it). kNotFound for a missing chunk.
   Result<size_t> read(ChunkId id, uint64_t offset, std::span<uint8_t> out);
 
+  // Where a client on this host reads [offset, offset + n) of a chunk itself
+  // (a short-circuit read, docs/client.md): the group file, the chunk's
+  // place in it, and the CRCs of the blocks the range touches as they are
+  // at this call. The caller reads the bytes and must verify them against
+  // these CRCs: a slot freed and handed out again after this call holds
+  // other bytes, which then fail the check. `crcs` covers the blocks from
+  // the one holding `offset` to the one holding the range's last byte
+  // within the chunk (none when `offset` is at or past its end); a partial
+  // last block's CRC is over its bytes up to the chunk's length.
+  struct Location {
+    std::string path;  // absolute
+    uint64_t dev = 0, ino = 0;
+    uint64_t slot_offset = 0;  // the chunk's byte 0 in the file
+    uint32_t length = 0;       // the chunk's
+    std::vector<uint32_t> crcs;
+  };
+  struct LocateRange {
+    ChunkId id;
+    uint64_t offset = 0;
+    size_t length = 0;
+  };
+  // One answer per range, kNotFound for a missing chunk. The CRCs come from
+  // the CRC cache, else the disk, all ranges' reads submitted together.
+  // `in_memory_only`: nullopt instead of anything that would wait for the
+  // disk (a record or CRC page not cached, a group file not open), for a
+  // caller on an event loop.
+  std::optional<std::vector<Result<Location>>> locate(std::span<const LocateRange> ranges,
+                                                      bool in_memory_only = false);
+
   // A read in two halves, for a caller that waits for the disk on an event
   // loop (StorageService's I/O threads, with an io_uring of their own)
   // instead of blocking a thread on it. startRead() finds the record and
@@ -256,6 +286,7 @@ class ChunkEngine {
   struct File {
     int fd;   // buffered: the CRC area, fdatasync, punch hole
     int dfd;  // data blocks: O_DIRECT when available, else == fd
+    uint64_t dev = 0, ino = 0;
     ~File();
   };
   // `open`: false returns null for a file not open now (no system call).
@@ -332,6 +363,7 @@ class ChunkEngine {
   bool holdSlot(uint32_t size_class, SlotAddr a);
 
   ChunkEngineOptions options_;
+  std::string abs_path_;  // options_.path made absolute at open (locate)
   std::unique_ptr<IoBackend> io_;
   std::unique_ptr<CrcCache> crc_cache_;  // null: off
   std::unique_ptr<IoBackend> page_io_;   // psync: logged writes into the page cache

@@ -45,6 +45,12 @@ bool CrcCache::get(const Key& k, uint64_t version, uint32_t first, uint32_t coun
   return true;
 }
 
+uint64_t CrcCache::generation(uint32_t size_class, SlotAddr addr) {
+  Shard& s = shardOf(size_class, addr);
+  std::lock_guard lock(s.mu);
+  return s.generation;
+}
+
 void CrcCache::put(const Key& k, uint64_t version, uint64_t generation, const uint8_t* page) {
   Shard& s = shardOf(k.size_class, k.addr);
   std::lock_guard lock(s.mu);

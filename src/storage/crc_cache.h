@@ -51,6 +51,9 @@ class CrcCache {
   // REQUIRES: first + count <= kEntriesPerPage.
   bool get(const Key& k, uint64_t version, uint32_t first, uint32_t count, uint32_t* out,
            uint64_t* generation);
+  // What get() sets `*generation` to on a miss: for a writer that puts the
+  // page it wrote, taken after its invalidate().
+  uint64_t generation(uint32_t size_class, SlotAddr addr);
   // Caches `page` (kPageBytes) for `version`, unless the slot was
   // invalidated since `generation`.
   void put(const Key& k, uint64_t version, uint64_t generation, const uint8_t* page);

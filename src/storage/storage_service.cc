@@ -6,6 +6,7 @@
 
 #include "common/config.h"
 #include "common/fault.h"
+#include "common/host.h"
 #include "common/metrics.h"
 #include "net/blocking.h"
 #include "storage.pb.h"
@@ -31,6 +32,23 @@ net::Method method(const char* name) {
 // What a request without a payload counts against the budget.
 constexpr uint64_t kRequestBytes = 4096;
 
+// Ranges of one Locate: a client asks for one read-ahead window's chunks.
+constexpr int kLocateRangesMax = 64;
+
+void fillLocated(std::vector<Result<ChunkEngine::Location>> located, LocateResp& resp) {
+  for (auto& loc : located) {
+    auto* out = resp.add_ranges();
+    out->set_code(static_cast<uint32_t>(loc.code()));
+    if (!loc.ok()) continue;
+    out->set_path(std::move(loc->path));
+    out->set_dev(loc->dev);
+    out->set_ino(loc->ino);
+    out->set_slot_offset(loc->slot_offset);
+    out->set_chunk_length(loc->length);
+    out->mutable_crcs()->Add(loc->crcs.begin(), loc->crcs.end());
+  }
+}
+
 metrics::Gauge& queuedGauge() {
   static auto& g = metrics::Registry::global().gauge(
       "storage_queued_bytes", {}, "Bytes of admitted storage requests not finished yet");
@@ -46,6 +64,9 @@ void StorageServiceOptions::bind(ConfigBinder& b, const std::string& p) {
          "bytes of requests admitted to a target at once; more get EAGAIN (backpressure)");
   b.bind(p + ".background_share", &background_share,
          "share of queued_bytes_max that background-QoS requests may use, in (0, 1]");
+  b.bind(p + ".short_circuit_reads", &short_circuit_reads,
+         "clients on this host that can open the target's files may read chunks from them "
+         "themselves (verified against the CRCs the server gives)");
 }
 
 Status StorageServiceOptions::validate() const {
@@ -283,6 +304,35 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
           ASSIGN_OR_RETURN(uint64_t h, shm_.attach(req.boot_id(), req.pid(), req.fd(), req.bytes(),
                                                    req.token()));
           resp.set_handle(h);
+          return Status::OK();
+        });
+      });
+  server.handle<LocateReq, LocateResp>(
+      method("Locate"),
+      [this](net::CallContext&, const LocateReq& req, LocateResp& resp) -> asio::awaitable<Status> {
+        if (!options_.short_circuit_reads)
+          co_return Status(ErrorCode::kNotFound, "short-circuit reads are off on this server");
+        if (req.boot_id().empty() || req.boot_id() != hostBootId())
+          co_return Status(ErrorCode::kNotFound, "short-circuit reads need the server's host");
+        if (req.ranges_size() > kLocateRangesMax) {
+          co_return Status(
+              ErrorCode::kInvalidArgument,
+              fmt::format("locate of {} ranges exceeds {}", req.ranges_size(), kLocateRangesMax));
+        }
+        Admission admitted(*this, kRequestBytes);
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
+        std::vector<ChunkEngine::LocateRange> ranges;
+        ranges.reserve(static_cast<size_t>(req.ranges_size()));
+        for (const auto& r : req.ranges())
+          ranges.push_back({idOf(r.chunk()), r.offset(), r.length()});
+        // Records and CRCs in memory (the usual case right after writes or
+        // earlier reads): answered on this I/O thread, no hand-offs.
+        if (auto located = engine_.locate(ranges, /*in_memory_only=*/true)) {
+          fillLocated(std::move(*located), resp);
+          co_return Status::OK();
+        }
+        co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          fillLocated(*engine_.locate(ranges), resp);
           return Status::OK();
         });
       });

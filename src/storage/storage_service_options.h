@@ -26,6 +26,10 @@ struct StorageServiceOptions {
   // 64 KiB, 64.
   uint64_t loop_read_bytes_max = 64 << 10;
   uint32_t loop_reads_max = 64;
+  // Clients on this host may read chunk bytes from the target's files
+  // themselves (Locate; docs/client.md, "Short-circuit reads"). Only those
+  // that can open the files use it: the server's user, or root.
+  bool short_circuit_reads = true;
 
   // Binds the fields a deployment tunes to `<prefix>.<name>` keys.
   void bind(ConfigBinder& b, const std::string& prefix);

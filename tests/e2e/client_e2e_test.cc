@@ -7,8 +7,11 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <atomic>
 #include <filesystem>
+
 #include <fstream>
 #include <map>
 #include <random>
@@ -17,6 +20,7 @@
 
 #include "cistern/client.h"
 #include "common/crc32c.h"
+#include "common/host.h"
 #include "common/metrics.h"
 #include "net/endpoint.h"
 #include "net/rpc_client.h"
@@ -75,12 +79,14 @@ class E2E : public ::testing::Test {
   }
 
   std::unique_ptr<Client> connect(uint32_t uid = ~0u, uint32_t gid = ~0u,
-                                  uint64_t shm_bytes = Client::Options{}.shm_bytes) {
+                                  uint64_t shm_bytes = Client::Options{}.shm_bytes,
+                                  bool short_circuit = true) {
     Client::Options o;
     o.cluster = cluster_->cluster();
     o.uid = uid;
     o.gid = gid;
     o.shm_bytes = shm_bytes;
+    o.short_circuit_reads = short_circuit;
     auto [c, err] = Client::connect(o);
     EXPECT_FALSE(err) << err.message;
     return std::move(c);
@@ -589,7 +595,9 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
     return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}}).value();
   };
   // 1 MiB of shared memory: 64 KiB slots, so every chunk takes many reads.
-  auto with_shm = connect(~0u, ~0u, 1 << 20);
+  // (Short-circuit reads, which take the place of shared memory for reads
+  // where a client can open the servers' files, are off.)
+  auto with_shm = connect(~0u, ~0u, 1 << 20, /*short_circuit=*/false);
   ASSERT_NE(with_shm, nullptr);
   // The first read attaches to each server (pieces that find an attach in
   // progress use the socket meanwhile); after that every byte comes through
@@ -615,7 +623,7 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
   EXPECT_GE(shm1 - shm0, 3 * kChunk) << "shared memory again after attaching anew";
   EXPECT_EQ(sock1, sock0);
   // The same bytes over the socket when it is off.
-  auto without = connect(~0u, ~0u, 0);
+  auto without = connect(~0u, ~0u, 0, /*short_circuit=*/false);
   ASSERT_NE(without, nullptr);
   EXPECT_EQ(readAll(*without, "/shm"), want);
   EXPECT_EQ(counter("shm"), shm1);
@@ -635,6 +643,112 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
         << "at " << off << " length " << n;
   }
   EXPECT_FALSE(r->close());
+}
+
+// A client on the servers' host that can open their files (root here)
+// reads chunk bytes from them itself, verified against the CRCs each
+// server's Locate gives; the same bytes as through the server, holes and
+// odd edges included. A flipped bit on the disk fails the check, and the
+// read through the server then reports the corruption (EIO), never the
+// wrong bytes. A Locate from another host is refused.
+TEST_F(E2E, ShortCircuitReadsComeFromTheServersFilesAndMatchServerReads) {
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(client_->open("/sc", O_WRONLY | O_CREAT, 0644, &f));
+  std::vector<uint8_t> want(5 * kChunk + 4321, 0);
+  fill(want.data(), kChunk + 17, 0, 7);
+  fill(want.data() + 3 * kChunk + 5, 2 * kChunk + 4316, 3 * kChunk + 5, 8);
+  size_t done = 0;
+  ASSERT_FALSE(f->pwrite(want.data(), kChunk + 17, 0, &done));
+  ASSERT_FALSE(
+      f->pwrite(want.data() + 3 * kChunk + 5, want.size() - 3 * kChunk - 5, 3 * kChunk + 5, &done));
+  ASSERT_FALSE(f->close());
+
+  auto counter = [](const char* path) {
+    return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}}).value();
+  };
+  auto& fallbacks = metrics::Registry::global().counter("client_short_circuit_fallbacks_total");
+  auto sc = connect();
+  ASSERT_NE(sc, nullptr);
+  uint64_t sc0 = counter("short_circuit"), shm0 = counter("shm"), sock0 = counter("socket");
+  EXPECT_EQ(readAll(*sc, "/sc"), want);
+  EXPECT_GE(counter("short_circuit") - sc0, 3 * kChunk) << "the written chunks, from the files";
+  EXPECT_EQ(counter("shm"), shm0);
+  EXPECT_EQ(counter("socket"), sock0);
+  // Sequential reads in small steps: read-ahead windows filled the same way.
+  sc0 = counter("short_circuit");
+  EXPECT_EQ(readAll(*sc, "/sc", 64 << 10), want);
+  EXPECT_GE(counter("short_circuit") - sc0, 3 * kChunk);
+  // Random reads at every alignment.
+  std::unique_ptr<File> r;
+  ASSERT_FALSE(sc->open("/sc", O_RDONLY, 0, &r));
+  std::mt19937_64 rng(6);
+  for (int i = 0; i < 200; ++i) {
+    uint64_t off = rng() % want.size();
+    size_t n = static_cast<size_t>(std::min<uint64_t>(rng() % (2 * kChunk) + 1, want.size() - off));
+    std::vector<uint8_t> got(n);
+    size_t g = 0;
+    ASSERT_FALSE(r->pread(got.data(), n, off, &g));
+    ASSERT_EQ(g, n);
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin() + static_cast<long>(off)))
+        << "at " << off << " length " << n;
+  }
+  EXPECT_FALSE(r->close());
+  // Off: through the servers.
+  auto off = connect(~0u, ~0u, Client::Options{}.shm_bytes, /*short_circuit=*/false);
+  ASSERT_NE(off, nullptr);
+  sc0 = counter("short_circuit");
+  EXPECT_EQ(readAll(*off, "/sc"), want);
+  EXPECT_EQ(counter("short_circuit"), sc0);
+
+  // Where chunk 0 lies, from its server, as a client elsewhere would ask.
+  FileInfo info;
+  ASSERT_FALSE(client_->stat("/sc", &info));
+  std::regex storage_line(R"(storage target \d+ at \S+ on (\S+))");
+  net::RpcClient raw;
+  const net::Method locate = net::Method::of("cistern.storage.StorageService.Locate");
+  std::optional<storage::LocatedRange> chunk0;
+  for (std::sregex_iterator it(cluster_->log().begin(), cluster_->log().end(), storage_line), end;
+       it != end; ++it) {
+    auto ep = net::Endpoint::parse((*it)[1].str());
+    ASSERT_TRUE(ep.ok());
+    storage::LocateReq req;
+    auto* range = req.add_ranges();
+    range->mutable_chunk()->set_inode(info.ino);
+    range->mutable_chunk()->set_index(0);
+    range->set_length(kChunk);
+    storage::LocateResp resp;
+    req.set_boot_id("another host");
+    EXPECT_EQ(raw.callSync(*ep, locate, req, &resp).code(), ErrorCode::kNotFound);
+    req.set_boot_id(hostBootId());
+    ASSERT_TRUE(raw.callSync(*ep, locate, req, &resp).ok());
+    ASSERT_EQ(resp.ranges_size(), 1);
+    if (resp.ranges(0).code() == 0) chunk0 = resp.ranges(0);
+  }
+  ASSERT_TRUE(chunk0.has_value()) << "one of the two servers holds chunk 0";
+  EXPECT_EQ(chunk0->chunk_length(), kChunk);
+  EXPECT_EQ(chunk0->crcs_size(), static_cast<int>(kChunk / 4096));
+  // A bit flipped in its block 5 on the disk.
+  auto flip = [&] {
+    int fd = ::open(chunk0->path().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << chunk0->path();
+    uint8_t byte = 0;
+    const off_t at = static_cast<off_t>(chunk0->slot_offset() + 5 * 4096 + 77);
+    ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
+    byte ^= 0x04;
+    ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);
+    ASSERT_EQ(::fsync(fd), 0);
+    ::close(fd);
+  };
+  flip();
+  const uint64_t fb0 = fallbacks.value();
+  ASSERT_FALSE(sc->open("/sc", O_RDONLY, 0, &r));
+  std::vector<uint8_t> got(kChunk);
+  Error e = r->pread(got.data(), kChunk, 0, &done);
+  EXPECT_EQ(e.errno_value, EIO) << e.message;
+  EXPECT_GE(fallbacks.value(), fb0 + 1) << "tried through the server after the CRC failed";
+  EXPECT_FALSE(r->close());
+  flip();  // back as it was
+  EXPECT_EQ(readAll(*sc, "/sc"), want);
 }
 
 // Sequential reads read ahead into windows of the client's shared memory,
@@ -669,12 +783,16 @@ TEST_F(E2E, ReadAheadWindowsInSharedMemoryAndAWindowAServerMayStillWriteIsRetire
     EXPECT_FALSE(f->close());
     return out;
   };
+  // (Short-circuit reads, which read ahead into the heap, are off.)
+  auto windows = connect(~0u, ~0u, Client::Options{}.shm_bytes, /*short_circuit=*/false);
+  ASSERT_NE(windows, nullptr);
   uint64_t w0 = windowed.value();
-  EXPECT_EQ(sequential(*client_), want);
+  EXPECT_EQ(sequential(*windows), want);
   EXPECT_GE(windowed.value() - w0, 4 * kChunk) << "read-ahead went straight into the windows";
   // Without windows the same bytes come through slots and a copy.
   Client::Options o;
   o.cluster = cluster_->cluster();
+  o.short_circuit_reads = false;
   o.shm_readahead_windows = 0;
   auto [plain, err] = Client::connect(o);
   ASSERT_FALSE(err) << err.message;
