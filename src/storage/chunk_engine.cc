@@ -690,7 +690,9 @@ Result<std::shared_ptr<ChunkEngine::File>> ChunkEngine::groupFile(uint32_t c, ui
   std::string path = groupPath(c, group);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Owner-only: a group file holds every tenant's chunks (short-circuit
+  // readers must be the server's user or root).
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return errnoStatus(errno, "open " + path);
   // Data blocks go through O_DIRECT where the filesystem has it (tmpfs does
   // not); the CRC area, in pages of its own, stays in the page cache.

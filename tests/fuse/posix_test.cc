@@ -1416,16 +1416,17 @@ TEST(Metrics, WriteOnlyDescriptorsNeedNoCapabilityLookup) {
   EXPECT_GE(lookups(O_RDWR), 1);                        // through the page cache
 }
 
-// O_DIRECT reads land in the client's shared-memory windows, written there by
-// the storage server itself (no copy out of a slot), byte-exact. The mount of
-// `cistern up --mount` reads them as local calls, straight into the same
-// window, unless it runs with -o socket_calls.
-TEST(Metrics, DirectReadsLandInSharedMemoryWindows) {
+// O_DIRECT reads land in the reply's buffer with no copy out of a slot,
+// byte-exact. The mount of `cistern up --mount` reads them as local calls,
+// unless it runs with -o socket_calls; then, as root on the servers' host,
+// it reads them from the servers' files itself (short-circuit; without it,
+// the servers would write them into its shared-memory windows).
+TEST(Metrics, DirectReadsLandInTheReplyBufferWithoutACopy) {
   auto d = testDir();
   int port = MountEnv::get().cluster().metricsPort();
   const bool local = MountEnv::get().options().find("socket_calls") == std::string::npos;
-  const std::string windowed =
-      local ? R"(client_read_bytes_total{path="local"})" : "client_shm_window_read_bytes_total";
+  const std::string windowed = local ? R"(client_read_bytes_total{path="local"})"
+                                     : R"(client_read_bytes_total{path="short_circuit"})";
   std::string data = pattern(3 << 20, 12);
   ASSERT_TRUE(writeFile(d + "/f", data));
   int fd = ::open((d + "/f").c_str(), O_RDONLY | O_DIRECT);
