@@ -114,6 +114,26 @@ class E2E : public ::testing::Test {
     EXPECT_EQ(servers, 2);
   }
 
+  // 200 reads of 1 byte to 2 chunks at random offsets of `path` match `want`.
+  static void expectRandomReadsMatch(Client& c, const std::string& path,
+                                     const std::vector<uint8_t>& want, uint64_t seed) {
+    std::unique_ptr<File> r;
+    ASSERT_FALSE(c.open(path, O_RDONLY, 0, &r));
+    std::mt19937_64 rng(seed);
+    for (int i = 0; i < 200; ++i) {
+      uint64_t off = rng() % want.size();
+      size_t n =
+          static_cast<size_t>(std::min<uint64_t>(rng() % (2 * kChunk) + 1, want.size() - off));
+      std::vector<uint8_t> got(n);
+      size_t g = 0;
+      ASSERT_FALSE(r->pread(got.data(), n, off, &g));
+      ASSERT_EQ(g, n);
+      ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin() + static_cast<long>(off)))
+          << "at " << off << " length " << n;
+    }
+    EXPECT_FALSE(r->close());
+  }
+
   testing::CliResult cli(std::vector<std::string> args) {
     args.push_back("--cluster");
     args.push_back(cluster_->cluster());
@@ -629,20 +649,9 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
   EXPECT_EQ(counter("shm"), shm1);
   EXPECT_GE(counter("socket") - sock1, 3 * kChunk);
   // Random reads at every alignment through the default (64 MiB) memory.
-  std::unique_ptr<File> r;
-  ASSERT_FALSE(client_->open("/shm", O_RDONLY, 0, &r));
-  std::mt19937_64 rng(5);
-  for (int i = 0; i < 200; ++i) {
-    uint64_t off = rng() % want.size();
-    size_t n = static_cast<size_t>(std::min<uint64_t>(rng() % (2 * kChunk) + 1, want.size() - off));
-    std::vector<uint8_t> got(n);
-    size_t g = 0;
-    ASSERT_FALSE(r->pread(got.data(), n, off, &g));
-    ASSERT_EQ(g, n);
-    ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin() + static_cast<long>(off)))
-        << "at " << off << " length " << n;
-  }
-  EXPECT_FALSE(r->close());
+  auto full = connect(~0u, ~0u, Client::Options{}.shm_bytes, /*short_circuit=*/false);
+  ASSERT_NE(full, nullptr);
+  expectRandomReadsMatch(*full, "/shm", want, 5);
 }
 
 // A client on the servers' host that can open their files (root here)
@@ -679,20 +688,10 @@ TEST_F(E2E, ShortCircuitReadsComeFromTheServersFilesAndMatchServerReads) {
   EXPECT_EQ(readAll(*sc, "/sc", 64 << 10), want);
   EXPECT_GE(counter("short_circuit") - sc0, 3 * kChunk);
   // Random reads at every alignment.
+  sc0 = counter("short_circuit");
+  expectRandomReadsMatch(*sc, "/sc", want, 6);
+  EXPECT_GT(counter("short_circuit"), sc0);
   std::unique_ptr<File> r;
-  ASSERT_FALSE(sc->open("/sc", O_RDONLY, 0, &r));
-  std::mt19937_64 rng(6);
-  for (int i = 0; i < 200; ++i) {
-    uint64_t off = rng() % want.size();
-    size_t n = static_cast<size_t>(std::min<uint64_t>(rng() % (2 * kChunk) + 1, want.size() - off));
-    std::vector<uint8_t> got(n);
-    size_t g = 0;
-    ASSERT_FALSE(r->pread(got.data(), n, off, &g));
-    ASSERT_EQ(g, n);
-    ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin() + static_cast<long>(off)))
-        << "at " << off << " length " << n;
-  }
-  EXPECT_FALSE(r->close());
   // Off: through the servers.
   auto off = connect(~0u, ~0u, Client::Options{}.shm_bytes, /*short_circuit=*/false);
   ASSERT_NE(off, nullptr);
