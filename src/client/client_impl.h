@@ -64,6 +64,7 @@ struct PendingIo {
   std::condition_variable cv;
   size_t running = 0;
   Status error;
+  std::vector<uint8_t> done;  // per piece: read or written
   // Short-circuit reads: each piece's Locate answer, asked for all pieces
   // at once before the workers start (null: the piece asks for its own).
   std::vector<const storage::LocatedRange*> located;
@@ -71,6 +72,10 @@ struct PendingIo {
 
   Status wait();
   bool finished();  // wait() would not block
+  // Waits until the pieces that hold [p, p + n) of the call's buffer are
+  // done; false when one of them will not be (a piece failed: wait() says
+  // how).
+  bool waitRange(const uint8_t* p, size_t n);
   ~PendingIo();
 };
 

@@ -96,6 +96,17 @@ void pieceFailed(PendingIo* run, const Status& s) {
   run->next.store(run->pieces.size());
 }
 
+// A piece ended: done (PendingIo::waitRange), or the call's first error.
+void pieceEnded(PendingIo* run, const Piece* p, const Status& s) {
+  if (!s.ok()) {
+    pieceFailed(run, s);
+    return;
+  }
+  std::lock_guard lock(run->mu);
+  run->done[static_cast<size_t>(p - run->pieces.data())] = 1;
+  run->cv.notify_all();
+}
+
 void workerDone(PendingIo* run) {
   std::lock_guard lock(run->mu);
   if (--run->running == 0) run->cv.notify_all();
@@ -104,7 +115,7 @@ void workerDone(PendingIo* run) {
 asio::awaitable<void> pieceWorker(PendingIo* run) {
   while (Piece* p = nextPiece(run)) {
     Status s = co_await run->client->runPiece(run->write, run->inode, *p);
-    if (!s.ok()) pieceFailed(run, s);
+    pieceEnded(run, p, s);
   }
   workerDone(run);
 }
@@ -113,7 +124,7 @@ asio::awaitable<void> pieceWorker(PendingIo* run) {
 void blockingPieceWorker(PendingIo* run) {
   while (Piece* p = nextPiece(run)) {
     Status s = run->client->runPieceBlocking(run->write, run->inode, *p);
-    if (!s.ok()) pieceFailed(run, s);
+    pieceEnded(run, p, s);
   }
   workerDone(run);
 }
@@ -124,7 +135,7 @@ void shortCircuitWorker(PendingIo* run) {
     const size_t i = static_cast<size_t>(p - run->pieces.data());
     Status s = run->client->runPieceShortCircuit(
         run->inode, *p, i < run->located.size() ? run->located[i] : nullptr);
-    if (!s.ok()) pieceFailed(run, s);
+    pieceEnded(run, p, s);
   }
   workerDone(run);
 }
@@ -552,6 +563,20 @@ Status PendingIo::wait() {
   return error;
 }
 
+bool PendingIo::waitRange(const uint8_t* p, size_t n) {
+  std::unique_lock lock(mu);
+  auto read = [&] {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& q = pieces[i];
+      if (q.data + q.length <= p || q.data >= p + n) continue;
+      if (!done[i]) return false;
+    }
+    return true;
+  };
+  cv.wait(lock, [&] { return running == 0 || read(); });
+  return read();
+}
+
 bool PendingIo::finished() {
   std::lock_guard lock(mu);
   return running == 0;
@@ -566,6 +591,7 @@ std::unique_ptr<PendingIo> ClientImpl::start(bool write, const meta::Inode& inod
   run->write = write;
   run->inode = inode;
   run->pieces = std::move(pieces);
+  run->done.assign(run->pieces.size(), 0);
   size_t workers = std::min<size_t>(options_.io_parallel_max, run->pieces.size());
   run->running = workers;
   // Pieces whose servers are all in this process run as blocking local calls

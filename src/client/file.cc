@@ -242,6 +242,10 @@ Error FileImpl::pwrite(const void* buf, size_t n, uint64_t offset, size_t* done)
 }
 
 void FileImpl::dropPrefetch() {
+  if (current_) {
+    (void)current_->wait();
+    current_.reset();
+  }
   if (prefetch_) {
     (void)prefetch_->wait();
     prefetch_.reset();
@@ -273,13 +277,41 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
     // Served from read-ahead?
     if (rbuf_len_ > 0 && offset >= rbuf_offset_ && offset < rbuf_offset_ + rbuf_len_) {
       size_t take = static_cast<size_t>(std::min<uint64_t>(n, rbuf_offset_ + rbuf_len_ - offset));
-      std::memcpy(p, rbuf_.data() + (offset - rbuf_offset_), take);
+      const uint8_t* from = rbuf_.data() + (offset - rbuf_offset_);
+      if (current_ && !current_->waitRange(from, take)) {
+        // A piece of the window failed: read again below, where a real
+        // error shows.
+        (void)current_->wait();
+        current_.reset();
+        rbuf_len_ = 0;
+        continue;
+      }
+      if (current_ && current_->finished()) current_.reset();  // all read: ok
+      std::memcpy(p, from, take);
       p += take;
       n -= take;
       offset += take;
       continue;
     }
     // The prefetched window becomes the current one.
+    if (prefetch_ && offset >= pbuf_offset_ && offset < pbuf_offset_ + pbuf_len_ &&
+        !pbuf_.shared()) {
+      // Heap memory: taken over while its pieces are still read (the caller
+      // waits for those it copies from), and the next window is read into
+      // the old one right away, so that the disk has two windows to work
+      // on while the caller waits.
+      if (current_) {
+        (void)current_->wait();  // (a window the caller skipped)
+        current_.reset();
+      }
+      std::swap(rbuf_, pbuf_);
+      rbuf_offset_ = pbuf_offset_;
+      rbuf_len_ = pbuf_len_;
+      pbuf_len_ = 0;
+      current_ = std::move(prefetch_);
+      startPrefetch(rbuf_offset_ + rbuf_len_);
+      continue;
+    }
     if (prefetch_ && offset >= pbuf_offset_ && offset < pbuf_offset_ + pbuf_len_) {
       Status s = prefetch_->wait();
       prefetch_.reset();

@@ -140,6 +140,9 @@ class FileImpl final : public File {
   size_t rbuf_len_ = 0;
   uint64_t next_sequential_ = 0;
   size_t window_ = 0;
+  // rbuf_'s reads when it became the current window before they all ended
+  // (heap windows only): the caller waits for the pieces it copies from.
+  std::unique_ptr<PendingIo> current_;
   // The next window, read while the caller consumes rbuf_.
   ShmWindow pbuf_;
   uint64_t pbuf_offset_ = 0;

@@ -108,6 +108,8 @@ class ShmWindow {
   ShmWindow& operator=(ShmWindow&& o) noexcept;
   ~ShmWindow() { release(); }
   uint8_t* data() const { return shm_window_ >= 0 ? shm_->windowData(shm_window_) : heap_.data(); }
+  // A window of the shared memory (not the heap).
+  bool shared() const { return shm_window_ >= 0; }
   // Room for `n` bytes: a shared window when `shm` (may be null) has one
   // free and windows hold `n`, else the heap. Contents are not kept.
   void ensure(ShmSlots* shm, size_t n);
