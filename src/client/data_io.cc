@@ -385,6 +385,7 @@ std::optional<Status> ClientImpl::shortCircuitRead(const ChainRoute& r, const me
   } else if (loc.code() != 0) {
     return Status(static_cast<ErrorCode>(loc.code()), "");
   } else {
+    RETURN_ON_ERROR(CISTERN_FAULT("client.short_circuit.read"));  // the piece fails
     s = short_circuit_->read(loc, p.offset, p.length, p.data, &got);
     if (s.code() == ErrorCode::kNotSupported) return refuse(s);
     if (!s.ok()) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "client/file_impl.h"
+#include "common/metrics.h"
 
 namespace cistern::client {
 
@@ -281,6 +282,10 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
       if (current_ && !current_->waitRange(from, take)) {
         // A piece of the window failed: read again below, where a real
         // error shows.
+        static auto& rereads = metrics::Registry::global().counter(
+            "client_readahead_rereads_total", {},
+            "Read-ahead windows with a failed piece, read again by the reader");
+        rereads.inc();
         (void)current_->wait();
         current_.reset();
         rbuf_len_ = 0;

@@ -20,6 +20,7 @@
 
 #include "cistern/client.h"
 #include "common/crc32c.h"
+#include "common/fault.h"
 #include "common/host.h"
 #include "common/metrics.h"
 #include "net/endpoint.h"
@@ -692,6 +693,34 @@ TEST_F(E2E, ShortCircuitReadsComeFromTheServersFilesAndMatchServerReads) {
   expectRandomReadsMatch(*sc, "/sc", want, 6);
   EXPECT_GT(counter("short_circuit"), sc0);
   std::unique_ptr<File> r;
+  // A piece of a window read ahead fails: the reader reads those bytes
+  // again, and gets them. Failing for good, it reports the error at the
+  // first byte it cannot read, and every byte before that is right.
+  auto& rereads = metrics::Registry::global().counter("client_readahead_rereads_total");
+  const uint64_t rr0 = rereads.value();
+  fault::enable("client.short_circuit.read", {.skip = 3, .times = 1});
+  EXPECT_EQ(readAll(*sc, "/sc", 64 << 10), want);
+  EXPECT_EQ(fault::fired("client.short_circuit.read"), 1u);
+  EXPECT_EQ(rereads.value(), rr0 + 1) << "the window taken over while read failed";
+  fault::enable("client.short_circuit.read", {.skip = 3});
+  {
+    std::unique_ptr<File> h;
+    ASSERT_FALSE(sc->open("/sc", O_RDONLY, 0, &h));
+    std::vector<uint8_t> got(want.size());
+    uint64_t at = 0;
+    Error e;
+    while (at < got.size()) {
+      size_t n = 0;
+      e = h->pread(got.data() + at, std::min<uint64_t>(64 << 10, got.size() - at), at, &n);
+      if (e) break;
+      at += n;
+    }
+    EXPECT_EQ(e.errno_value, EIO) << e.message;
+    EXPECT_LT(at, want.size());
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + static_cast<long>(at), want.begin()));
+    EXPECT_FALSE(h->close());
+  }
+  fault::disable("client.short_circuit.read");
   // Off: through the servers.
   auto off = connect(~0u, ~0u, Client::Options{}.shm_bytes, /*short_circuit=*/false);
   ASSERT_NE(off, nullptr);
