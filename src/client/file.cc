@@ -244,7 +244,7 @@ Error FileImpl::pwrite(const void* buf, size_t n, uint64_t offset, size_t* done)
 
 void FileImpl::dropPrefetch() {
   if (current_) {
-    (void)current_->wait();
+    if (!current_->wait().ok()) rbuf_len_ = 0;  // some of rbuf_ was never read
     current_.reset();
   }
   if (prefetch_) {
@@ -291,7 +291,9 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
         rbuf_len_ = 0;
         continue;
       }
-      if (current_ && current_->finished()) current_.reset();  // all read: ok
+      // All read and none failed: nothing more to wait for. (A failed
+      // piece keeps current_, so that a read of its bytes finds out.)
+      if (current_ && current_->finished() && current_->wait().ok()) current_.reset();
       std::memcpy(p, from, take);
       p += take;
       n -= take;
