@@ -115,6 +115,24 @@ class E2E : public ::testing::Test {
     EXPECT_EQ(servers, 2);
   }
 
+  // Writes a file with a hole (chunks 1 and 2), a short last chunk and odd
+  // edges through client_; `*want` is what it holds.
+  void writeHoleyFile(const std::string& path, std::vector<uint8_t>* want) {
+    std::unique_ptr<File> f;
+    ASSERT_FALSE(client_->open(path, O_WRONLY | O_CREAT, 0644, &f));
+    want->assign(5 * kChunk + 4321, 0);
+    fill(want->data(), kChunk + 17, 0, 7);
+    fill(want->data() + 3 * kChunk + 5, 2 * kChunk + 4316, 3 * kChunk + 5, 8);
+    size_t done = 0;
+    ASSERT_FALSE(f->pwrite(want->data(), kChunk + 17, 0, &done));
+    ASSERT_FALSE(f->pwrite(want->data() + 3 * kChunk + 5, want->size() - 3 * kChunk - 5,
+                           3 * kChunk + 5, &done));
+    ASSERT_FALSE(f->close());
+  }
+  static uint64_t readBytesBy(const char* path) {
+    return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}}).value();
+  }
+
   // 200 reads of 1 byte to 2 chunks at random offsets of `path` match `want`.
   static void expectRandomReadsMatch(Client& c, const std::string& path,
                                      const std::vector<uint8_t>& want, uint64_t seed) {
@@ -600,21 +618,8 @@ double sumOf(const std::map<std::string, double>& m, const std::string& prefix) 
 }
 
 TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
-  // A file with a hole, a short last chunk and odd edges.
-  std::unique_ptr<File> f;
-  ASSERT_FALSE(client_->open("/shm", O_WRONLY | O_CREAT, 0644, &f));
-  std::vector<uint8_t> want(5 * kChunk + 4321, 0);
-  fill(want.data(), kChunk + 17, 0, 7);
-  fill(want.data() + 3 * kChunk + 5, 2 * kChunk + 4316, 3 * kChunk + 5, 8);
-  size_t done = 0;
-  ASSERT_FALSE(f->pwrite(want.data(), kChunk + 17, 0, &done));
-  ASSERT_FALSE(
-      f->pwrite(want.data() + 3 * kChunk + 5, want.size() - 3 * kChunk - 5, 3 * kChunk + 5, &done));
-  ASSERT_FALSE(f->close());
-
-  auto counter = [](const char* path) {
-    return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}}).value();
-  };
+  std::vector<uint8_t> want;
+  ASSERT_NO_FATAL_FAILURE(writeHoleyFile("/shm", &want));
   // 1 MiB of shared memory: 64 KiB slots, so every chunk takes many reads.
   // (Short-circuit reads, which take the place of shared memory for reads
   // where a client can open the servers' files, are off.)
@@ -624,9 +629,9 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
   // progress use the socket meanwhile); after that every byte comes through
   // shared memory.
   EXPECT_EQ(readAll(*with_shm, "/shm"), want);
-  uint64_t shm0 = counter("shm"), sock0 = counter("socket");
+  uint64_t shm0 = readBytesBy("shm"), sock0 = readBytesBy("socket");
   EXPECT_EQ(readAll(*with_shm, "/shm"), want);
-  uint64_t shm1 = counter("shm"), sock1 = counter("socket");
+  uint64_t shm1 = readBytesBy("shm"), sock1 = readBytesBy("socket");
   EXPECT_GE(shm1 - shm0, 3 * kChunk) << "the written chunks came through shared memory";
   EXPECT_EQ(sock1, sock0);
   // A server that forgot the memory (restarted, or evicted it for newer
@@ -636,19 +641,19 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
   // that find the attach in progress use the socket), then all is shared.
   EXPECT_EQ(readAll(*with_shm, "/shm"), want);
   EXPECT_EQ(readAll(*with_shm, "/shm"), want);
-  shm0 = counter("shm");
-  sock0 = counter("socket");
+  shm0 = readBytesBy("shm");
+  sock0 = readBytesBy("socket");
   EXPECT_EQ(readAll(*with_shm, "/shm"), want);
-  shm1 = counter("shm");
-  sock1 = counter("socket");
+  shm1 = readBytesBy("shm");
+  sock1 = readBytesBy("socket");
   EXPECT_GE(shm1 - shm0, 3 * kChunk) << "shared memory again after attaching anew";
   EXPECT_EQ(sock1, sock0);
   // The same bytes over the socket when it is off.
   auto without = connect(~0u, ~0u, 0, /*short_circuit=*/false);
   ASSERT_NE(without, nullptr);
   EXPECT_EQ(readAll(*without, "/shm"), want);
-  EXPECT_EQ(counter("shm"), shm1);
-  EXPECT_GE(counter("socket") - sock1, 3 * kChunk);
+  EXPECT_EQ(readBytesBy("shm"), shm1);
+  EXPECT_GE(readBytesBy("socket") - sock1, 3 * kChunk);
   // Random reads at every alignment through the default (64 MiB) memory.
   auto full = connect(~0u, ~0u, Client::Options{}.shm_bytes, /*short_circuit=*/false);
   ASSERT_NE(full, nullptr);
@@ -662,36 +667,25 @@ TEST_F(E2E, SameHostReadsComeThroughSharedMemoryAndMatchSocketReads) {
 // read through the server then reports the corruption (EIO), never the
 // wrong bytes. A Locate from another host is refused.
 TEST_F(E2E, ShortCircuitReadsComeFromTheServersFilesAndMatchServerReads) {
-  std::unique_ptr<File> f;
-  ASSERT_FALSE(client_->open("/sc", O_WRONLY | O_CREAT, 0644, &f));
-  std::vector<uint8_t> want(5 * kChunk + 4321, 0);
-  fill(want.data(), kChunk + 17, 0, 7);
-  fill(want.data() + 3 * kChunk + 5, 2 * kChunk + 4316, 3 * kChunk + 5, 8);
-  size_t done = 0;
-  ASSERT_FALSE(f->pwrite(want.data(), kChunk + 17, 0, &done));
-  ASSERT_FALSE(
-      f->pwrite(want.data() + 3 * kChunk + 5, want.size() - 3 * kChunk - 5, 3 * kChunk + 5, &done));
-  ASSERT_FALSE(f->close());
-
-  auto counter = [](const char* path) {
-    return metrics::Registry::global().counter("client_read_bytes_total", {{"path", path}}).value();
-  };
+  std::vector<uint8_t> want;
+  ASSERT_NO_FATAL_FAILURE(writeHoleyFile("/sc", &want));
   auto& fallbacks = metrics::Registry::global().counter("client_short_circuit_fallbacks_total");
   auto sc = connect();
   ASSERT_NE(sc, nullptr);
-  uint64_t sc0 = counter("short_circuit"), shm0 = counter("shm"), sock0 = counter("socket");
+  uint64_t sc0 = readBytesBy("short_circuit"), shm0 = readBytesBy("shm"),
+           sock0 = readBytesBy("socket");
   EXPECT_EQ(readAll(*sc, "/sc"), want);
-  EXPECT_GE(counter("short_circuit") - sc0, 3 * kChunk) << "the written chunks, from the files";
-  EXPECT_EQ(counter("shm"), shm0);
-  EXPECT_EQ(counter("socket"), sock0);
+  EXPECT_GE(readBytesBy("short_circuit") - sc0, 3 * kChunk) << "the written chunks, from the files";
+  EXPECT_EQ(readBytesBy("shm"), shm0);
+  EXPECT_EQ(readBytesBy("socket"), sock0);
   // Sequential reads in small steps: read-ahead windows filled the same way.
-  sc0 = counter("short_circuit");
+  sc0 = readBytesBy("short_circuit");
   EXPECT_EQ(readAll(*sc, "/sc", 64 << 10), want);
-  EXPECT_GE(counter("short_circuit") - sc0, 3 * kChunk);
+  EXPECT_GE(readBytesBy("short_circuit") - sc0, 3 * kChunk);
   // Random reads at every alignment.
-  sc0 = counter("short_circuit");
+  sc0 = readBytesBy("short_circuit");
   expectRandomReadsMatch(*sc, "/sc", want, 6);
-  EXPECT_GT(counter("short_circuit"), sc0);
+  EXPECT_GT(readBytesBy("short_circuit"), sc0);
   std::unique_ptr<File> r;
   // A piece of a window read ahead fails: the reader reads those bytes
   // again, and gets them. Failing for good, it reports the error at the
@@ -724,9 +718,9 @@ TEST_F(E2E, ShortCircuitReadsComeFromTheServersFilesAndMatchServerReads) {
   // Off: through the servers.
   auto off = connect(~0u, ~0u, Client::Options{}.shm_bytes, /*short_circuit=*/false);
   ASSERT_NE(off, nullptr);
-  sc0 = counter("short_circuit");
+  sc0 = readBytesBy("short_circuit");
   EXPECT_EQ(readAll(*off, "/sc"), want);
-  EXPECT_EQ(counter("short_circuit"), sc0);
+  EXPECT_EQ(readBytesBy("short_circuit"), sc0);
 
   // Where chunk 0 lies, from its server, as a client elsewhere would ask.
   FileInfo info;
@@ -771,6 +765,7 @@ TEST_F(E2E, ShortCircuitReadsComeFromTheServersFilesAndMatchServerReads) {
   const uint64_t fb0 = fallbacks.value();
   ASSERT_FALSE(sc->open("/sc", O_RDONLY, 0, &r));
   std::vector<uint8_t> got(kChunk);
+  size_t done = 0;
   Error e = r->pread(got.data(), kChunk, 0, &done);
   EXPECT_EQ(e.errno_value, EIO) << e.message;
   EXPECT_GE(fallbacks.value(), fb0 + 1) << "tried through the server after the CRC failed";
