@@ -254,6 +254,13 @@ void FileImpl::dropPrefetch() {
   pbuf_len_ = 0;
 }
 
+void FileImpl::takePrefetched() {
+  std::swap(rbuf_, pbuf_);
+  rbuf_offset_ = pbuf_offset_;
+  rbuf_len_ = pbuf_len_;
+  pbuf_len_ = 0;
+}
+
 void FileImpl::startPrefetch(uint64_t offset) {
   if (prefetch_ || window_ == 0 || offset >= size_) return;
   size_t len = static_cast<size_t>(std::min<uint64_t>(window_, size_ - offset));
@@ -311,10 +318,7 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
         (void)current_->wait();  // (a window the caller skipped)
         current_.reset();
       }
-      std::swap(rbuf_, pbuf_);
-      rbuf_offset_ = pbuf_offset_;
-      rbuf_len_ = pbuf_len_;
-      pbuf_len_ = 0;
+      takePrefetched();
       current_ = std::move(prefetch_);
       startPrefetch(rbuf_offset_ + rbuf_len_);
       continue;
@@ -323,10 +327,7 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
       Status s = prefetch_->wait();
       prefetch_.reset();
       if (s.ok() && pbuf_.intact()) {
-        std::swap(rbuf_, pbuf_);
-        rbuf_offset_ = pbuf_offset_;
-        rbuf_len_ = pbuf_len_;
-        pbuf_len_ = 0;
+        takePrefetched();
         continue;
       }
       pbuf_len_ = 0;  // read again below; a real error shows there

@@ -95,6 +95,8 @@ class FileImpl final : public File {
   Status readLocked(uint8_t* p, size_t n, uint64_t offset);
   void startPrefetch(uint64_t offset);
   void dropPrefetch();
+  // The prefetched window becomes the current one (its call is the caller's to keep or end).
+  void takePrefetched();
   uint64_t chunkSize() const { return inode_.layout().chunk_size(); }
 
   ClientImpl* const client_;

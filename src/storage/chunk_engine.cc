@@ -709,6 +709,7 @@ Result<std::shared_ptr<ChunkEngine::File>> ChunkEngine::groupFile(uint32_t c, ui
     }
   }
   std::shared_ptr<File> file(new File{fd, dfd >= 0 ? dfd : fd});
+  file->path = std::move(path);
   if (struct stat st; ::fstat(fd, &st) == 0) {
     file->dev = st.st_dev;
     file->ino = st.st_ino;
@@ -775,6 +776,25 @@ Status mismatch(const ChunkMeta& m, uint64_t block) {
                             m.addr.group, m.addr.slot));
 }
 
+// The blocks a read of [offset, end) of a chunk `length` bytes long touches
+// (b0..b1), and how many of them from b0 on have a CRC in the slot's CRC
+// area (its whole blocks). REQUIRES: offset < end <= length.
+struct Blocks {
+  uint64_t b0 = 0, b1 = 0, full = 0, in_area = 0;
+  // Whether those CRCs lie in one page of the CRC area (what the CRC cache keeps).
+  bool inOnePage() const {
+    return b0 / CrcCache::kEntriesPerPage == (b0 + in_area - 1) / CrcCache::kEntriesPerPage;
+  }
+};
+Blocks blocksOf(uint64_t length, uint64_t offset, uint64_t end) {
+  Blocks b;
+  b.full = length / kBlockBytes;
+  b.b0 = offset / kBlockBytes;
+  b.b1 = (end - 1) / kBlockBytes;
+  b.in_area = b.b0 < b.full ? std::min(b.b1 + 1, b.full) - b.b0 : 0;
+  return b;
+}
+
 }  // namespace
 
 // One range read of readRange or startRead/finishRead: the plan, the
@@ -809,10 +829,11 @@ struct ChunkEngine::RangeRead {
 
 void ChunkEngine::beginRange(RangeRead& r, bool cached_crcs) {
   const ChunkMeta& m = r.m;
-  r.full = m.length / kBlockBytes;
-  r.b0 = r.offset / kBlockBytes;
-  r.b1 = (r.end - 1) / kBlockBytes;
-  r.crc_count = r.b0 < r.full ? std::min(r.b1 + 1, r.full) - r.b0 : 0;
+  const Blocks blocks = blocksOf(m.length, r.offset, r.end);
+  r.full = blocks.full;
+  r.b0 = blocks.b0;
+  r.b1 = blocks.b1;
+  r.crc_count = blocks.in_area;
   // A read of a full slot's last blocks whose CRCs lie in the first page of
   // the CRC area (right after the data) fetches data and CRCs in one I/O.
   r.data_to = roundUp(std::min((r.b1 + 1) * kBlockBytes, uint64_t{m.length}));
@@ -825,7 +846,7 @@ void ChunkEngine::beginRange(RangeRead& r, bool cached_crcs) {
   if (r.crc_count == 0 || r.fused) return;
   constexpr uint64_t kPerPage = CrcCache::kEntriesPerPage;
   const uint64_t b0 = r.b0;
-  if (cached_crcs && crc_cache_ && b0 / kPerPage == (b0 + r.crc_count - 1) / kPerPage) {
+  if (cached_crcs && crc_cache_ && blocks.inOnePage()) {
     static auto& hits = metrics::Registry::global().counter(
         "storage_crc_cache_hits_total", {}, "Reads whose CRCs came from the CRC cache");
     static auto& misses = metrics::Registry::global().counter(
@@ -1088,7 +1109,7 @@ Status ChunkEngine::checkReserve(uint64_t bytes) {
 }
 
 std::string ChunkEngine::groupPath(uint32_t c, uint32_t group) const {
-  return fmt::format("{}/data/c{}/g{}.dat", options_.path, c, group);
+  return fmt::format("{}/data/c{}/g{}.dat", abs_path_, c, group);
 }
 
 void ChunkEngine::punch(uint32_t c, SlotAddr a) {
@@ -1455,7 +1476,7 @@ std::optional<std::vector<Result<ChunkEngine::Location>>> ChunkEngine::locate(
   // Per range: its record, and where its CRCs come from.
   struct Plan {
     std::optional<ChunkMeta> m;
-    uint64_t b0 = 0, in_area = 0;      // blocks with a CRC in the CRC area
+    Blocks blocks;                     // none when the range starts at or past the chunk's end
     std::optional<CrcCache::Key> key;  // the page read is to be cached
     uint64_t generation = 0;
     AlignedBuffer page;
@@ -1491,25 +1512,23 @@ std::optional<std::vector<Result<ChunkEngine::Location>>> ChunkEngine::locate(
         continue;
       }
       Location loc;
-      loc.path = fmt::format("{}/data/c{}/g{}.dat", abs_path_, p.m->size_class, p.m->addr.group);
+      loc.path = (*file)->path;
       loc.dev = (*file)->dev;
       loc.ino = (*file)->ino;
       loc.slot_offset = slotPos(p.m->size_class, p.m->addr);
       loc.length = p.m->length;
       const uint64_t end = std::min<uint64_t>(r.offset + r.length, p.m->length);
       if (r.offset < end) {
-        const uint64_t b1 = (end - 1) / kBlockBytes;
-        const uint64_t full = p.m->length / kBlockBytes;
-        p.b0 = r.offset / kBlockBytes;
-        p.in_area = p.b0 < full ? std::min(b1 + 1, full) - p.b0 : 0;
-        loc.crcs.resize(b1 - p.b0 + 1);
-        if (b1 >= full) loc.crcs.back() = p.m->tail_crc;
+        p.blocks = blocksOf(p.m->length, r.offset, end);
+        loc.crcs.resize(p.blocks.b1 - p.blocks.b0 + 1);
+        if (p.blocks.b1 >= p.blocks.full) loc.crcs.back() = p.m->tail_crc;
       }
       constexpr uint64_t kPerPage = CrcCache::kEntriesPerPage;
-      if (p.in_area > 0 && crc_cache_ && p.b0 / kPerPage == (p.b0 + p.in_area - 1) / kPerPage) {
-        CrcCache::Key key{p.m->size_class, p.m->addr, static_cast<uint32_t>(p.b0 / kPerPage)};
-        if (!crc_cache_->get(key, p.m->chunk_version, static_cast<uint32_t>(p.b0 % kPerPage),
-                             static_cast<uint32_t>(p.in_area), loc.crcs.data(), &p.generation)) {
+      const uint64_t b0 = p.blocks.b0, in_area = p.blocks.in_area;
+      if (in_area > 0 && crc_cache_ && p.blocks.inOnePage()) {
+        CrcCache::Key key{p.m->size_class, p.m->addr, static_cast<uint32_t>(b0 / kPerPage)};
+        if (!crc_cache_->get(key, p.m->chunk_version, static_cast<uint32_t>(b0 % kPerPage),
+                             static_cast<uint32_t>(in_area), loc.crcs.data(), &p.generation)) {
           if (in_memory_only) return std::nullopt;
           // The whole page, cached once read.
           p.key = key;
@@ -1518,10 +1537,10 @@ std::optional<std::vector<Result<ChunkEngine::Location>>> ChunkEngine::locate(
               (*file)->fd, p.page.get(), CrcCache::kPageBytes,
               crcPos(p.m->size_class, p.m->addr) + key.page * CrcCache::kPageBytes));
         }
-      } else if (p.in_area > 0) {
+      } else if (in_area > 0) {
         if (in_memory_only) return std::nullopt;
-        io.push_back(IoRequest::readOf((*file)->fd, loc.crcs.data(), p.in_area * 4,
-                                       crcPos(p.m->size_class, p.m->addr) + p.b0 * 4));
+        io.push_back(IoRequest::readOf((*file)->fd, loc.crcs.data(), in_area * 4,
+                                       crcPos(p.m->size_class, p.m->addr) + b0 * 4));
       }
       out.emplace_back(std::move(loc));
     }
@@ -1539,8 +1558,9 @@ std::optional<std::vector<Result<ChunkEngine::Location>>> ChunkEngine::locate(
       Plan& p = plans[i];
       if (!out[i].ok()) continue;
       if (p.key) {
-        std::memcpy(out[i]->crcs.data(), p.page.get() + (p.b0 % CrcCache::kEntriesPerPage) * 4,
-                    p.in_area * 4);
+        std::memcpy(out[i]->crcs.data(),
+                    p.page.get() + (p.blocks.b0 % CrcCache::kEntriesPerPage) * 4,
+                    p.blocks.in_area * 4);
       }
       if (slot_allocations_.load() != allocations) {
         auto now = query(ranges[i].id);

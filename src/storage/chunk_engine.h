@@ -284,14 +284,15 @@ class ChunkEngine {
   ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB> db);
   Status rebuild();
   struct File {
-    int fd;   // buffered: the CRC area, fdatasync, punch hole
-    int dfd;  // data blocks: O_DIRECT when available, else == fd
+    int fd;            // buffered: the CRC area, fdatasync, punch hole
+    int dfd;           // data blocks: O_DIRECT when available, else == fd
+    std::string path;  // absolute
     uint64_t dev = 0, ino = 0;
     ~File();
   };
   // `open`: false returns null for a file not open now (no system call).
   Result<std::shared_ptr<File>> groupFile(uint32_t size_class, uint32_t group, bool open = true);
-  // `<path>/data/c<class>/g<group>.dat`.
+  // `<path>/data/c<class>/g<group>.dat`, with `path` made absolute.
   std::string groupPath(uint32_t size_class, uint32_t group) const;
   // Reads [offset, offset + n) of the chunk `m` into `out`, verifying every
   // block it touches. `cached_crcs`: CRCs may come from the CRC cache (scrub
@@ -363,7 +364,7 @@ class ChunkEngine {
   bool holdSlot(uint32_t size_class, SlotAddr a);
 
   ChunkEngineOptions options_;
-  std::string abs_path_;  // options_.path made absolute at open (locate)
+  std::string abs_path_;  // options_.path made absolute at open (groupPath)
   std::unique_ptr<IoBackend> io_;
   std::unique_ptr<CrcCache> crc_cache_;  // null: off
   std::unique_ptr<IoBackend> page_io_;   // psync: logged writes into the page cache
