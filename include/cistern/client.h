@@ -114,7 +114,9 @@ class File {
   // Reads up to n bytes at offset; *done is less than n only at the end of file.
   virtual Error pread(void* buf, size_t n, uint64_t offset, size_t* done) = 0;
   virtual Error pwrite(const void* buf, size_t n, uint64_t offset, size_t* done) = 0;
-  // Durable: buffered bytes are written to storage and the length to meta.
+  // Durable: buffered bytes are written to storage and synced there (with
+  // every other write of this client to the same targets), the length is
+  // recorded by meta.
   virtual Error fsync() = 0;
   // fsync() and end the file's session. Further calls fail with EBADF.
   virtual Error close() = 0;
@@ -154,6 +156,13 @@ class Client {
     // "Short-circuit reads"); only a client that can open those files (the
     // servers' user, or root) can. false: always through the server.
     bool short_circuit_reads = true;
+    // Chunk writes are acknowledged once they are on the storage servers'
+    // disks (in the device's or the kernel's cache) and made durable by
+    // fsync() and close() — one Sync per target this client wrote to — or
+    // by the servers themselves within storage.sync_interval_ms
+    // (docs/client.md, "Durability"). true: every write is durable when it
+    // returns (the servers sync each batch of writes).
+    bool sync_each_write = false;
     // Metadata calls to servers running in this same process (`cistern up
     // --mount`) run on the calling thread instead of over loopback TCP;
     // false: always over the socket, as from another process.

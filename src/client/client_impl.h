@@ -106,6 +106,11 @@ class ClientImpl final : public Client {
   // a chunk's end read as zeros. The caller clips n to the file's length.
   Status readData(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* out);
   Status writeData(const meta::Inode& inode, uint64_t offset, size_t n, const uint8_t* in);
+  // Makes the chunk writes acknowledged so far durable: one Sync to each
+  // chain this client wrote to unsynced since its last sync (none with
+  // Options::sync_each_write). kIOError if a target's host booted in
+  // between (those writes may be lost).
+  Status syncWrites();
   // The first step of a truncate of `ino` by `caller` to `new_size` (0 for
   // O_TRUNC): gets the inode as meta has it now, provided the caller may
   // access it so (`mask`: R_OK | W_OK, as for access(2)), and when new_size
@@ -287,6 +292,17 @@ class ClientImpl final : public Client {
   std::unique_ptr<asio::thread_pool> local_pool_;
   std::unique_ptr<ShmSlots> shm_;                // null: off
   std::unique_ptr<ShortCircuit> short_circuit_;  // null: off
+  // Chains written unsynced (syncWrites): written/synced count
+  // acknowledged writes and how many of them a finished Sync covers.
+  struct UnsyncedChain {
+    std::string host_boot_id;  // of the target's host, as its last write said
+    uint64_t written = 0;
+    uint64_t synced = 0;
+    bool lost = false;  // the host booted with writes unsynced
+  };
+  void noteUnsynced(uint32_t chain, const std::string& host_boot_id);
+  std::mutex unsynced_mu_;
+  std::unordered_map<uint32_t, UnsyncedChain> unsynced_;  // by chain
 
   std::shared_mutex routing_mu_;
   net::Endpoint meta_endpoint_;

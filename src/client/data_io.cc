@@ -45,6 +45,10 @@ const net::Method& kLocate() {
   static const auto m = net::Method::of("cistern.storage.StorageService.Locate");
   return m;
 }
+const net::Method& kSync() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.Sync");
+  return m;
+}
 const net::Method& kTruncate() {
   static const auto m = net::Method::of("cistern.storage.StorageService.Truncate");
   return m;
@@ -159,8 +163,9 @@ Status rangeStatus(const storage::BatchReadResp& resp, size_t* got) {
 class ClientImpl::SocketPiece {
  public:
   // `fence`: a write's not_after_unix_ns (ClientImpl::attemptFence).
-  SocketPiece(bool write, const meta::Inode& inode, Piece& p, const ChainRoute& r, uint64_t fence)
-      : write_(write), p_(p) {
+  SocketPiece(ClientImpl& client, bool write, const meta::Inode& inode, Piece& p,
+              const ChainRoute& r, uint64_t fence)
+      : client_(client), write_(write), p_(p) {
     options_.ran_locally = &local_;
     if (write) {
       write_req_.mutable_chunk()->set_inode(inode.ino());
@@ -168,6 +173,7 @@ class ClientImpl::SocketPiece {
       write_req_.set_offset(p.offset);
       write_req_.set_chain_version(r.version);
       write_req_.set_not_after_unix_ns(fence);
+      write_req_.set_unsynced(!client.options_.sync_each_write);
       options_.request_payload = std::span<const uint8_t>(p.data, p.length);
     } else {
       auto* range = read_req_.add_ranges();
@@ -197,6 +203,7 @@ class ClientImpl::SocketPiece {
     const char* path = local_ ? "local" : "socket";
     if (write_) {
       writeBytes(path).inc(p_.length);
+      if (write_req_.unsynced()) client_.noteUnsynced(p_.chain, write_resp_.host_boot_id());
       return s;
     }
     RETURN_ON_ERROR(rangeStatus(read_resp_, &got_));
@@ -206,6 +213,7 @@ class ClientImpl::SocketPiece {
   }
 
  private:
+  ClientImpl& client_;
   bool write_;
   Piece& p_;
   storage::WriteReq write_req_;
@@ -248,7 +256,7 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
     if (via) {
       s = *via;
     } else {
-      SocketPiece call(write, inode, p, *r, write ? attemptFence() : 0);
+      SocketPiece call(*this, write, inode, p, *r, write ? attemptFence() : 0);
       s = co_await rpc_->call(r->endpoint, call.method(), call.request(), call.response(),
                               call.options());
       s = call.finish(std::move(s));
@@ -281,7 +289,7 @@ Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece&
   return retryBlocking(
       p.chain,
       [&](const ChainRoute& r) {
-        SocketPiece call(write, inode, p, r, write ? blockingFence(r.endpoint, kWrite()) : 0);
+        SocketPiece call(*this, write, inode, p, r, write ? blockingFence(r.endpoint, kWrite()) : 0);
         return call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
                                           call.response(), call.options()));
       },
@@ -297,7 +305,7 @@ Status ClientImpl::runPieceShortCircuit(const meta::Inode& inode, Piece& p,
           // The answer located in advance serves the first attempt only.
           if (auto s = shortCircuitRead(r, inode, p, std::exchange(located, nullptr))) return *s;
         }
-        SocketPiece call(false, inode, p, r, 0);
+        SocketPiece call(*this, false, inode, p, r, 0);
         return call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
                                           call.response(), call.options()));
       },
@@ -456,11 +464,15 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmWrite(const ChainRoute& r,
   req.set_shm_offset(shm_->offset(slot));
   req.set_shm_length(p.length);
   req.set_not_after_unix_ns(attemptFence());
+  req.set_unsynced(!options_.sync_each_write);
   storage::WriteResp resp;
   Status s = co_await rpc_->call(r.endpoint, kWrite(), req, &resp);
   // Ended before the server answered: it may still be reading the slot.
   shm_->give(slot, !endedUnanswered(s));
-  if (s.ok()) writeBytes("shm").inc(p.length);
+  if (s.ok()) {
+    writeBytes("shm").inc(p.length);
+    if (req.unsynced()) noteUnsynced(p.chain, resp.host_boot_id());
+  }
   if (s.code() == ErrorCode::kNotFound) {
     // The server dropped our memory (restarted, or made room): over the
     // socket this time, attached anew next time.
@@ -743,6 +755,60 @@ Status ClientImpl::truncateChunk(const meta::Inode& inode, uint64_t index, uint6
       },
       [&] { return fmt::format("truncate chunk {}:{}", inode.ino(), index); },
       /*fenced=*/fence == 0);
+}
+
+void ClientImpl::noteUnsynced(uint32_t chain, const std::string& host_boot_id) {
+  std::lock_guard lock(unsynced_mu_);
+  UnsyncedChain& u = unsynced_[chain];
+  // The host booted with writes not yet synced: they may be gone.
+  if (u.written > u.synced && u.host_boot_id != host_boot_id) u.lost = true;
+  u.host_boot_id = host_boot_id;
+  ++u.written;
+}
+
+Status ClientImpl::syncWrites() {
+  struct Todo {
+    uint32_t chain;
+    std::string host_boot_id;
+    uint64_t written;
+    bool lost;
+  };
+  std::vector<Todo> todo;
+  {
+    std::lock_guard lock(unsynced_mu_);
+    for (auto& [chain, u] : unsynced_) {
+      if (u.written > u.synced || u.lost) todo.push_back({chain, u.host_boot_id, u.written, u.lost});
+      u.lost = false;
+    }
+  }
+  Status first;
+  for (const Todo& t : todo) {
+    Status s;
+    if (t.lost) {
+      s = Status(ErrorCode::kIOError,
+                 fmt::format("chain {}: its target's host booted before writes to it were synced; "
+                             "they may never have reached the disk",
+                             t.chain));
+    } else {
+      s = retryBlocking(
+          t.chain,
+          [&](const ChainRoute& r) {
+            storage::SyncReq req;
+            req.set_host_boot_id(t.host_boot_id);
+            storage::SyncResp resp;
+            return rpc_->callSync(r.endpoint, kSync(), req, &resp);
+          },
+          [&] { return fmt::format("sync chain {}", t.chain); });
+    }
+    if (s.ok()) {
+      std::lock_guard lock(unsynced_mu_);
+      UnsyncedChain& u = unsynced_[t.chain];
+      u.synced = std::max(u.synced, t.written);
+    } else if (first.ok()) {
+      first = s;
+    }
+  }
+  return first;
 }
 
 uint64_t ClientImpl::attemptFence() const {

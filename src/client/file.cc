@@ -418,6 +418,8 @@ Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t*
 Status FileImpl::syncLocked() {
   RETURN_ON_ERROR(flushLocked());
   if (!sticky_error_.ok()) return sticky_error_;
+  // The bytes on the servers' disks before the length that covers them.
+  RETURN_ON_ERROR(client_->syncWrites());
   if (wrote_ || size_ > meta_size_) {
     ASSIGN_OR_RETURN(last_inode_, client_->metaClose(inode_.ino(), 0, size_, wrote_));
     meta_size_ = size_;
@@ -457,6 +459,7 @@ Error FileImpl::syncAndEnd(uint64_t session) {
   if (closeInlineLocked(session)) return {};
   Status s = flushLocked();
   if (s.ok()) s = sticky_error_;
+  if (s.ok() && can_write_) s = client_->syncWrites();
   if (!s.ok()) {
     if (session != 0) (void)client_->metaClose(inode_.ino(), session, meta_size_, false);
     return toError(s, path_);
@@ -483,6 +486,7 @@ Error FileImpl::close() {
   if (!closeInlineLocked(session_)) {
     flushed = flushLocked();
     if (flushed.ok()) flushed = sticky_error_;
+    if (flushed.ok() && can_write_) flushed = client_->syncWrites();
     uint64_t length = flushed.ok() ? size_ : meta_size_;
     if (session_ != 0 || wrote_)
       closed = client_->metaClose(inode_.ino(), session_, length, wrote_).status();

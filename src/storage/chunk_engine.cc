@@ -6,6 +6,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <sys/stat.h>
@@ -117,6 +118,7 @@ struct ChunkEngine::PendingCommit {
   std::string logged;    // encodeLoggedWrite: the data goes in the log record
   uint64_t version = 0;  // of the batch, once logged
   Status status;
+  bool lazy = false;         // unsynced write; false once its batch turned out durable
   bool past_stage1 = false;  // its batch left stage 1
   bool leading = false;      // its writer is leading a stage
   bool done = false;
@@ -280,7 +282,7 @@ Status ChunkEngine::logRecords(const std::vector<PendingCommit*>& batch) {
     files |= p->file != nullptr;
   }
   ops.push_back({kv::WriteOp::kSet, kDurableVersionKey,
-                 encodeVersion(meta_applied_.load(std::memory_order_acquire))});
+                 encodeVersion(durable_version_.load(std::memory_order_acquire))});
   const uint64_t version = ++meta_version_;
   for (PendingCommit* p : batch) p->version = version;
   std::string payload = kv::encodeLogBatch(ops);
@@ -293,13 +295,25 @@ Status ChunkEngine::logRecords(const std::vector<PendingCommit*>& batch) {
 }
 
 // Stage 2 with the metadata log: fdatasyncs the group files of the batches
-// (their records went to the log before), then puts the records in
-// RocksDB's memtable.
+// (their records went to the log before) and of the unsynced batches before
+// them, then puts the records in RocksDB's memtable. A batch of unsynced
+// writes only hands its files to the next sync.
 Status ChunkEngine::syncAndApply(const std::vector<PendingCommit*>& batch) {
-  // As a failed sync: the target fails, the records stay in the log unsynced.
-  if (Status f = CISTERN_FAULT("storage.commit.before_data_sync"); !f.ok())
-    return fail(f.toString());
-  RETURN_ON_ERROR(syncData(batch));
+  const bool lazy = std::all_of(batch.begin(), batch.end(), [](auto* p) { return p->lazy; });
+  if (lazy) {
+    std::lock_guard lock(unsynced_mu_);
+    for (PendingCommit* p : batch) {
+      if (std::find(unsynced_files_.begin(), unsynced_files_.end(), p->file) ==
+          unsynced_files_.end())
+        unsynced_files_.push_back(p->file);
+    }
+  } else {
+    // As a failed sync: the target fails, the records stay in the log unsynced.
+    if (Status f = CISTERN_FAULT("storage.commit.before_data_sync"); !f.ok())
+      return fail(f.toString());
+    for (PendingCommit* p : batch) p->lazy = false;
+    RETURN_ON_ERROR(syncUnsynced(&batch));
+  }
   kv::WriteBatch ops;
   ops.reserve(batch.size());
   for (PendingCommit* p : batch)
@@ -315,6 +329,95 @@ Status ChunkEngine::syncAndApply(const std::vector<PendingCommit*>& batch) {
   meta_applied_.store(version, std::memory_order_release);
   return Status::OK();
 }
+
+bool ChunkEngine::unsyncedRoom(uint64_t bytes) {
+  std::lock_guard lock(unsynced_mu_);
+  if (unsynced_bytes_ + bytes > options_.unsynced_bytes_max) return false;
+  unsynced_bytes_ += bytes;
+  return true;
+}
+
+// Every batch up to `covers` went past stage 2, so the files of the
+// unsynced ones among them are in unsynced_files_ or were synced by an
+// earlier pass after their data and log record were written; one flush of
+// the device after that makes them and their records durable.
+Status ChunkEngine::syncUnsynced(const std::vector<PendingCommit*>* also) {
+  static auto& syncs = metrics::Registry::global().counter(
+      "storage_data_syncs_total", {}, "fdatasync calls on group files (one per file per batch)");
+  std::lock_guard sync_lock(sync_mu_);
+  if (failed_)
+    return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
+  const uint64_t covers =
+      also ? also->back()->version : meta_applied_.load(std::memory_order_acquire);
+  std::vector<std::shared_ptr<File>> files;
+  {
+    std::lock_guard lock(unsynced_mu_);
+    files.swap(unsynced_files_);
+    unsynced_bytes_ = 0;
+  }
+  if (also) {
+    for (PendingCommit* p : *also) {
+      if (p->file && std::find(files.begin(), files.end(), p->file) == files.end())
+        files.push_back(p->file);
+    }
+  }
+  if (options_.sync) {
+    for (const auto& f : files) {
+      if (::fdatasync(f->fd) != 0) {
+        // Never retried: the page cache may have dropped the dirty pages.
+        return fail(fmt::format("fdatasync of a group file: {}", std::strerror(errno)));
+      }
+      syncs.inc();
+    }
+  }
+  if (covers > durable_version_.load()) durable_version_.store(covers, std::memory_order_release);
+  std::vector<FreedSlot> free;
+  {
+    std::lock_guard lock(unsynced_mu_);
+    const uint64_t durable = durable_version_.load();
+    std::erase_if(unsynced_freed_, [&](const FreedSlot& f) {
+      if (f.version > durable) return false;
+      free.push_back(f);
+      return true;
+    });
+  }
+  for (const FreedSlot& f : free) releaseSlot(f.size_class, f.addr, /*removed=*/false);
+  return Status::OK();
+}
+
+Status ChunkEngine::sync() {
+  if (failed_)
+    return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
+  return unsynced_ok_ ? syncUnsynced() : Status::OK();
+}
+
+void ChunkEngine::syncerLoop() {
+  std::unique_lock lock(unsynced_mu_);
+  for (;;) {
+    syncer_cv_.wait_for(lock, std::chrono::milliseconds(options_.sync_interval_ms),
+                        [&] { return syncer_stop_; });
+    if (syncer_stop_) return;
+    if (unsynced_files_.empty() && unsynced_freed_.empty()) continue;
+    lock.unlock();
+    if (Status s = syncUnsynced(); !s.ok())
+      CLOG_WARN("storage", "target {}: sync of unsynced writes: {}", options_.path, s.toString());
+    lock.lock();
+  }
+}
+
+// A memtable flush must not persist a record whose data is not yet durable:
+// every record in the memtables it writes was applied after its data was
+// written and its file handed to the next sync, which this runs first.
+struct ChunkEngine::FlushListener : rocksdb::EventListener {
+  std::atomic<ChunkEngine*> engine{nullptr};
+  void OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) override {
+    ChunkEngine* e = engine.load();
+    if (e == nullptr || !e->unsynced_ok_) return;
+    if (Status s = e->syncUnsynced(); !s.ok())
+      CLOG_WARN("storage", "target {}: sync before a metadata flush: {}", e->options_.path,
+                s.toString());
+  }
+};
 
 // Whether the data a chunk record (key, value) names verifies on disk; a
 // record read back from the log after a crash. A chunk whose data does not
@@ -445,6 +548,7 @@ Status ChunkEngine::openMetaLog() {
                       log_st.st_dev == data_st.st_dev;
   meta_version_ = last;
   meta_applied_.store(last);
+  durable_version_.store(last);
   return meta_log_->start(last + 1, [this] { return checkpointMeta(); });
 }
 
@@ -545,6 +649,18 @@ bool ChunkEngine::bounceFor(const uint8_t* p, size_t n) const {
 }
 
 ChunkEngine::~ChunkEngine() {
+  if (syncer_.joinable()) {
+    {
+      std::lock_guard lock(unsynced_mu_);
+      syncer_stop_ = true;
+    }
+    syncer_cv_.notify_all();
+    syncer_.join();
+  }
+  if (unsynced_ok_ && options_.flush_at_close) {
+    if (Status s = syncUnsynced(); !s.ok())
+      CLOG_WARN("storage", "target {}: unsynced writes at close: {}", options_.path, s.toString());
+  }
   if (meta_log_) {
     meta_log_.reset();  // stops its checkpoint thread
     if (!options_.flush_at_close) {
@@ -560,6 +676,7 @@ ChunkEngine::~ChunkEngine() {
     }
   }
   if (db_) (void)db_->Close();
+  if (flush_listener_) flush_listener_->engine.store(nullptr);
 }
 
 void ChunkEngineOptions::bind(ConfigBinder& b, const std::string& p) {
@@ -579,6 +696,12 @@ void ChunkEngineOptions::bind(ConfigBinder& b, const std::string& p) {
          "and a copy (one segment per I/O)");
   b.bind(p + ".kept_free_bytes", &kept_free_bytes,
          "freed slots keep their disk blocks up to this many bytes per target");
+  b.bind(p + ".sync_interval_ms", &sync_interval_ms,
+         "longest an unsynced write (a client's, made durable at its fsync or close) waits for "
+         "the target to sync it");
+  b.bind(p + ".unsynced_bytes_max", &unsynced_bytes_max,
+         "bytes of unsynced writes (and the old slots they hold) past which a write is synced at "
+         "once");
 }
 
 Status ChunkEngineOptions::validate() const {
@@ -587,6 +710,8 @@ Status ChunkEngineOptions::validate() const {
     return Status(ErrorCode::kInvalidArgument,
                   "storage open_files_max and groups_max must be at least 1");
   }
+  if (sync_interval_ms == 0)
+    return Status(ErrorCode::kInvalidArgument, "storage sync_interval_ms must be at least 1");
   return Status::OK();
 }
 
@@ -612,10 +737,14 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   table.cache_index_and_filter_blocks = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  auto listener = std::make_shared<FlushListener>();
+  o.listeners.push_back(listener);
   rocksdb::DB* raw = nullptr;
   RETURN_ON_ERROR(fromRocks(rocksdb::DB::Open(o, options.path + "/meta", &raw),
                             "open " + options.path + "/meta"));
   std::unique_ptr<ChunkEngine> engine(new ChunkEngine(options, std::unique_ptr<rocksdb::DB>(raw)));
+  engine->flush_listener_ = listener;
+  listener->engine.store(engine.get());
   auto io = makeIoBackend(options.io_engine);
   if (!io.ok() && io.code() == ErrorCode::kNotSupported) {
     CLOG_WARN("storage", "target {}: {}; using psync", options.path, io.status().toString());
@@ -644,6 +773,10 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   engine->log_data_ = options.log_small_writes && options.sync && engine->meta_log_ &&
                       engine->log_batch_bytes_max_ >= 2 * slotStride(0);
   engine->findKeptSlots();  // after log_data_: logged classes keep nothing
+  // An unsynced record goes out with O_DIRECT: the group files' sync must
+  // flush it from the device's cache too.
+  engine->unsynced_ok_ = options.sync && engine->meta_log_ && engine->flush_covers_log_;
+  if (engine->unsynced_ok_) engine->syncer_ = std::thread([e = engine.get()] { e->syncerLoop(); });
   return engine;
 }
 
@@ -1195,7 +1328,8 @@ void ChunkEngine::trimKept(uint64_t budget) {
 }
 
 Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
-                                     uint64_t chain_version, bool stable, int64_t not_after_ns) {
+                                     uint64_t chain_version, bool stable, int64_t not_after_ns,
+                                     bool durable) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
   if (offset + data.size() > kMaxChunkBytes) {
@@ -1208,7 +1342,7 @@ Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<cons
   ASSIGN_OR_RETURN(auto old, query(id));
   RETURN_ON_ERROR(checkChainVersion(id, old, chain_version));
   return apply(id, old, offset, data.data(), data.size(), chain_version,
-               old ? old->length : uint64_t{0}, stable);
+               old ? old->length : uint64_t{0}, stable, durable);
 }
 
 Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t chain_version,
@@ -1250,7 +1384,8 @@ Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t ch
 // zeros. REQUIRES: the chunk lock is held; keep <= old length.
 Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>& old,
                                      uint64_t offset, const uint8_t* data, uint64_t len,
-                                     uint64_t chain_version, uint64_t keep, bool stable) {
+                                     uint64_t chain_version, uint64_t keep, bool stable,
+                                     bool durable) {
   static auto& write_bytes = metrics::Registry::global().counter(
       "storage_write_bytes_total", {}, "Chunk bytes written by writes and truncates");
   write_bytes.inc(len);
@@ -1401,6 +1536,10 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
   m.chain_version = chain_version;
   m.tail_crc = tail_crc;
   PendingCommit pending{logged ? nullptr : *file, encodeChunkKey(id), encodeChunkMeta(m)};
+  // Unsynced: the bytes written, and the old slot held until the sync.
+  pending.lazy = !durable && unsynced_ok_ && !logged &&
+                 unsyncedRoom(new_len - write_from +
+                              (old && !in_place ? classBytes(old->size_class) : 0));
   if (logged) {
     addDirty(*file);  // after its bytes were written, before its record commits
     pending.logged = std::move(logged_bytes);
@@ -1429,7 +1568,18 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
     data_bytes_[c] += new_len;
   }
   RETURN_ON_ERROR(CISTERN_FAULT("storage.write.after_meta"));
-  if (old && !in_place) releaseSlot(old->size_class, old->addr, /*removed=*/false);
+  if (old && !in_place) {
+    // A crash before the sync may bring the old record back: its slot
+    // waits for the sync that makes this one durable.
+    if (pending.lazy) {
+      std::lock_guard lock(unsynced_mu_);
+      if (durable_version_.load() < pending.version) {
+        unsynced_freed_.push_back(FreedSlot{old->size_class, old->addr, pending.version});
+        return m;
+      }
+    }
+    releaseSlot(old->size_class, old->addr, /*removed=*/false);
+  }
   return m;
 }
 

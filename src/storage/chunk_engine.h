@@ -40,6 +40,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -140,6 +141,20 @@ struct ChunkEngineOptions {
   // Closing flushes RocksDB's memtable so that the next open replays
   // nothing. Tests turn it off to reopen as after a crash. Default: true.
   bool flush_at_close = true;
+  // Unsynced writes (write(..., durable = false); WriteReq.unsynced): each
+  // is acknowledged once its data is on the device and its record applied,
+  // and made durable by the next sync() — a client's fsync or close — or
+  // by the engine itself within `sync_interval_ms`. A write that would take
+  // the bytes waiting for a sync (the data, plus the slots of their
+  // chunks' previous versions, held until then) past `unsynced_bytes_max`
+  // is synced at once instead. A crash of the process loses none of them
+  // (their bytes are in the device or the page cache); a power loss may
+  // lose those not yet synced, each chunk then showing its previous
+  // version (docs/chunk_format.md, "Unsynced writes"). Without the
+  // metadata log or `sync`, or when the log lives on another file system
+  // than the data, every write is durable. Defaults: 1000 ms, 1 GiB.
+  uint32_t sync_interval_ms = 1000;
+  uint64_t unsynced_bytes_max = 1ull << 30;
 
   // Binds the fields a deployment tunes to `<prefix>.<name>` keys (not the
   // ones that fix the layout on disk, such as group_bytes).
@@ -166,8 +181,15 @@ class ChunkEngine {
   // `not_after_ns` (wall clock, ns since the Unix epoch; 0: none): past it
   // once the chunk is locked, the write is refused with kLeaseExpired and
   // changes nothing (WriteReq.not_after_unix_ns).
+  // `durable`: false acknowledges the write before its data and record are
+  // synced (ChunkEngineOptions::sync_interval_ms); sync() makes it durable.
   Result<ChunkMeta> write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
-                          uint64_t chain_version, bool stable = false, int64_t not_after_ns = 0);
+                          uint64_t chain_version, bool stable = false, int64_t not_after_ns = 0,
+                          bool durable = true);
+  // Makes every write acknowledged so far durable (one fdatasync per group
+  // file unsynced writes went to). An error fails the target, as any
+  // failed sync does.
+  Status sync();
   // Sets the chunk's length: shorter drops the tail, longer appends zeros.
   // Creates a missing chunk of that length. Returns the new metadata.
   Result<ChunkMeta> truncate(ChunkId id, uint64_t length, uint64_t chain_version,
@@ -318,7 +340,7 @@ class ChunkEngine {
   // `data` (zeros if null). REQUIRES: the chunk lock is held.
   Result<ChunkMeta> apply(ChunkId id, const std::optional<ChunkMeta>& old, uint64_t offset,
                           const uint8_t* data, uint64_t len, uint64_t chain_version, uint64_t keep,
-                          bool stable = false);
+                          bool stable = false, bool durable = true);
   // kNoSpace unless the filesystem has `bytes` free past the reserve, after
   // punching every kept slot if that is what it takes.
   Status checkReserve(uint64_t bytes);
@@ -350,6 +372,16 @@ class ChunkEngine {
   Result<bool> dataOnDisk(std::string_view key, std::string_view value);
 
   Status openMetaLog();
+
+  // Unsynced writes. unsyncedRoom: whether `bytes` more may wait for a
+  // sync (counted if so). syncUnsynced: fdatasyncs the group files that
+  // batches of unsynced writes up to the applied version went to, then
+  // marks that version durable and releases the slots those writes freed;
+  // `also` (a durable batch's own files) are synced in the same pass.
+  bool unsyncedRoom(uint64_t bytes);
+  Status syncUnsynced(const std::vector<PendingCommit*>* also = nullptr);
+  void syncerLoop();
+  struct FlushListener;
   // Syncs the group files logged writes went to, flushes RocksDB, then lets
   // go of held slots; returns the version RocksDB holds.
   Result<uint64_t> checkpointMeta();
@@ -406,6 +438,28 @@ class ChunkEngine {
   std::vector<std::shared_ptr<File>> dirty_files_;
   std::unordered_map<uint64_t, uint64_t> logged_slots_;
   std::vector<std::pair<SlotAddr, uint64_t>> held_;
+
+  // Unsynced writes (ChunkEngineOptions::sync_interval_ms).
+  bool unsynced_ok_ = false;  // the options and the log's place allow them
+  // Batches up to it have their data and record durable (with the log).
+  std::atomic<uint64_t> durable_version_{0};
+  std::mutex sync_mu_;  // one syncUnsynced at a time, held across its fdatasyncs
+  std::mutex unsynced_mu_;
+  // Under unsynced_mu_: group files of unsynced batches that went past
+  // stage 1 (their log records are on the device too); the bytes waiting;
+  // slots those writes freed (class, slot, the batch's version).
+  std::vector<std::shared_ptr<File>> unsynced_files_;
+  uint64_t unsynced_bytes_ = 0;
+  struct FreedSlot {
+    uint32_t size_class;
+    SlotAddr addr;
+    uint64_t version;
+  };
+  std::vector<FreedSlot> unsynced_freed_;
+  std::thread syncer_;
+  std::condition_variable syncer_cv_;
+  bool syncer_stop_ = false;  // under unsynced_mu_
+  std::shared_ptr<FlushListener> flush_listener_;
 };
 
 }  // namespace cistern::storage

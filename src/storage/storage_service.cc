@@ -254,6 +254,16 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
                        RETURN_ON_ERROR(admitted.admit(req.qos()));
                        return truncateChunk(req, static_cast<TruncateResp&>(r));
                      });
+  server.handle<SyncReq, SyncResp>(
+      method("Sync"),
+      [this](net::CallContext&, const SyncReq& req, SyncResp&) -> asio::awaitable<Status> {
+        co_return co_await net::runBlocking(pool_, [&] { return syncTarget(req); });
+      });
+  server.handleLocal(method("Sync"),
+                     [this](const google::protobuf::Message& m, google::protobuf::Message&,
+                            net::LocalPayloads&) -> Status {
+                       return syncTarget(static_cast<const SyncReq&>(m));
+                     });
   server.handle<ListReq, ListResp>(
       method("List"),
       [this](net::CallContext&, const ListReq& req, ListResp& resp) -> asio::awaitable<Status> {
@@ -464,8 +474,10 @@ Status StorageService::writeChunk(const WriteReq& req, std::span<const uint8_t> 
   RETURN_ON_ERROR(CISTERN_FAULT("storage.write.queued"));
   ASSIGN_OR_RETURN(ChunkMeta m,
                    engine_.write(idOf(req.chunk()), req.offset(), data, req.chain_version(),
-                                 /*stable=*/!copy, static_cast<int64_t>(req.not_after_unix_ns())));
+                                 /*stable=*/!copy, static_cast<int64_t>(req.not_after_unix_ns()),
+                                 /*durable=*/!req.unsynced()));
   fill(resp.mutable_info(), m);
+  if (req.unsynced()) resp.set_host_boot_id(hostBootId());
   return Status::OK();
 }
 
@@ -496,6 +508,16 @@ size_t StorageService::readRanges(const BatchReadReq& req, uint8_t* dest, BatchR
     at += got;  // only the bytes returned, back to back
   }
   return at;
+}
+
+Status StorageService::syncTarget(const SyncReq& req) {
+  if (!req.host_boot_id().empty() && req.host_boot_id() != hostBootId()) {
+    return Status(ErrorCode::kIOError,
+                  fmt::format("target {}: its host booted after the unsynced writes being synced: "
+                              "they may never have reached the disk",
+                              engine_.path()));
+  }
+  return engine_.sync();
 }
 
 Status StorageService::truncateChunk(const TruncateReq& req, TruncateResp& resp) {

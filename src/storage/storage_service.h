@@ -31,6 +31,7 @@ namespace cistern::storage {
 class BatchReadReq;
 class BatchReadResp;
 class TruncateReq;
+class SyncReq;
 class TruncateResp;
 class WriteReq;
 class WriteResp;
@@ -61,6 +62,7 @@ class StorageService {
   // `copy`: `data` may change meanwhile (the engine checksums a copy).
   Status writeChunk(const WriteReq& req, std::span<const uint8_t> data, bool copy, WriteResp& resp);
   Status truncateChunk(const TruncateReq& req, TruncateResp& resp);
+  Status syncTarget(const SyncReq& req);
   // Where a batch read's bytes go in the client's shared memory it names
   // (`*shm` then holds that mapping); null when it names none.
   Result<uint8_t*> readShm(const BatchReadReq& req, uint64_t total,
