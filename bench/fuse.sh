@@ -3,9 +3,11 @@
 # the local disk, then the same fio jobs and small-file test on the mount and
 # on a local directory of the same disk, in alternating order. Prints the
 # ratios mount/local and the small-file rates on the mount. The mount's
-# direct writes are durable when they complete; fuse_seqwrite_direct_vs_local_dsync
-# compares them with local direct writes that are too (O_DSYNC), next to the
-# plain local direct writes, which may still sit in the disk's write cache.
+# direct writes, like the local disk's, are acknowledged in the device's
+# cache and made durable by fsync/close (docs/client.md, "Durability"; the
+# servers also sync within a second); fuse_seqwrite_direct_vs_local_dsync
+# compares them with local direct writes that are durable each (O_DSYNC), as
+# the mount's are with client.sync_each_write = true.
 #   BENCH_DIR   the disk (default: a fresh directory under /var/tmp)
 #   FUSE_BENCH_MIB   size of the sequential files (default 1024)
 #   FUSE_BENCH_FILES number of small files (default 10000)
@@ -42,7 +44,7 @@ fio_job() {
   case $job in
     seqwrite_direct) args="--rw=write --bs=1M --direct=1 --ioengine=libaio --iodepth=8" ;;
     # The same writes, each durable when it completes (O_DSYNC), as the
-    # mount's are: a chunk write is acknowledged after its data is synced.
+    # mount's are with client.sync_each_write = true.
     seqwrite_direct_dsync) args="--rw=write --bs=1M --direct=1 --ioengine=libaio --iodepth=8 --sync=dsync" ;;
     seqread_direct) args="--rw=read --bs=1M --direct=1 --ioengine=libaio --iodepth=8" ;;
     seqwrite_buffered) args="--rw=write --bs=1M --direct=0 --ioengine=psync --end_fsync=1" ;;

@@ -21,7 +21,7 @@ void bindClientOptions(ConfigBinder& b, const std::string& p, Client::Options* o
          "this process can open them (verified against the servers' CRCs)");
   b.bind(p + ".sync_each_write", &o->sync_each_write,
          "every chunk write is durable when it returns (false: durable at fsync and close, or "
-         "within the servers' storage.sync_interval_ms)");
+         "within the servers' sync interval)");
   b.bind(p + ".inline_max_bytes", &o->inline_max_bytes,
          "a new file written whole and no larger than this may keep its bytes in the metadata "
          "(0: never; at most 64 KiB)");

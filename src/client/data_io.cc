@@ -289,7 +289,8 @@ Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece&
   return retryBlocking(
       p.chain,
       [&](const ChainRoute& r) {
-        SocketPiece call(*this, write, inode, p, r, write ? blockingFence(r.endpoint, kWrite()) : 0);
+        SocketPiece call(*this, write, inode, p, r,
+                         write ? blockingFence(r.endpoint, kWrite()) : 0);
         return call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
                                           call.response(), call.options()));
       },
@@ -777,7 +778,8 @@ Status ClientImpl::syncWrites() {
   {
     std::lock_guard lock(unsynced_mu_);
     for (auto& [chain, u] : unsynced_) {
-      if (u.written > u.synced || u.lost) todo.push_back({chain, u.host_boot_id, u.written, u.lost});
+      if (u.written > u.synced || u.lost)
+        todo.push_back({chain, u.host_boot_id, u.written, u.lost});
       u.lost = false;
     }
   }
@@ -799,8 +801,14 @@ Status ClientImpl::syncWrites() {
             return rpc_->callSync(r.endpoint, kSync(), req, &resp);
           },
           [&] { return fmt::format("sync chain {}", t.chain); });
+      // A server from before the Sync call ignores `unsynced`: its writes
+      // were durable when acknowledged.
+      if (s.code() == ErrorCode::kUnknownMethod) s = Status::OK();
     }
     if (s.ok()) {
+      static auto& syncs = metrics::Registry::global().counter(
+          "client_syncs_total", {}, "Syncs of storage targets this client wrote to unsynced");
+      syncs.inc();
       std::lock_guard lock(unsynced_mu_);
       UnsyncedChain& u = unsynced_[t.chain];
       u.synced = std::max(u.synced, t.written);

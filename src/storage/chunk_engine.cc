@@ -1537,9 +1537,9 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
   m.tail_crc = tail_crc;
   PendingCommit pending{logged ? nullptr : *file, encodeChunkKey(id), encodeChunkMeta(m)};
   // Unsynced: the bytes written, and the old slot held until the sync.
-  pending.lazy = !durable && unsynced_ok_ && !logged &&
-                 unsyncedRoom(new_len - write_from +
-                              (old && !in_place ? classBytes(old->size_class) : 0));
+  pending.lazy =
+      !durable && unsynced_ok_ && !logged &&
+      unsyncedRoom(new_len - write_from + (old && !in_place ? classBytes(old->size_class) : 0));
   if (logged) {
     addDirty(*file);  // after its bytes were written, before its record commits
     pending.logged = std::move(logged_bytes);

@@ -259,11 +259,10 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
       [this](net::CallContext&, const SyncReq& req, SyncResp&) -> asio::awaitable<Status> {
         co_return co_await net::runBlocking(pool_, [&] { return syncTarget(req); });
       });
-  server.handleLocal(method("Sync"),
-                     [this](const google::protobuf::Message& m, google::protobuf::Message&,
-                            net::LocalPayloads&) -> Status {
-                       return syncTarget(static_cast<const SyncReq&>(m));
-                     });
+  server.handleLocal(
+      method("Sync"),
+      [this](const google::protobuf::Message& m, google::protobuf::Message&,
+             net::LocalPayloads&) -> Status { return syncTarget(static_cast<const SyncReq&>(m)); });
   server.handle<ListReq, ListResp>(
       method("List"),
       [this](net::CallContext&, const ListReq& req, ListResp& resp) -> asio::awaitable<Status> {

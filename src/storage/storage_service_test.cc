@@ -41,6 +41,7 @@ class StorageServiceTest : public ::testing::Test {
     ChunkEngineOptions o;
     o.path = dir_;
     o.reserved_bytes = 0;
+    o.sync_interval_ms = 600000;  // unsynced writes wait for a Sync
     engine_ = std::move(ChunkEngine::open(o)).value();
     server_ = std::make_unique<net::RpcServer>(net::ServerOptions{.threads = 1});
     service_ = std::make_unique<StorageService>(
@@ -62,12 +63,13 @@ class StorageServiceTest : public ::testing::Test {
   }
 
   Status write(uint64_t inode, uint32_t index, uint64_t offset, const std::vector<uint8_t>& data,
-               WriteResp* resp) {
+               WriteResp* resp, bool unsynced = false) {
     WriteReq req;
     req.mutable_chunk()->set_inode(inode);
     req.mutable_chunk()->set_index(index);
     req.set_offset(offset);
     req.set_chain_version(3);
+    req.set_unsynced(unsynced);
     return client_->callSync(server_->endpoint(), m("Write"), req, resp, {.request_payload = data});
   }
 
@@ -138,6 +140,40 @@ TEST_P(StorageServiceCallers, WriteThenBatchReadManyRanges) {
   EXPECT_TRUE(std::equal(payload.begin() + 6000, payload.begin() + 6010, a.begin() + 99990));
   // Local calls open no connection.
   EXPECT_EQ(counter("rpc_server_connections_total") == connections, local());
+}
+
+// An unsynced write answers with its host's boot id. A Sync naming that
+// boot makes the target's writes durable: the slot of the overwritten
+// version, held until then, is released. One naming another boot is
+// kIOError saying why (the writes may have been lost with that boot), and
+// syncs nothing.
+TEST_P(StorageServiceCallers, UnsyncedWritesNameTheHostBootAndSyncChecksIt) {
+  auto a = bytes(100000, 3), b = bytes(100000, 4);
+  WriteResp w;
+  ASSERT_TRUE(write(2, 0, 0, a, &w).ok());
+  EXPECT_EQ(w.host_boot_id(), "") << "a durable write needs no sync";
+  ASSERT_TRUE(write(2, 0, 0, b, &w, /*unsynced=*/true).ok());
+  EXPECT_EQ(w.host_boot_id(), hostBootId());
+  const uint32_t c = w.info().size_class();
+  EXPECT_EQ(engine_->usedSlots(c), 2u) << "a's slot is held until the sync";
+  SyncReq req;
+  SyncResp resp;
+  req.set_host_boot_id("some-earlier-boot");
+  Status bad = client_->callSync(server_->endpoint(), m("Sync"), req, &resp);
+  EXPECT_EQ(bad.code(), ErrorCode::kIOError);
+  EXPECT_NE(bad.message().find("booted after the unsynced writes"), std::string_view::npos)
+      << bad.toString();
+  EXPECT_EQ(engine_->usedSlots(c), 2u);
+  req.set_host_boot_id(w.host_boot_id());
+  ASSERT_TRUE(client_->callSync(server_->endpoint(), m("Sync"), req, &resp).ok());
+  EXPECT_EQ(engine_->usedSlots(c), 1u);
+  BatchReadReq read;
+  addRange(&read, 2, 0, 0, 100000);
+  std::vector<uint8_t> payload(100000);
+  size_t got = 0;
+  BatchReadResp rr;
+  ASSERT_TRUE(batchRead(read, &rr, payload, &got).ok());
+  EXPECT_EQ(payload, b);
 }
 
 // Small batch reads are served on the I/O thread, through its io_uring, with

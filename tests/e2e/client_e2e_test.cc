@@ -385,6 +385,50 @@ TEST_F(E2E, SmallPieceWritesRetryBusyTargetsAndReportFailures) {
   EXPECT_EQ(readAll(*client_, "/busy"), small);
 }
 
+// Chunk writes are acknowledged unsynced and made durable by fsync() and
+// close(): one Sync per target written since the last one, none for a
+// handle that only read, none from a client that syncs each write.
+TEST_F(E2E, WritesAreSyncedAtFsyncAndCloseOncePerTargetWritten) {
+  auto& syncs = metrics::Registry::global().counter("client_syncs_total");
+  std::vector<uint8_t> want(4 * kChunk);
+  fill(want.data(), want.size(), 0, 21);
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(client_->open("/synced", O_WRONLY | O_CREAT, 0644, &f));
+  size_t done = 0;
+  ASSERT_FALSE(f->pwrite(want.data(), want.size(), 0, &done));  // both targets
+  const uint64_t before = syncs.value();
+  ASSERT_FALSE(f->fsync());
+  EXPECT_EQ(syncs.value() - before, 2u);
+  ASSERT_FALSE(f->fsync());
+  EXPECT_EQ(syncs.value() - before, 2u) << "nothing new to sync";
+  fill(want.data(), kChunk, 0, 22);
+  ASSERT_FALSE(f->pwrite(want.data(), kChunk, 0, &done));  // chunk 0: one target
+  ASSERT_FALSE(f->close());
+  EXPECT_EQ(syncs.value() - before, 3u);
+  std::unique_ptr<File> r;
+  ASSERT_FALSE(client_->open("/synced", O_RDONLY, 0, &r));
+  std::vector<uint8_t> got(want.size());
+  ASSERT_FALSE(r->pread(got.data(), got.size(), 0, &done));
+  EXPECT_EQ(got, want);
+  ASSERT_FALSE(r->close());
+  EXPECT_EQ(syncs.value() - before, 3u) << "a reader syncs nothing";
+
+  Client::Options o;
+  o.cluster = cluster_->cluster();
+  o.sync_each_write = true;
+  auto [each, err] = Client::connect(o);
+  ASSERT_FALSE(err) << err.message;
+  ASSERT_FALSE(each->open("/synced", O_WRONLY, 0, &f));
+  fill(want.data(), want.size(), 0, 23);
+  ASSERT_FALSE(f->pwrite(want.data(), want.size(), 0, &done));
+  ASSERT_FALSE(f->fsync());
+  ASSERT_FALSE(f->close());
+  EXPECT_EQ(syncs.value() - before, 3u) << "each write was durable already";
+  ASSERT_FALSE(client_->open("/synced", O_RDONLY, 0, &r));
+  ASSERT_FALSE(r->pread(got.data(), got.size(), 0, &done));
+  EXPECT_EQ(got, want);
+}
+
 TEST_F(E2E, EveryByteSurvivesARestart) {
   std::map<std::string, std::pair<uint64_t, uint32_t>> files;
   ASSERT_FALSE(client_->mkdir("/keep/a/b", 0755, true));
