@@ -203,7 +203,8 @@ class ClientImpl::SocketPiece {
     const char* path = local_ ? "local" : "socket";
     if (write_) {
       writeBytes(path).inc(p_.length);
-      if (write_req_.unsynced()) client_.noteUnsynced(p_.chain, write_resp_.host_boot_id());
+      if (!write_resp_.host_boot_id().empty())
+        client_.noteUnsynced(p_.chain, write_resp_.host_boot_id());
       return s;
     }
     RETURN_ON_ERROR(rangeStatus(read_resp_, &got_));
@@ -472,7 +473,7 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmWrite(const ChainRoute& r,
   shm_->give(slot, !endedUnanswered(s));
   if (s.ok()) {
     writeBytes("shm").inc(p.length);
-    if (req.unsynced()) noteUnsynced(p.chain, resp.host_boot_id());
+    if (!resp.host_boot_id().empty()) noteUnsynced(p.chain, resp.host_boot_id());
   }
   if (s.code() == ErrorCode::kNotFound) {
     // The server dropped our memory (restarted, or made room): over the
@@ -801,9 +802,6 @@ Status ClientImpl::syncWrites() {
             return rpc_->callSync(r.endpoint, kSync(), req, &resp);
           },
           [&] { return fmt::format("sync chain {}", t.chain); });
-      // A server from before the Sync call ignores `unsynced`: its writes
-      // were durable when acknowledged.
-      if (s.code() == ErrorCode::kUnknownMethod) s = Status::OK();
     }
     if (s.ok()) {
       static auto& syncs = metrics::Registry::global().counter(

@@ -1329,7 +1329,7 @@ void ChunkEngine::trimKept(uint64_t budget) {
 
 Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
                                      uint64_t chain_version, bool stable, int64_t not_after_ns,
-                                     bool durable) {
+                                     bool durable, bool* unsynced) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
   if (offset + data.size() > kMaxChunkBytes) {
@@ -1342,7 +1342,7 @@ Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<cons
   ASSIGN_OR_RETURN(auto old, query(id));
   RETURN_ON_ERROR(checkChainVersion(id, old, chain_version));
   return apply(id, old, offset, data.data(), data.size(), chain_version,
-               old ? old->length : uint64_t{0}, stable, durable);
+               old ? old->length : uint64_t{0}, stable, durable, unsynced);
 }
 
 Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t chain_version,
@@ -1385,7 +1385,7 @@ Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t ch
 Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>& old,
                                      uint64_t offset, const uint8_t* data, uint64_t len,
                                      uint64_t chain_version, uint64_t keep, bool stable,
-                                     bool durable) {
+                                     bool durable, bool* unsynced) {
   static auto& write_bytes = metrics::Registry::global().counter(
       "storage_write_bytes_total", {}, "Chunk bytes written by writes and truncates");
   write_bytes.inc(len);
@@ -1567,6 +1567,7 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
       ++chunks_;
     data_bytes_[c] += new_len;
   }
+  if (unsynced) *unsynced = pending.lazy;
   RETURN_ON_ERROR(CISTERN_FAULT("storage.write.after_meta"));
   if (old && !in_place) {
     // A crash before the sync may bring the old record back: its slot

@@ -183,9 +183,12 @@ class ChunkEngine {
   // changes nothing (WriteReq.not_after_unix_ns).
   // `durable`: false acknowledges the write before its data and record are
   // synced (ChunkEngineOptions::sync_interval_ms); sync() makes it durable.
+  // `*unsynced` (if given) says whether it was: a write that must be
+  // durable anyway (a logged class-0 write, one past unsynced_bytes_max,
+  // one whose batch synced) is not.
   Result<ChunkMeta> write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
                           uint64_t chain_version, bool stable = false, int64_t not_after_ns = 0,
-                          bool durable = true);
+                          bool durable = true, bool* unsynced = nullptr);
   // Makes every write acknowledged so far durable (one fdatasync per group
   // file unsynced writes went to). An error fails the target, as any
   // failed sync does.
@@ -340,7 +343,7 @@ class ChunkEngine {
   // `data` (zeros if null). REQUIRES: the chunk lock is held.
   Result<ChunkMeta> apply(ChunkId id, const std::optional<ChunkMeta>& old, uint64_t offset,
                           const uint8_t* data, uint64_t len, uint64_t chain_version, uint64_t keep,
-                          bool stable = false, bool durable = true);
+                          bool stable = false, bool durable = true, bool* unsynced = nullptr);
   // kNoSpace unless the filesystem has `bytes` free past the reserve, after
   // punching every kept slot if that is what it takes.
   Status checkReserve(uint64_t bytes);

@@ -471,12 +471,13 @@ Status StorageService::writeChunk(const WriteReq& req, std::span<const uint8_t> 
                                   WriteResp& resp) {
   // A write held up on its way to the chunk (a full queue, a stalled thread).
   RETURN_ON_ERROR(CISTERN_FAULT("storage.write.queued"));
+  bool unsynced = false;
   ASSIGN_OR_RETURN(ChunkMeta m,
                    engine_.write(idOf(req.chunk()), req.offset(), data, req.chain_version(),
                                  /*stable=*/!copy, static_cast<int64_t>(req.not_after_unix_ns()),
-                                 /*durable=*/!req.unsynced()));
+                                 /*durable=*/!req.unsynced(), &unsynced));
   fill(resp.mutable_info(), m);
-  if (req.unsynced()) resp.set_host_boot_id(hostBootId());
+  if (unsynced) resp.set_host_boot_id(hostBootId());
   return Status::OK();
 }
 

@@ -142,7 +142,8 @@ TEST_P(StorageServiceCallers, WriteThenBatchReadManyRanges) {
   EXPECT_EQ(counter("rpc_server_connections_total") == connections, local());
 }
 
-// An unsynced write answers with its host's boot id. A Sync naming that
+// An unsynced write answers with its host's boot id (one the target makes
+// durable anyway, with none). A Sync naming that
 // boot makes the target's writes durable: the slot of the overwritten
 // version, held until then, is released. One naming another boot is
 // kIOError saying why (the writes may have been lost with that boot), and
@@ -174,6 +175,9 @@ TEST_P(StorageServiceCallers, UnsyncedWritesNameTheHostBootAndSyncChecksIt) {
   BatchReadResp rr;
   ASSERT_TRUE(batchRead(read, &rr, payload, &got).ok());
   EXPECT_EQ(payload, b);
+  WriteResp small;
+  ASSERT_TRUE(write(3, 0, 0, bytes(5000, 5), &small, /*unsynced=*/true).ok());
+  EXPECT_EQ(small.host_boot_id(), "") << "its bytes are in the log record: durable anyway";
 }
 
 // Small batch reads are served on the I/O thread, through its io_uring, with

@@ -389,6 +389,12 @@ TEST_F(E2E, SmallPieceWritesRetryBusyTargetsAndReportFailures) {
 // close(): one Sync per target written since the last one, none for a
 // handle that only read, none from a client that syncs each write.
 TEST_F(E2E, WritesAreSyncedAtFsyncAndCloseOncePerTargetWritten) {
+  client_.reset();
+  ASSERT_EQ(cluster_->stop(), 0) << cluster_->log();
+  cluster_->setSync(true);  // a cluster without sync has nothing to sync
+  ASSERT_TRUE(cluster_->start());
+  client_ = connect();
+  ASSERT_NE(client_, nullptr);
   auto& syncs = metrics::Registry::global().counter("client_syncs_total");
   std::vector<uint8_t> want(4 * kChunk);
   fill(want.data(), want.size(), 0, 21);

@@ -102,6 +102,10 @@ class ClusterProcess {
     mount_options_ = std::move(options);
   }
 
+  // From the next start(), commits are synced (no --no-sync): for tests of
+  // what is durable when.
+  void setSync(bool sync) { sync_ = sync; }
+
   // More arguments of `cistern up` for the next start(), e.g. {"--config", FILE}.
   void setExtraArgs(std::vector<std::string> args) { extra_args_ = std::move(args); }
 
@@ -117,8 +121,8 @@ class ClusterProcess {
       close(pipefd[1]);
       std::vector<std::string> args{
           bin_,       "up",          "--data",    data_,
-          "--listen", "127.0.0.1:0", "--targets", std::to_string(targets_),
-          "--no-sync"};
+          "--listen", "127.0.0.1:0", "--targets", std::to_string(targets_)};
+      if (!sync_) args.push_back("--no-sync");
       args.insert(args.end(), extra_args_.begin(), extra_args_.end());
       if (!mount_.empty()) {
         args.insert(args.end(), {"--mount", mount_});
@@ -189,6 +193,7 @@ class ClusterProcess {
   uint32_t targets_;
   std::string mount_, mount_options_;
   std::vector<std::string> extra_args_;
+  bool sync_ = false;
   pid_t pid_ = -1;
   int out_fd_ = -1;
   std::string log_, cluster_;
