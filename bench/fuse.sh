@@ -5,7 +5,7 @@
 # ratios mount/local and the small-file rates on the mount. The mount's
 # direct writes, like the local disk's, are acknowledged in the device's
 # cache and made durable by fsync/close (docs/client.md, "Durability"; the
-# servers also sync within a second); fuse_seqwrite_direct_vs_local_dsync
+# servers also sync every 5 s); fuse_seqwrite_direct_vs_local_dsync
 # compares them with local direct writes that are durable each (O_DSYNC), as
 # the mount's are with client.sync_each_write = true.
 #   BENCH_DIR   the disk (default: a fresh directory under /var/tmp)

@@ -152,8 +152,10 @@ struct ChunkEngineOptions {
   // lose those not yet synced, each chunk then showing its previous
   // version (docs/chunk_format.md, "Unsynced writes"). Without the
   // metadata log or `sync`, or when the log lives on another file system
-  // than the data, every write is durable. Defaults: 1000 ms, 1 GiB.
-  uint32_t sync_interval_ms = 1000;
+  // than the data, every write is durable. Defaults: 5000 ms (ext4's
+  // journal commit interval, which bounds what its direct writes into new
+  // blocks may lose), 1 GiB.
+  uint32_t sync_interval_ms = 5000;
   uint64_t unsynced_bytes_max = 1ull << 30;
 
   // Binds the fields a deployment tunes to `<prefix>.<name>` keys (not the
