@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -193,7 +194,10 @@ class ClusterProcess {
   uint32_t targets_;
   std::string mount_, mount_options_;
   std::vector<std::string> extra_args_;
-  bool sync_ = false;
+  // Tests run without sync (fast, nothing here survives a power loss);
+  // CISTERN_TEST_SYNC=1 syncs in every test's cluster, so that writes go
+  // unsynced and fsync/close send Syncs (docs/client.md, "Durability").
+  bool sync_ = std::getenv("CISTERN_TEST_SYNC") != nullptr;
   pid_t pid_ = -1;
   int out_fd_ = -1;
   std::string log_, cluster_;
