@@ -108,20 +108,20 @@ void verifyAfterCrash(const std::string& dir, int round, std::map<uint32_t, uint
   }
 }
 
-TEST(ChunkCrash, SigkillAtRandomPointsLeavesOnlyCommittedChunks) {
-  char tmpl[] = "/tmp/cistern-chunk-crash-XXXXXX";
-  std::string dir = mkdtemp(tmpl);
-  int rounds = crashRounds();
+// Kill-and-verify rounds on one target; returns the acknowledged writes
+// seen. Even rounds count their time from the start, so some kills land in
+// the engine's open and recovery; odd ones (and all `unsynced` ones: the
+// child's mode with half its writes unsynced) from the child's first
+// acknowledged write, so that writes are killed on any machine (a
+// sanitizer build takes ~200 ms to its first write, longer than every even
+// round runs).
+uint64_t killRounds(const std::string& dir, int rounds, bool unsynced) {
   std::map<uint32_t, uint64_t> acked_ever;
   uint64_t total_acked = 0;
   for (int round = 0; round < rounds; ++round) {
-    // Even rounds count their time from the start, so some kills land in
-    // the engine's open and recovery; odd ones from the child's first
-    // acknowledged write, so that writes are killed on any machine (a
-    // sanitizer build takes ~200 ms to its first write, longer than every
-    // even round runs).
-    auto acked = runAndKill(dir, static_cast<uint64_t>(round) * 7 + 1, 30 + (round * 37) % 90,
-                            /*power_loss=*/false, /*after_first_ack=*/round % 2 == 1);
+    const uint64_t seed = static_cast<uint64_t>(round) * 7 + (unsynced ? 5 : 1);
+    auto acked = runAndKill(dir, seed, 30 + (round * 37) % 90, /*power_loss=*/false,
+                            /*after_first_ack=*/unsynced || round % 2 == 1, unsynced);
     for (auto& [i, v] : acked) {
       acked_ever[i] = std::max(acked_ever[i], v);
       total_acked++;
@@ -129,7 +129,13 @@ TEST(ChunkCrash, SigkillAtRandomPointsLeavesOnlyCommittedChunks) {
     verifyAfterCrash(dir, round, acked_ever);
     if (::testing::Test::HasFatalFailure()) break;
   }
-  EXPECT_GT(total_acked, 0u);
+  return total_acked;
+}
+
+TEST(ChunkCrash, SigkillAtRandomPointsLeavesOnlyCommittedChunks) {
+  char tmpl[] = "/tmp/cistern-chunk-crash-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  EXPECT_GT(killRounds(dir, crashRounds(), /*unsynced=*/false), 0u);
   EXPECT_GT(scratch_seen, 0u);
   std::filesystem::remove_all(dir);
 }
@@ -141,20 +147,7 @@ TEST(ChunkCrash, SigkillAtRandomPointsLeavesOnlyCommittedChunks) {
 TEST(ChunkCrash, SigkillLosesNoAcknowledgedUnsyncedWrite) {
   char tmpl[] = "/tmp/cistern-chunk-crash-XXXXXX";
   std::string dir = mkdtemp(tmpl);
-  const int rounds = std::max(1, crashRounds() / 4);
-  std::map<uint32_t, uint64_t> acked_ever;
-  uint64_t total_acked = 0;
-  for (int round = 0; round < rounds; ++round) {
-    auto acked = runAndKill(dir, static_cast<uint64_t>(round) * 11 + 5, 30 + (round * 37) % 90,
-                            /*power_loss=*/false, /*after_first_ack=*/true, /*unsynced=*/true);
-    for (auto& [i, v] : acked) {
-      acked_ever[i] = std::max(acked_ever[i], v);
-      total_acked++;
-    }
-    verifyAfterCrash(dir, round, acked_ever);
-    if (::testing::Test::HasFatalFailure()) break;
-  }
-  EXPECT_GT(total_acked, 0u);
+  EXPECT_GT(killRounds(dir, std::max(1, crashRounds() / 4), /*unsynced=*/true), 0u);
   std::filesystem::remove_all(dir);
 }
 
