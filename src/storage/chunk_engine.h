@@ -16,10 +16,13 @@
 // RocksDB, WAL off; docs/chunk_format.md), then (COW) the old slot is
 // released. Writes into 64 KiB (class-0) chunks instead put their bytes into
 // that log record and reach the group file unsynced, synced at the next log
-// checkpoint ("logged writes"). A crash shows the old or the new chunk, never
-// a mix; a slot written but not committed is free again after reopen, because
-// the slot bitmaps are rebuilt from the metadata. An fsync error puts the
-// engine into a failed, read-only state (never retried).
+// checkpoint ("logged writes"). An unsynced write (write(..., durable =
+// false)) skips the sync: it is acknowledged with its data and record on the
+// device, made durable by the next sync(), and its old slot is held until
+// then. A crash shows the old or the new chunk, never a mix; a slot written
+// but not committed is free again after reopen, because the slot bitmaps are
+// rebuilt from the metadata. An fsync error puts the engine into a failed,
+// read-only state (never retried).
 //
 // Threads: all methods are thread-safe; writes to one chunk are serialized by
 // a striped lock, writes to different chunks run in parallel and are group-
