@@ -344,35 +344,35 @@ bool ChunkEngine::unsyncedRoom(uint64_t bytes) {
 Status ChunkEngine::syncUnsynced(const std::vector<PendingCommit*>* also) {
   static auto& syncs = metrics::Registry::global().counter(
       "storage_data_syncs_total", {}, "fdatasync calls on group files (one per file per batch)");
-  std::lock_guard sync_lock(sync_mu_);
-  if (failed_)
-    return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
-  const uint64_t covers =
-      also ? also->back()->version : meta_applied_.load(std::memory_order_acquire);
-  std::vector<std::shared_ptr<File>> files;
-  {
-    std::lock_guard lock(unsynced_mu_);
-    files.swap(unsynced_files_);
-    unsynced_bytes_ = 0;
-  }
-  if (also) {
-    for (PendingCommit* p : *also) {
-      if (p->file && std::find(files.begin(), files.end(), p->file) == files.end())
-        files.push_back(p->file);
-    }
-  }
-  if (options_.sync) {
-    for (const auto& f : files) {
-      if (::fdatasync(f->fd) != 0) {
-        // Never retried: the page cache may have dropped the dirty pages.
-        return fail(fmt::format("fdatasync of a group file: {}", std::strerror(errno)));
-      }
-      syncs.inc();
-    }
-  }
-  if (covers > durable_version_.load()) durable_version_.store(covers, std::memory_order_release);
   std::vector<FreedSlot> free;
   {
+    std::lock_guard sync_lock(sync_mu_);
+    if (failed_)
+      return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
+    const uint64_t covers =
+        also ? also->back()->version : meta_applied_.load(std::memory_order_acquire);
+    std::vector<std::shared_ptr<File>> files;
+    {
+      std::lock_guard lock(unsynced_mu_);
+      files.swap(unsynced_files_);
+      unsynced_bytes_ = 0;
+    }
+    if (also) {
+      for (PendingCommit* p : *also) {
+        if (p->file && std::find(files.begin(), files.end(), p->file) == files.end())
+          files.push_back(p->file);
+      }
+    }
+    if (options_.sync) {
+      for (const auto& f : files) {
+        if (::fdatasync(f->fd) != 0) {
+          // Never retried: the page cache may have dropped the dirty pages.
+          return fail(fmt::format("fdatasync of a group file: {}", std::strerror(errno)));
+        }
+        syncs.inc();
+      }
+    }
+    if (covers > durable_version_.load()) durable_version_.store(covers, std::memory_order_release);
     std::lock_guard lock(unsynced_mu_);
     const uint64_t durable = durable_version_.load();
     std::erase_if(unsynced_freed_, [&](const FreedSlot& f) {
@@ -381,6 +381,8 @@ Status ChunkEngine::syncUnsynced(const std::vector<PendingCommit*>* also) {
       return true;
     });
   }
+  // Not under sync_mu_: releasing a class-0 slot may force a checkpoint,
+  // whose RocksDB flush runs a sync first (FlushListener).
   for (const FreedSlot& f : free) releaseSlot(f.size_class, f.addr, /*removed=*/false);
   return Status::OK();
 }

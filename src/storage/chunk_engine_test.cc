@@ -512,6 +512,28 @@ TEST_P(ChunkEngineLogTest, UnsyncedWritesHoldTheOldSlotsUntilASyncCoversThem) {
   EXPECT_EQ(readAll(id, v1.size()), v1);
 }
 
+// A sync that releases a held class-0 slot may force a checkpoint (here:
+// every held class-0 slot does), whose RocksDB flush runs a sync of its own
+// first: the release comes after the sync lets go of its lock.
+TEST_P(ChunkEngineLogTest, ASyncThatReleasesASmallSlotMayCheckpoint) {
+  ChunkEngineOptions o = options();
+  o.sync_interval_ms = 600000;
+  o.logged_held_slots_max = 0;
+  reopen(o);
+  const ChunkId id{15, 0};
+  auto small = pattern(4096, 11), grown = pattern(100 << 10, 12);
+  ASSERT_TRUE(engine_->write(id, 0, small, 1).ok());
+  ASSERT_EQ(recordOf(id)->size_class, 0u);
+  // Grows into class 1: copy-on-write, the class-0 slot held until the sync.
+  ASSERT_TRUE(engine_->write(id, 0, grown, 1, false, 0, /*durable=*/false).ok());
+  EXPECT_EQ(engine_->usedSlots(0), 1u);
+  ASSERT_TRUE(engine_->sync().ok());
+  EXPECT_EQ(engine_->usedSlots(0), 0u);
+  EXPECT_EQ(readAll(id, grown.size()), grown);
+  reopen(o);
+  EXPECT_EQ(readAll(id, grown.size()), grown);
+}
+
 // A crash of the process loses no unsynced write: its bytes and record are
 // in the device's or the kernel's cache. A power loss may lose the data of
 // one; replay then finds it does not verify and shows the chunk's previous
