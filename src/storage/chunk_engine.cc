@@ -341,7 +341,7 @@ bool ChunkEngine::unsyncedRoom(uint64_t bytes) {
 // unsynced ones among them are in unsynced_files_ or were synced by an
 // earlier pass after their data and log record were written; one flush of
 // the device after that makes them and their records durable.
-Status ChunkEngine::syncUnsynced(const std::vector<PendingCommit*>* also) {
+Status ChunkEngine::syncUnsynced(const std::vector<PendingCommit*>* also, bool release) {
   static auto& syncs = metrics::Registry::global().counter(
       "storage_data_syncs_total", {}, "fdatasync calls on group files (one per file per batch)");
   std::vector<FreedSlot> free;
@@ -373,6 +373,7 @@ Status ChunkEngine::syncUnsynced(const std::vector<PendingCommit*>* also) {
       }
     }
     if (covers > durable_version_.load()) durable_version_.store(covers, std::memory_order_release);
+    if (!release) return Status::OK();
     std::lock_guard lock(unsynced_mu_);
     const uint64_t durable = durable_version_.load();
     std::erase_if(unsynced_freed_, [&](const FreedSlot& f) {
@@ -415,7 +416,9 @@ struct ChunkEngine::FlushListener : rocksdb::EventListener {
   void OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) override {
     ChunkEngine* e = engine.load();
     if (e == nullptr || !e->unsynced_ok_) return;
-    if (Status s = e->syncUnsynced(); !s.ok())
+    // Releases nothing: releasing a held class-0 slot may force a
+    // checkpoint, whose flush this one would wait for. The next sync does.
+    if (Status s = e->syncUnsynced(nullptr, /*release=*/false); !s.ok())
       CLOG_WARN("storage", "target {}: sync before a metadata flush: {}", e->options_.path,
                 s.toString());
   }

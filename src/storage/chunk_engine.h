@@ -384,10 +384,11 @@ class ChunkEngine {
   // Unsynced writes. unsyncedRoom: whether `bytes` more may wait for a
   // sync (counted if so). syncUnsynced: fdatasyncs the group files that
   // batches of unsynced writes up to the applied version went to, then
-  // marks that version durable and releases the slots those writes freed;
-  // `also` (a durable batch's own files) are synced in the same pass.
+  // marks that version durable and (with `release`) releases the slots
+  // those writes freed; `also` (a durable batch's own files) are synced in
+  // the same pass.
   bool unsyncedRoom(uint64_t bytes);
-  Status syncUnsynced(const std::vector<PendingCommit*>* also = nullptr);
+  Status syncUnsynced(const std::vector<PendingCommit*>* also = nullptr, bool release = true);
   void syncerLoop();
   struct FlushListener;
   // Syncs the group files logged writes went to, flushes RocksDB, then lets
