@@ -257,7 +257,7 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
   server.handle<SyncReq, SyncResp>(
       method("Sync"),
       [this](net::CallContext&, const SyncReq& req, SyncResp&) -> asio::awaitable<Status> {
-        co_return co_await net::runBlocking(pool_, [&] { return syncTarget(req); });
+        co_return co_await net::runBlocking(sync_pool_, [&] { return syncTarget(req); });
       });
   server.handleLocal(
       method("Sync"),
@@ -454,7 +454,10 @@ asio::awaitable<bool> StorageService::readOnLoop(net::CallContext& ctx, const Ba
   co_return true;
 }
 
-StorageService::~StorageService() { pool_.join(); }
+StorageService::~StorageService() {
+  pool_.join();
+  sync_pool_.join();
+}
 
 Result<std::span<const uint8_t>> StorageService::writeData(const WriteReq& req,
                                                            std::span<const uint8_t> payload,

@@ -78,6 +78,10 @@ class StorageService {
   ChunkEngine& engine_;
   StorageServiceOptions options_;
   asio::thread_pool pool_;
+  // Syncs, one at a time: a sync may wait on a device flush for as long as
+  // the writes before it took, and must not hold the threads reads and
+  // writes need meanwhile. Those queued behind one find little left to do.
+  asio::thread_pool sync_pool_{1};
   net::BufferPool buffers_;
   ShmRegistry shm_;
   std::atomic<uint64_t> queued_{0};
