@@ -32,6 +32,7 @@
 namespace cistern::storage {
 class LocatedRange;
 class LocateResp;
+class WriteResp;
 }  // namespace cistern::storage
 
 namespace cistern::client {
@@ -300,7 +301,8 @@ class ClientImpl final : public Client {
     uint64_t synced = 0;
     bool lost = false;  // the host booted with writes unsynced
   };
-  void noteUnsynced(uint32_t chain, const std::string& host_boot_id);
+  // After a write to `chain` succeeded: counts it if it is unsynced.
+  void noteWritten(uint32_t chain, const storage::WriteResp& resp);
   std::mutex unsynced_mu_;
   std::unordered_map<uint32_t, UnsyncedChain> unsynced_;  // by chain
 

@@ -203,8 +203,7 @@ class ClientImpl::SocketPiece {
     const char* path = local_ ? "local" : "socket";
     if (write_) {
       writeBytes(path).inc(p_.length);
-      if (!write_resp_.host_boot_id().empty())
-        client_.noteUnsynced(p_.chain, write_resp_.host_boot_id());
+      client_.noteWritten(p_.chain, write_resp_);
       return s;
     }
     RETURN_ON_ERROR(rangeStatus(read_resp_, &got_));
@@ -473,7 +472,7 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmWrite(const ChainRoute& r,
   shm_->give(slot, !endedUnanswered(s));
   if (s.ok()) {
     writeBytes("shm").inc(p.length);
-    if (!resp.host_boot_id().empty()) noteUnsynced(p.chain, resp.host_boot_id());
+    noteWritten(p.chain, resp);
   }
   if (s.code() == ErrorCode::kNotFound) {
     // The server dropped our memory (restarted, or made room): over the
@@ -759,12 +758,16 @@ Status ClientImpl::truncateChunk(const meta::Inode& inode, uint64_t index, uint6
       /*fenced=*/fence == 0);
 }
 
-void ClientImpl::noteUnsynced(uint32_t chain, const std::string& host_boot_id) {
+void ClientImpl::noteWritten(uint32_t chain, const storage::WriteResp& resp) {
+  const std::string& boot = resp.host_boot_id();
+  if (boot.empty()) return;  // durable already
   std::lock_guard lock(unsynced_mu_);
   UnsyncedChain& u = unsynced_[chain];
-  // The host booted with writes not yet synced: they may be gone.
-  if (u.written > u.synced && u.host_boot_id != host_boot_id) u.lost = true;
-  u.host_boot_id = host_boot_id;
+  if (u.host_boot_id != boot) {
+    // The host booted with writes not yet synced: they may be gone.
+    if (u.written > u.synced) u.lost = true;
+    u.host_boot_id = boot;
+  }
   ++u.written;
 }
 

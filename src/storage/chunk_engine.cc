@@ -186,7 +186,7 @@ Status ChunkEngine::commit(PendingCommit& p) {
       stage1_queue_.erase(stage1_queue_.begin(),
                           stage1_queue_.begin() + static_cast<std::ptrdiff_t>(take));
       lock.unlock();
-      Status s = meta_log_ ? logRecords(batch) : syncData(batch);
+      Status s = meta_log_ ? logRecords(batch) : syncData(&batch);
       lock.lock();
       p.leading = false;
       if (s.ok()) {
@@ -215,25 +215,6 @@ Status ChunkEngine::commit(PendingCommit& p) {
     wakeIdleStages();
   }
   return p.status;
-}
-
-Status ChunkEngine::syncData(const std::vector<PendingCommit*>& batch) {
-  if (failed_)
-    return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
-  if (!options_.sync) return Status::OK();
-  static auto& syncs = metrics::Registry::global().counter(
-      "storage_data_syncs_total", {}, "fdatasync calls on group files (one per file per batch)");
-  std::vector<int> synced;
-  for (PendingCommit* p : batch) {
-    if (!p->file || std::find(synced.begin(), synced.end(), p->file->fd) != synced.end()) continue;
-    if (::fdatasync(p->file->fd) != 0) {
-      // Never retried: the page cache may have dropped the dirty pages.
-      return fail(fmt::format("fdatasync of a group file: {}", std::strerror(errno)));
-    }
-    synced.push_back(p->file->fd);
-    syncs.inc();
-  }
-  return Status::OK();
 }
 
 namespace {
@@ -312,7 +293,7 @@ Status ChunkEngine::syncAndApply(const std::vector<PendingCommit*>& batch) {
     if (Status f = CISTERN_FAULT("storage.commit.before_data_sync"); !f.ok())
       return fail(f.toString());
     for (PendingCommit* p : batch) p->lazy = false;
-    RETURN_ON_ERROR(syncUnsynced(&batch));
+    RETURN_ON_ERROR(syncData(&batch));
   }
   kv::WriteBatch ops;
   ops.reserve(batch.size());
@@ -341,7 +322,7 @@ bool ChunkEngine::unsyncedRoom(uint64_t bytes) {
 // unsynced ones among them are in unsynced_files_ or were synced by an
 // earlier pass after their data and log record were written; one flush of
 // the device after that makes them and their records durable.
-Status ChunkEngine::syncUnsynced(const std::vector<PendingCommit*>* also, bool release) {
+Status ChunkEngine::syncData(const std::vector<PendingCommit*>* also, bool release) {
   static auto& syncs = metrics::Registry::global().counter(
       "storage_data_syncs_total", {}, "fdatasync calls on group files (one per file per batch)");
   std::vector<FreedSlot> free;
@@ -391,7 +372,7 @@ Status ChunkEngine::syncUnsynced(const std::vector<PendingCommit*>* also, bool r
 Status ChunkEngine::sync() {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
-  return unsynced_ok_ ? syncUnsynced() : Status::OK();
+  return unsynced_ok_ ? syncData() : Status::OK();
 }
 
 void ChunkEngine::syncerLoop() {
@@ -402,7 +383,7 @@ void ChunkEngine::syncerLoop() {
     if (syncer_stop_) return;
     if (unsynced_files_.empty() && unsynced_freed_.empty()) continue;
     lock.unlock();
-    if (Status s = syncUnsynced(); !s.ok())
+    if (Status s = syncData(); !s.ok())
       CLOG_WARN("storage", "target {}: sync of unsynced writes: {}", options_.path, s.toString());
     lock.lock();
   }
@@ -418,7 +399,7 @@ struct ChunkEngine::FlushListener : rocksdb::EventListener {
     if (e == nullptr || !e->unsynced_ok_) return;
     // Releases nothing: releasing a held class-0 slot may force a
     // checkpoint, whose flush this one would wait for. The next sync does.
-    if (Status s = e->syncUnsynced(nullptr, /*release=*/false); !s.ok())
+    if (Status s = e->syncData(nullptr, /*release=*/false); !s.ok())
       CLOG_WARN("storage", "target {}: sync before a metadata flush: {}", e->options_.path,
                 s.toString());
   }
@@ -663,7 +644,7 @@ ChunkEngine::~ChunkEngine() {
     syncer_.join();
   }
   if (unsynced_ok_ && options_.flush_at_close) {
-    if (Status s = syncUnsynced(); !s.ok())
+    if (Status s = syncData(); !s.ok())
       CLOG_WARN("storage", "target {}: unsynced writes at close: {}", options_.path, s.toString());
   }
   if (meta_log_) {

@@ -373,7 +373,6 @@ class ChunkEngine {
   // share one metadata-log record and one fdatasync per group file.
   struct PendingCommit;
   Status commit(PendingCommit& p);
-  Status syncData(const std::vector<PendingCommit*>& batch);
   Status writeRecords(const std::vector<PendingCommit*>& batch);
   Status logRecords(const std::vector<PendingCommit*>& batch);
   Status syncAndApply(const std::vector<PendingCommit*>& batch);
@@ -381,14 +380,14 @@ class ChunkEngine {
 
   Status openMetaLog();
 
-  // Unsynced writes. unsyncedRoom: whether `bytes` more may wait for a
-  // sync (counted if so). syncUnsynced: fdatasyncs the group files that
-  // batches of unsynced writes up to the applied version went to, then
-  // marks that version durable and (with `release`) releases the slots
-  // those writes freed; `also` (a durable batch's own files) are synced in
-  // the same pass.
+  // The one data sync of every path: fdatasyncs the group files that
+  // batches of unsynced writes up to the applied version went to, and
+  // `also`'s (a durable batch's own: its stage-1 sync without the log, its
+  // stage 2 with it), then marks that version (`also`'s last) durable and,
+  // with `release`, releases the slots the unsynced writes freed.
+  Status syncData(const std::vector<PendingCommit*>* also = nullptr, bool release = true);
+  // Unsynced writes: whether `bytes` more may wait for a sync (counted if so).
   bool unsyncedRoom(uint64_t bytes);
-  Status syncUnsynced(const std::vector<PendingCommit*>* also = nullptr, bool release = true);
   void syncerLoop();
   struct FlushListener;
   // Syncs the group files logged writes went to, flushes RocksDB, then lets
@@ -452,7 +451,7 @@ class ChunkEngine {
   bool unsynced_ok_ = false;  // the options and the log's place allow them
   // Batches up to it have their data and record durable (with the log).
   std::atomic<uint64_t> durable_version_{0};
-  std::mutex sync_mu_;  // one syncUnsynced at a time, held across its fdatasyncs
+  std::mutex sync_mu_;  // one syncData at a time, held across its fdatasyncs
   std::mutex unsynced_mu_;
   // Under unsynced_mu_: group files of unsynced batches that went past
   // stage 1 (their log records are on the device too); the bytes waiting;
