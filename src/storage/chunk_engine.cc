@@ -418,23 +418,48 @@ Result<bool> ChunkEngine::dataOnDisk(std::string_view key, std::string_view valu
                   fmt::format("{} in slot {}/{}/{} past the target's groups", idText(id),
                               m.size_class, m.addr.group, m.addr.slot));
   }
+  const auto dropped = [&](std::string_view why) {
+    CLOG_WARN("storage",
+              "target {}: {} version {} dropped: its {} never reached the disk (the write was "
+              "not acknowledged; the chunk keeps its previous version)",
+              options_.path, idText(id), m.chunk_version, why);
+    return false;
+  };
+  // First the CRC entries: the slot may hold what it held before (another
+  // chunk, or an earlier version), whose bytes verify against its own CRCs.
+  if (m.crcs_crc) {
+    ASSIGN_OR_RETURN(uint32_t on_disk, crcsCrcOnDisk(m));
+    if (on_disk != *m.crcs_crc) return dropped("checksums");
+  }
   // In 2 MiB pages, so that the pieces are read straight into it.
   io_memory::Region buf(kPieceBytes);
   if (!buf) return Status(ErrorCode::kResourceExhausted, "buffer to check a replayed chunk");
   for (uint64_t at = 0; at < m.length; at += kPieceBytes) {
     Status s = readRange(m, at, std::min<uint64_t>(kPieceBytes, m.length - at), buf.data());
-    if (s.code() == ErrorCode::kCorruption) {
-      CLOG_WARN("storage",
-                "target {}: {} version {} dropped: its data never reached the disk (the write "
-                "was not acknowledged; the chunk keeps its previous version)",
-                options_.path, idText(id), m.chunk_version);
-      return false;
-    }
+    if (s.code() == ErrorCode::kCorruption) return dropped("data");
     RETURN_ON_ERROR(s);
   }
   ASSIGN_OR_RETURN(auto file, groupFile(m.size_class, m.addr.group));
   addDirty(std::move(file));
   return true;
+}
+
+Result<uint32_t> ChunkEngine::crcsCrcOnDisk(const ChunkMeta& m) {
+  ASSIGN_OR_RETURN(auto file, groupFile(m.size_class, m.addr.group));
+  std::vector<uint8_t> crcs(m.length / kBlockBytes * 4);  // at most 64 KiB
+  size_t done = 0;
+  while (done < crcs.size()) {
+    ssize_t n = ::pread(file->fd, crcs.data() + done, crcs.size() - done,
+                        static_cast<off_t>(crcPos(m.size_class, m.addr) + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errnoStatus(errno, "read the CRC area of " + file->path);
+    if (n == 0) {
+      return Status(ErrorCode::kCorruption, fmt::format("{}: CRC area of slot {}/{} cut short",
+                                                        file->path, m.size_class, m.addr.slot));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return crc32c(crcs.data(), crcs.size());
 }
 
 // Replays the metadata log past the version RocksDB holds, then starts it.
@@ -1358,6 +1383,9 @@ Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t ch
   alignas(64) uint8_t tail[kBlockBytes];
   RETURN_ON_ERROR(readRange(*old, tail_at, length - tail_at, tail).withContext(idText(id)));
   m.tail_crc = crc32c(tail, length - tail_at);
+  if (m.crcs_crc) {
+    ASSIGN_OR_RETURN(m.crcs_crc, crcsCrcOnDisk(m));
+  }
   PendingCommit pending{nullptr, encodeChunkKey(id), encodeChunkMeta(m)};
   RETURN_ON_ERROR(commit(pending).withContext(idText(id)));
   std::lock_guard lock(alloc_mu_);
@@ -1521,6 +1549,13 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
   m.chunk_version = (old ? old->chunk_version : 0) + 1;
   m.chain_version = chain_version;
   m.tail_crc = tail_crc;
+  // An append extends the CRC of the entries before it (a version 2 record
+  // stays without one: its entries' CRC would need the whole area read).
+  const size_t new_entries = full > first_block ? (full - first_block) * 4 : 0;
+  if (first_block == 0)
+    m.crcs_crc = crc32c(sc.crcs.data(), new_entries);
+  else if (old->crcs_crc)
+    m.crcs_crc = crc32cExtend(*old->crcs_crc, sc.crcs.data(), new_entries);
   PendingCommit pending{logged ? nullptr : *file, encodeChunkKey(id), encodeChunkMeta(m)};
   // Unsynced: the bytes written, and the old slot held until the sync.
   pending.lazy =

@@ -377,6 +377,9 @@ class ChunkEngine {
   Status logRecords(const std::vector<PendingCommit*>& batch);
   Status syncAndApply(const std::vector<PendingCommit*>& batch);
   Result<bool> dataOnDisk(std::string_view key, std::string_view value);
+  // ChunkMeta::crcs_crc of what the slot of `m` holds on disk: the CRC32C
+  // of its first m.length / kBlockBytes CRC-area entries.
+  Result<uint32_t> crcsCrcOnDisk(const ChunkMeta& m);
 
   Status openMetaLog();
 

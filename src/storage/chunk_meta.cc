@@ -43,10 +43,13 @@ Result<ChunkId> decodeChunkKey(std::string_view key) {
 
 // Layout (little-endian): 0 u16 version | 2 u8 class | 3 u8 flags | 4 u32 group |
 // 8 u32 slot | 12 u32 length | 16 u64 chunk_version | 24 u64 chain_version |
-// 32 u32 tail block crc32c | 36 u32 crc32c of bytes 0..35.
+// 32 u32 tail block crc32c | 36 u32 crc32c of the CRC-area entries |
+// 40 u32 crc32c of bytes 0..39. Version 2: no bytes 36..39 (its record
+// crc32c at 36 covers bytes 0..35).
 std::string encodeChunkMeta(const ChunkMeta& m) {
-  std::string out(kChunkMetaBytes, '\0');
-  putLE<uint16_t>(out, 0, kChunkMetaVersion);
+  const size_t body = m.crcs_crc ? kChunkMetaBytes - 4 : kChunkMetaBytes2 - 4;
+  std::string out(body + 4, '\0');
+  putLE<uint16_t>(out, 0, m.crcs_crc ? kChunkMetaVersion : kChunkMetaVersion2);
   putLE<uint8_t>(out, 2, static_cast<uint8_t>(m.size_class));
   putLE<uint8_t>(out, 3, m.flags);
   putLE<uint32_t>(out, 4, m.addr.group);
@@ -55,15 +58,20 @@ std::string encodeChunkMeta(const ChunkMeta& m) {
   putLE<uint64_t>(out, 16, m.chunk_version);
   putLE<uint64_t>(out, 24, m.chain_version);
   putLE<uint32_t>(out, 32, m.tail_crc);
-  putLE<uint32_t>(out, 36, crc32c(out.data(), 36));
+  if (m.crcs_crc) putLE<uint32_t>(out, 36, *m.crcs_crc);
+  putLE<uint32_t>(out, body, crc32c(out.data(), body));
   return out;
 }
 
 Result<ChunkMeta> decodeChunkMeta(std::string_view in) {
-  if (in.size() != kChunkMetaBytes) return corrupt(fmt::format("record of {} bytes", in.size()));
-  if (getLE<uint32_t>(in, 36) != crc32c(in.data(), 36)) return corrupt("record checksum mismatch");
-  if (getLE<uint16_t>(in, 0) != kChunkMetaVersion)
-    return corrupt(fmt::format("record version {}", getLE<uint16_t>(in, 0)));
+  if (in.size() != kChunkMetaBytes && in.size() != kChunkMetaBytes2)
+    return corrupt(fmt::format("record of {} bytes", in.size()));
+  const size_t body = in.size() - 4;
+  if (getLE<uint32_t>(in, body) != crc32c(in.data(), body))
+    return corrupt("record checksum mismatch");
+  const uint16_t version = getLE<uint16_t>(in, 0);
+  if (version != (in.size() == kChunkMetaBytes ? kChunkMetaVersion : kChunkMetaVersion2))
+    return corrupt(fmt::format("record version {} of {} bytes", version, in.size()));
   ChunkMeta m;
   m.size_class = getLE<uint8_t>(in, 2);
   m.flags = getLE<uint8_t>(in, 3);
@@ -73,6 +81,7 @@ Result<ChunkMeta> decodeChunkMeta(std::string_view in) {
   m.chunk_version = getLE<uint64_t>(in, 16);
   m.chain_version = getLE<uint64_t>(in, 24);
   m.tail_crc = getLE<uint32_t>(in, 32);
+  if (version == kChunkMetaVersion) m.crcs_crc = getLE<uint32_t>(in, 36);
   if (m.size_class >= kClassCount) return corrupt(fmt::format("size class {}", m.size_class));
   if (m.length > classBytes(m.size_class)) {
     return corrupt(fmt::format("length {} exceeds class {}", m.length, classBytes(m.size_class)));

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -59,11 +60,20 @@ struct ChunkMeta {
   uint64_t chain_version = 0;  // routing version the write was accepted under
   uint32_t tail_crc = 0;       // of the bytes past the last full 4 KiB block (0 if none)
   uint8_t flags = 0;           // reserved for replication states; 0 now
+  // CRC32C of the slot's CRC-area entries of the full blocks, as on disk:
+  // pins the record to this content, so that a slot whose new bytes and CRCs
+  // never reached the disk cannot pass for it with what it held before.
+  // nullopt for a version 2 record (written before it existed).
+  std::optional<uint32_t> crcs_crc;
   bool operator==(const ChunkMeta&) const = default;
 };
 
-inline constexpr uint16_t kChunkMetaVersion = 2;
-inline constexpr size_t kChunkMetaBytes = 40;
+inline constexpr uint16_t kChunkMetaVersion = 3;
+inline constexpr size_t kChunkMetaBytes = 44;
+// Still read (no crcs_crc), and written back as they are by a change that
+// cannot compute crcs_crc without reading the whole CRC area (an append).
+inline constexpr uint16_t kChunkMetaVersion2 = 2;
+inline constexpr size_t kChunkMetaBytes2 = 40;
 
 std::string encodeChunkMeta(const ChunkMeta& m);
 // kCorruption naming the problem for a wrong size, version, checksum, class,

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "common/crc32c.h"
 #include "common/random.h"
 #include "storage/slot_allocator.h"
 
@@ -38,6 +39,7 @@ ChunkMeta sample() {
   m.chunk_version = 9;
   m.chain_version = 77;
   m.tail_crc = 0xabcdef01;
+  m.crcs_crc = 0x12345678;
   return m;
 }
 
@@ -49,16 +51,45 @@ TEST(ChunkMetaRecord, RoundTrips) {
   EXPECT_EQ(*back, sample());
 }
 
-TEST(ChunkMetaRecord, EveryFlippedBitIsDetected) {
-  std::string rec = encodeChunkMeta(sample());
-  for (size_t byte = 0; byte < rec.size(); ++byte) {
-    for (int bit = 0; bit < 8; ++bit) {
-      std::string bad = rec;
-      bad[byte] = static_cast<char>(bad[byte] ^ (1 << bit));
-      EXPECT_EQ(decodeChunkMeta(bad).code(), ErrorCode::kCorruption) << byte << ":" << bit;
-    }
+// Records written before crcs_crc existed are read, and a change that keeps
+// them without it writes them back in their own format.
+TEST(ChunkMetaRecord, VersionTwoRecordsRoundTripWithoutTheCrcsCrc) {
+  ChunkMeta m = sample();
+  m.crcs_crc.reset();
+  std::string rec = encodeChunkMeta(m);
+  ASSERT_EQ(rec.size(), kChunkMetaBytes2);
+  EXPECT_EQ(rec[0], 2);
+  auto back = decodeChunkMeta(rec);
+  ASSERT_TRUE(back.ok()) << back.status().toString();
+  EXPECT_EQ(*back, m);
+  // A version 3 header on a version 2 body (or the reverse) is refused.
+  std::string v3 = encodeChunkMeta(sample());
+  for (auto [bytes, version] : {std::pair{rec, 3}, std::pair{v3, 2}}) {
+    bytes[0] = static_cast<char>(version);
+    const size_t body = bytes.size() - 4;
+    const uint32_t crc = crc32c(bytes.data(), body);
+    for (int i = 0; i < 4; ++i)
+      bytes[body + static_cast<size_t>(i)] = static_cast<char>(crc >> (8 * i));
+    auto r = decodeChunkMeta(bytes);
+    EXPECT_EQ(r.code(), ErrorCode::kCorruption);
+    EXPECT_NE(r.status().message().find("record version"), std::string::npos)
+        << r.status().toString();
   }
-  EXPECT_EQ(decodeChunkMeta(rec.substr(1)).code(), ErrorCode::kCorruption);
+}
+
+TEST(ChunkMetaRecord, EveryFlippedBitIsDetected) {
+  ChunkMeta v2 = sample();
+  v2.crcs_crc.reset();
+  for (const std::string& rec : {encodeChunkMeta(sample()), encodeChunkMeta(v2)}) {
+    for (size_t byte = 0; byte < rec.size(); ++byte) {
+      for (int bit = 0; bit < 8; ++bit) {
+        std::string bad = rec;
+        bad[byte] = static_cast<char>(bad[byte] ^ (1 << bit));
+        EXPECT_EQ(decodeChunkMeta(bad).code(), ErrorCode::kCorruption) << byte << ":" << bit;
+      }
+    }
+    EXPECT_EQ(decodeChunkMeta(rec.substr(1)).code(), ErrorCode::kCorruption);
+  }
 }
 
 TEST(ChunkMetaRecord, LengthBeyondTheClassIsCorruption) {
