@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that cistern's build, tests and benchmarks need
-# (DESIGN.md §11). Idempotent: when every package is already installed it only
+# (DESIGN.md §11, plus libjemalloc-dev: the cistern binary's allocator).
+# Idempotent: when every package is already installed it only
 # runs dpkg-query and exits, without touching apt.
 set -euo pipefail
 
@@ -12,7 +13,7 @@ PACKAGES=(
   libasio-dev libprotobuf-dev protobuf-compiler librocksdb-dev libisal-dev
   liburing-dev libfuse3-dev fuse3 libzstd-dev liblz4-dev libxxhash-dev
   libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
-  libcpp-httplib-dev libssl-dev pybind11-dev python3-dev
+  libcpp-httplib-dev libssl-dev pybind11-dev python3-dev libjemalloc-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy fio
   etcd-server iproute2 nftables procps psmisc git
