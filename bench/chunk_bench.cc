@@ -50,6 +50,7 @@
 #include "bench/bench_util.h"
 #include "common/io_memory.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/random.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
@@ -60,6 +61,7 @@
 
 using namespace cistern;
 using namespace cistern::storage;
+using cistern::metrics::median;
 
 namespace {
 
@@ -185,12 +187,6 @@ double queuedRandReads(ChunkEngine& e, double secs, int round,
 
 // Median of the per-round values: the mean of the middle two when the count
 // is even (the default round count is even so each order runs as often).
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -24,6 +24,7 @@
 
 #include "cli/commands.h"
 #include "cli/remote.h"
+#include "common/metrics.h"
 
 namespace cistern::cli {
 namespace {
@@ -282,12 +283,6 @@ void print(const char* name, const Figures& f) {
 }
 
 // The mean of the middle two when the count is even.
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 }  // namespace
 
 void addBench(CLI::App& app) {
@@ -331,7 +326,7 @@ void addBench(CLI::App& app) {
     auto med = [](const std::vector<Figures>& v, double Figures::*m) {
       std::vector<double> x;
       for (const auto& f : v) x.push_back(f.*m);
-      return median(x);
+      return metrics::median(x);
     };
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

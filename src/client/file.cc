@@ -415,11 +415,15 @@ Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t*
   return {};
 }
 
-Status FileImpl::syncLocked() {
+Status FileImpl::settleLocked(bool sync) {
   RETURN_ON_ERROR(flushLocked());
   if (!sticky_error_.ok()) return sticky_error_;
+  return sync ? client_->syncWrites() : Status::OK();
+}
+
+Status FileImpl::syncLocked() {
   // The bytes on the servers' disks before the length that covers them.
-  RETURN_ON_ERROR(client_->syncWrites());
+  RETURN_ON_ERROR(settleLocked(/*sync=*/true));
   if (wrote_ || size_ > meta_size_) {
     ASSIGN_OR_RETURN(last_inode_, client_->metaClose(inode_.ino(), 0, size_, wrote_));
     meta_size_ = size_;
@@ -457,9 +461,7 @@ Error FileImpl::syncAndEnd(uint64_t session) {
   std::lock_guard lock(mu_);
   if (closed_) return Error{EBADF, path_ + ": Bad file descriptor"};
   if (closeInlineLocked(session)) return {};
-  Status s = flushLocked();
-  if (s.ok()) s = sticky_error_;
-  if (s.ok() && can_write_) s = client_->syncWrites();
+  Status s = settleLocked(/*sync=*/can_write_);
   if (!s.ok()) {
     if (session != 0) (void)client_->metaClose(inode_.ino(), session, meta_size_, false);
     return toError(s, path_);
@@ -484,9 +486,7 @@ Error FileImpl::close() {
   closed_ = true;
   Status flushed, closed;
   if (!closeInlineLocked(session_)) {
-    flushed = flushLocked();
-    if (flushed.ok()) flushed = sticky_error_;
-    if (flushed.ok() && can_write_) flushed = client_->syncWrites();
+    flushed = settleLocked(/*sync=*/can_write_);
     uint64_t length = flushed.ok() ? size_ : meta_size_;
     if (session_ != 0 || wrote_)
       closed = client_->metaClose(inode_.ino(), session_, length, wrote_).status();

@@ -80,6 +80,9 @@ class FileImpl final : public File {
   // Checks a read of n bytes at offset and flushes buffered writes first;
   // *len: how many bytes the file has there (0: none).
   Error startReadLocked(size_t n, uint64_t offset, size_t* len);
+  // flushLocked(), then a failure learnt earlier, then (`sync`) the
+  // client's unsynced writes made durable (ClientImpl::syncWrites).
+  Status settleLocked(bool sync);
   Status syncLocked();
   // The close of a fresh file with its bytes inline; false when it does not
   // apply or the service refused (the bytes are still buffered then).

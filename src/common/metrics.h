@@ -103,4 +103,8 @@ class Registry {
 // Renders labels as `{a="x",b="y"}` with Prometheus escaping; "" for none.
 std::string renderLabels(const Labels& labels);
 
+// The median of `v` (the mean of the middle two for an even count; 0 for
+// none): benchmarks report the medians of their alternating rounds.
+double median(std::vector<double> v);
+
 }  // namespace cistern::metrics

@@ -78,5 +78,12 @@ TEST(RegistryDeathTest, BadNameOrKindMismatchAborts) {
   EXPECT_DEATH(r.gauge("dup"), "two kinds");
 }
 
+TEST(Median, OfOddAndEvenCountsAndOfNone) {
+  EXPECT_EQ(median({3, 1, 2}), 2);
+  EXPECT_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_EQ(median({7}), 7);
+  EXPECT_EQ(median({}), 0);
+}
+
 }  // namespace
 }  // namespace cistern::metrics
