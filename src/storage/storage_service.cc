@@ -514,6 +514,8 @@ size_t StorageService::readRanges(const BatchReadReq& req, uint8_t* dest, BatchR
 }
 
 Status StorageService::syncTarget(const SyncReq& req) {
+  // A Sync held up: a device flush that takes long.
+  RETURN_ON_ERROR(CISTERN_FAULT("storage.sync.queued"));
   if (!req.host_boot_id().empty() && req.host_boot_id() != hostBootId()) {
     return Status(ErrorCode::kIOError,
                   fmt::format("target {}: its host booted after the unsynced writes being synced: "

@@ -180,6 +180,52 @@ TEST_P(StorageServiceCallers, UnsyncedWritesNameTheHostBootAndSyncChecksIt) {
   EXPECT_EQ(small.host_boot_id(), "") << "its bytes are in the log record: durable anyway";
 }
 
+// A Sync waits for a device flush, which may take long: it runs on a thread
+// of its own, so reads and writes that need the service's blocking threads
+// (one here) go on meanwhile.
+TEST_F(StorageServiceTest, ASyncHoldsNoThreadThatReadsAndWritesNeed) {
+  server_->stop();
+  service_.reset();
+  server_ = std::make_unique<net::RpcServer>(net::ServerOptions{.threads = 1});
+  service_ = std::make_unique<StorageService>(
+      *engine_, *server_,
+      StorageServiceOptions{
+          .blocking_threads = 1, .batch_read_bytes_max = 1 << 20, .queued_bytes_max = 4 << 20});
+  ASSERT_TRUE(server_->start().ok());
+  auto a = bytes(200000, 31), b = bytes(200000, 32);
+  WriteResp w;
+  ASSERT_TRUE(write(4, 0, 0, a, &w, /*unsynced=*/true).ok());
+  ASSERT_FALSE(w.host_boot_id().empty());
+  fault::enable("storage.sync.queued",
+                fault::Spec{.action = fault::Action::kDelay, .delay = std::chrono::seconds(3)});
+  std::atomic<bool> synced{false};
+  std::thread syncer([&] {
+    SyncReq req;
+    SyncResp resp;
+    req.set_host_boot_id(w.host_boot_id());
+    net::RpcClient client;
+    EXPECT_TRUE(client.callSync(server_->endpoint(), m("Sync"), req, &resp).ok());
+    synced = true;
+  });
+  while (fault::fired("storage.sync.queued") == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The Sync is held up; a write and a read of over 64 KiB (on the blocking
+  // thread) are served meanwhile.
+  WriteResp w2;
+  EXPECT_TRUE(write(4, 1, 0, b, &w2, /*unsynced=*/true).ok());
+  BatchReadReq read;
+  addRange(&read, 4, 0, 0, 200000);
+  std::vector<uint8_t> payload(200000);
+  size_t got = 0;
+  BatchReadResp rr;
+  EXPECT_TRUE(batchRead(read, &rr, payload, &got).ok());
+  EXPECT_EQ(payload, a);
+  EXPECT_FALSE(synced.load()) << "the write and the read waited for the Sync";
+  syncer.join();
+  fault::disableAll();
+  EXPECT_TRUE(synced.load());
+}
+
 // Small batch reads are served on the I/O thread, through its io_uring, with
 // the same answers as the pool gives; larger ones and batches of many ranges
 // go to the pool.
