@@ -88,6 +88,19 @@ class StorageServiceTest : public ::testing::Test {
                              {.response_payload = payload, .response_payload_len = got});
   }
 
+  // The first n bytes of a chunk, by a batch read of one range (empty if it fails).
+  std::vector<uint8_t> readChunk(uint64_t inode, uint32_t index, uint32_t n) {
+    BatchReadReq req;
+    addRange(&req, inode, index, 0, n);
+    std::vector<uint8_t> payload(n);
+    size_t got = 0;
+    BatchReadResp resp;
+    Status s = batchRead(req, &resp, payload, &got);
+    EXPECT_TRUE(s.ok()) << s.toString();
+    payload.resize(s.ok() ? got : 0);
+    return payload;
+  }
+
   // A batch read's code and length per range.
   static void expectRanges(const BatchReadResp& resp, const std::vector<ErrorCode>& codes,
                            const std::vector<uint32_t>& lengths) {
@@ -168,13 +181,7 @@ TEST_P(StorageServiceCallers, UnsyncedWritesNameTheHostBootAndSyncChecksIt) {
   req.set_host_boot_id(w.host_boot_id());
   ASSERT_TRUE(client_->callSync(server_->endpoint(), m("Sync"), req, &resp).ok());
   EXPECT_EQ(engine_->usedSlots(c), 1u);
-  BatchReadReq read;
-  addRange(&read, 2, 0, 0, 100000);
-  std::vector<uint8_t> payload(100000);
-  size_t got = 0;
-  BatchReadResp rr;
-  ASSERT_TRUE(batchRead(read, &rr, payload, &got).ok());
-  EXPECT_EQ(payload, b);
+  EXPECT_EQ(readChunk(2, 0, 100000), b);
   WriteResp small;
   ASSERT_TRUE(write(3, 0, 0, bytes(5000, 5), &small, /*unsynced=*/true).ok());
   EXPECT_EQ(small.host_boot_id(), "") << "its bytes are in the log record: durable anyway";
@@ -213,13 +220,7 @@ TEST_F(StorageServiceTest, ASyncHoldsNoThreadThatReadsAndWritesNeed) {
   // thread) are served meanwhile.
   WriteResp w2;
   EXPECT_TRUE(write(4, 1, 0, b, &w2, /*unsynced=*/true).ok());
-  BatchReadReq read;
-  addRange(&read, 4, 0, 0, 200000);
-  std::vector<uint8_t> payload(200000);
-  size_t got = 0;
-  BatchReadResp rr;
-  EXPECT_TRUE(batchRead(read, &rr, payload, &got).ok());
-  EXPECT_EQ(payload, a);
+  EXPECT_EQ(readChunk(4, 0, 200000), a);
   EXPECT_FALSE(synced.load()) << "the write and the read waited for the Sync";
   syncer.join();
   fault::disableAll();
