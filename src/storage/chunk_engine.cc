@@ -1828,6 +1828,15 @@ Result<std::vector<ChunkId>> ChunkEngine::scrub(uint64_t bytes_per_second,
       s = readRange(*m, at, n, buf, /*cached_crcs=*/false);  // the disk's own CRCs
       bytes += n;
     }
+    // Bytes and CRCs that agree but are not the record's (a write that went
+    // to the wrong slot, or a slot's earlier content): its crcs_crc differs.
+    if (s.ok() && m->crcs_crc) {
+      auto on_disk = crcsCrcOnDisk(*m);
+      s = !on_disk.ok() ? on_disk.status()
+          : *on_disk != *m->crcs_crc
+              ? Status(ErrorCode::kCorruption, "CRC area is not the record's")
+              : Status::OK();
+    }
     if (s.code() == ErrorCode::kCorruption) {
       // Overwritten since the scan began? Then the new version is checked by reads.
       auto now = query(id);

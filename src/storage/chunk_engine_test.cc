@@ -356,6 +356,43 @@ TEST_P(ChunkEngineTest, FlippedBitsAreDetectedByReadAndScrub) {
   EXPECT_EQ(bad->size(), 10u);
 }
 
+// A slot whose bytes and CRCs agree but are another chunk's (a write that
+// went to the wrong place): reads cannot tell, scrub can by the record's
+// crcs_crc.
+TEST_P(ChunkEngineTest, ScrubFindsASlotThatHoldsAnotherChunksBytesAndCrcs) {
+  auto x = pattern(8192, 200), y = pattern(8192, 201);  // whole blocks: no tail CRC
+  ASSERT_TRUE(engine_->write({6, 0}, 0, x, 1).ok());
+  ASSERT_TRUE(engine_->write({6, 1}, 0, y, 1).ok());
+  auto mx = engine_->query({6, 0}), my = engine_->query({6, 1});
+  ASSERT_TRUE(mx.ok() && *mx && my.ok() && *my);
+  ASSERT_EQ((*mx)->size_class, (*my)->size_class);
+  ASSERT_EQ((*mx)->addr.group, (*my)->addr.group);
+  engine_.reset();
+  const uint32_t c = (*mx)->size_class;
+  int fd = ::open(
+      (dir_ + "/data/c" + std::to_string(c) + "/g" + std::to_string((*mx)->addr.group) + ".dat")
+          .c_str(),
+      O_RDWR);
+  ASSERT_GE(fd, 0);
+  // y's two blocks and their two CRC entries, over x's.
+  const auto copy = [&](uint64_t at, size_t n) {
+    std::vector<uint8_t> b(n);
+    const uint64_t from = (*my)->addr.slot * slotStride(c) + at;
+    const uint64_t to = (*mx)->addr.slot * slotStride(c) + at;
+    ASSERT_EQ(::pread(fd, b.data(), n, static_cast<off_t>(from)), static_cast<ssize_t>(n));
+    ASSERT_EQ(::pwrite(fd, b.data(), n, static_cast<off_t>(to)), static_cast<ssize_t>(n));
+  };
+  copy(0, y.size());
+  copy(classBytes(c), y.size() / kBlockBytes * 4);
+  ::close(fd);
+  reopen();
+  EXPECT_EQ(readAll({6, 0}, x.size()), y) << "a read has no way to tell";
+  auto bad = engine_->scrub();
+  ASSERT_TRUE(bad.ok()) << bad.status().toString();
+  ASSERT_EQ(bad->size(), 1u);
+  EXPECT_EQ((*bad)[0], (ChunkId{6, 0}));
+}
+
 TEST_P(ChunkEngineTest, FailureAfterDataLeavesTheOldChunkAndFreesTheSlot) {
   auto v1 = pattern(3000, 1);
   ASSERT_TRUE(engine_->write({3, 0}, 0, v1, 1).ok());
