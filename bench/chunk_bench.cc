@@ -185,8 +185,6 @@ double queuedRandReads(ChunkEngine& e, double secs, int round,
   return static_cast<double>(reads.load()) / took;
 }
 
-// Median of the per-round values: the mean of the middle two when the count
-// is even (the default round count is even so each order runs as often).
 }  // namespace
 
 int main(int argc, char** argv) {

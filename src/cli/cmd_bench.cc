@@ -282,7 +282,6 @@ void print(const char* name, const Figures& f) {
       name, f.seqwrite, f.seqread, f.randread, f.create, f.read, f.stat, f.remove);
 }
 
-// The mean of the middle two when the count is even.
 }  // namespace
 
 void addBench(CLI::App& app) {

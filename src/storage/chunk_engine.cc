@@ -427,10 +427,9 @@ Result<bool> ChunkEngine::dataOnDisk(std::string_view key, std::string_view valu
   };
   // First the CRC entries: the slot may hold what it held before (another
   // chunk, or an earlier version), whose bytes verify against its own CRCs.
-  if (m.crcs_crc) {
-    ASSIGN_OR_RETURN(uint32_t on_disk, crcsCrcOnDisk(m));
-    if (on_disk != *m.crcs_crc) return dropped("checksums");
-  }
+  Status crcs = checkCrcArea(m);
+  if (crcs.code() == ErrorCode::kCorruption) return dropped("checksums");
+  RETURN_ON_ERROR(crcs);
   // In 2 MiB pages, so that the pieces are read straight into it.
   io_memory::Region buf(kPieceBytes);
   if (!buf) return Status(ErrorCode::kResourceExhausted, "buffer to check a replayed chunk");
@@ -447,19 +446,20 @@ Result<bool> ChunkEngine::dataOnDisk(std::string_view key, std::string_view valu
 Result<uint32_t> ChunkEngine::crcsCrcOnDisk(const ChunkMeta& m) {
   ASSIGN_OR_RETURN(auto file, groupFile(m.size_class, m.addr.group));
   std::vector<uint8_t> crcs(m.length / kBlockBytes * 4);  // at most 64 KiB
-  size_t done = 0;
-  while (done < crcs.size()) {
-    ssize_t n = ::pread(file->fd, crcs.data() + done, crcs.size() - done,
-                        static_cast<off_t>(crcPos(m.size_class, m.addr) + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errnoStatus(errno, "read the CRC area of " + file->path);
-    if (n == 0) {
-      return Status(ErrorCode::kCorruption, fmt::format("{}: CRC area of slot {}/{} cut short",
-                                                        file->path, m.size_class, m.addr.slot));
-    }
-    done += static_cast<size_t>(n);
-  }
+  // Through the page cache, where the CRC area is written; past the end of
+  // the file it reads as zeros.
+  IoRequest r = IoRequest::readOf(file->fd, crcs.data(), crcs.size(), crcPos(m.size_class, m.addr));
+  RETURN_ON_ERROR(page_io_->run({&r, 1}));
   return crc32c(crcs.data(), crcs.size());
+}
+
+Status ChunkEngine::checkCrcArea(const ChunkMeta& m) {
+  if (!m.crcs_crc) return Status::OK();
+  ASSIGN_OR_RETURN(uint32_t on_disk, crcsCrcOnDisk(m));
+  if (on_disk == *m.crcs_crc) return Status::OK();
+  return Status(ErrorCode::kCorruption,
+                fmt::format("the CRC area of slot {}/{}/{} is not its record's", m.size_class,
+                            m.addr.group, m.addr.slot));
 }
 
 // Replays the metadata log past the version RocksDB holds, then starts it.
@@ -1829,14 +1829,8 @@ Result<std::vector<ChunkId>> ChunkEngine::scrub(uint64_t bytes_per_second,
       bytes += n;
     }
     // Bytes and CRCs that agree but are not the record's (a write that went
-    // to the wrong slot, or a slot's earlier content): its crcs_crc differs.
-    if (s.ok() && m->crcs_crc) {
-      auto on_disk = crcsCrcOnDisk(*m);
-      s = !on_disk.ok() ? on_disk.status()
-          : *on_disk != *m->crcs_crc
-              ? Status(ErrorCode::kCorruption, "CRC area is not the record's")
-              : Status::OK();
-    }
+    // to the wrong slot, or a slot's earlier content).
+    if (s.ok()) s = checkCrcArea(*m);
     if (s.code() == ErrorCode::kCorruption) {
       // Overwritten since the scan began? Then the new version is checked by reads.
       auto now = query(id);

@@ -380,6 +380,9 @@ class ChunkEngine {
   // ChunkMeta::crcs_crc of what the slot of `m` holds on disk: the CRC32C
   // of its first m.length / kBlockBytes CRC-area entries.
   Result<uint32_t> crcsCrcOnDisk(const ChunkMeta& m);
+  // kCorruption if they are not the entries `m` recorded (nothing to check
+  // for a record without crcs_crc).
+  Status checkCrcArea(const ChunkMeta& m);
 
   Status openMetaLog();
 
