@@ -699,6 +699,9 @@ void ChunkEngineOptions::bind(ConfigBinder& b, const std::string& p) {
          "memory for pages of block CRCs per target (0: off; small reads then cost two I/Os)");
   b.bind(p + ".meta_cache_bytes", &meta_cache_bytes,
          "RocksDB block cache of a target's chunk metadata");
+  b.bind(p + ".meta_memtable_bytes", &meta_memtable_bytes,
+         "RocksDB memtable of a target's chunk metadata (two while one is flushed; at least "
+         "64 KiB)");
   b.bind(p + ".open_files_max", &open_files_max, "group files a target keeps open (at least 1)");
   b.bind(p + ".reserved_bytes", &reserved_bytes,
          "writes fail with ENOSPC while the target's file system has less free");
@@ -723,6 +726,11 @@ Status ChunkEngineOptions::validate() const {
   }
   if (sync_interval_ms == 0)
     return Status(ErrorCode::kInvalidArgument, "storage sync_interval_ms must be at least 1");
+  if (meta_memtable_bytes < (64 << 10)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("storage meta_memtable_bytes must be at least 65536, not {}",
+                              meta_memtable_bytes));
+  }
   return Status::OK();
 }
 
@@ -738,6 +746,8 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const ChunkEngineOptions&
   o.avoid_flush_during_shutdown = !options.flush_at_close;
   o.create_if_missing = true;
   o.max_open_files = 256;
+  o.write_buffer_size = options.meta_memtable_bytes;
+  o.max_write_buffer_number = 2;
   // Every write to a new chunk looks up a key no table holds: bloom filters
   // answer that without reading each table's index and data blocks. Index
   // and filter blocks live in the block cache, so the metadata's memory is

@@ -85,6 +85,10 @@ struct ChunkEngineOptions {
   // RocksDB block cache of the chunk metadata, index and filter blocks
   // included. Default: 32 MiB.
   uint64_t meta_cache_bytes = 32ull << 20;
+  // RocksDB memtable of the chunk metadata (`write_buffer_size`; up to two
+  // in memory while one is flushed). A full one is flushed on its own,
+  // between the commit log's checkpoints. At least 64 KiB. Default: 64 MiB.
+  uint64_t meta_memtable_bytes = 64ull << 20;
   // Pages of the slots' CRC areas kept in memory (storage/crc_cache.h): a
   // read of a few blocks then costs one I/O instead of two. 0 turns it off.
   // Default: 64 MiB.

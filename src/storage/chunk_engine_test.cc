@@ -10,9 +10,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <set>
 #include <thread>
@@ -151,6 +155,14 @@ TEST_P(ChunkEngineTest, UnusableOptionsAreRefusedBeforeTheTargetIsCreated) {
   e = ChunkEngine::open(o);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+  o.open_files_max = 1;
+  o.meta_memtable_bytes = 4096;
+  e = ChunkEngine::open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("meta_memtable_bytes must be at least 65536, not 4096"),
+            std::string::npos)
+      << e.status().toString();
   EXPECT_FALSE(std::filesystem::exists(fresh));
 }
 
@@ -569,6 +581,52 @@ TEST_P(ChunkEngineLogTest, ASyncThatReleasesASmallSlotMayCheckpoint) {
   EXPECT_EQ(readAll(id, grown.size()), grown);
   reopen(o);
   EXPECT_EQ(readAll(id, grown.size()), grown);
+}
+
+// The sync that RocksDB's flush runs first (FlushListener) releases no held
+// slot: releasing a class-0 slot past logged_held_slots_max checkpoints,
+// and the checkpoint's flush would wait for the flush the listener runs
+// in. Here RocksDB flushes a full memtable on its own while only unsynced
+// writes come in (a durable write's sync would release the slot first) and
+// a class-0 slot of an unsynced copy-on-write waits for a sync.
+TEST_P(ChunkEngineLogTest, TheSyncBeforeAMetadataFlushReleasesNoSlot) {
+  ChunkEngineOptions o = options();
+  o.sync_interval_ms = 600000;
+  o.logged_held_slots_max = 0;
+  o.meta_memtable_bytes = 64 << 10;
+  reopen(o);
+  // On a thread: a flush that waits for itself hangs every flush after it,
+  // the engine's close included.
+  auto body = std::async(std::launch::async, [&] {
+    const ChunkId grows{16, 0};
+    auto grown = pattern(100 << 10, 14), other = pattern(65 << 10, 15);
+    ASSERT_TRUE(engine_->write(grows, 0, pattern(4096, 13), 1).ok());
+    // Copy-on-write into class 1: the class-0 slot waits for the sync.
+    ASSERT_TRUE(engine_->write(grows, 0, grown, 1, false, 0, /*durable=*/false).ok());
+    EXPECT_EQ(engine_->usedSlots(0), 1u);
+    auto& syncs = metrics::Registry::global().counter("storage_data_syncs_total");
+    const uint64_t syncs0 = syncs.value();
+    // Unsynced writes until a memtable flush has synced (nothing else syncs).
+    uint32_t n = 0;
+    while (syncs.value() == syncs0) {
+      ASSERT_LT(n, 4000u) << "no memtable flush";
+      auto m = engine_->write({18, n++}, 0, other, 1, false, 0, /*durable=*/false);
+      ASSERT_TRUE(m.ok()) << m.status().toString();
+    }
+    EXPECT_EQ(engine_->usedSlots(0), 1u) << "the listener's sync released a slot";
+    ASSERT_TRUE(engine_->sync().ok());
+    EXPECT_EQ(engine_->usedSlots(0), 0u);
+    EXPECT_EQ(readAll(grows, grown.size()), grown);
+    reopen(o);
+    EXPECT_EQ(readAll(grows, grown.size()), grown);
+    for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(readAll({18, i}, other.size()), other) << i;
+    engine_.reset();
+  });
+  if (body.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "no return in 60 s: a metadata flush waits for itself\n");
+    std::_Exit(1);  // a deadlocked thread cannot be unwound
+  }
+  body.get();
 }
 
 // A crash of the process loses no unsynced write: its bytes and record are
