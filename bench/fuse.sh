@@ -88,12 +88,12 @@ ratio() { /usr/bin/python3 -c "print(round($1 / $2, 2) if $2 else 0)"; }
 per_round="$root/per_round"
 : >"$per_round"
 peak_rss_mib=0
+# Whether the mount goes first for job number $1 of this round: by job, and
+# swapped every other round, so that drift on a shared machine hits both.
+mount_first() { [[ $(( ($1 + round) % 2 )) == 0 ]]; }
 for round in $(seq "$rounds"); do
   echo "-- round $round of $rounds (fresh mount)"
   start_mount
-  # Which side goes first: by job, and swapped every other round, so that
-  # drift on a shared machine hits both.
-  mount_first() { [[ $(( ($1 + round) % 2 )) == 0 ]]; }
   declare -A mount_v=() local_v=()
   n=0
   for job in seqwrite_direct seqread_direct seqwrite_buffered randread; do

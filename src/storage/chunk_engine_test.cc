@@ -103,6 +103,11 @@ class ChunkEngineTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(e.ok()) << e.status().toString();
     engine_ = std::move(e).value();
   }
+  // The group file that holds a chunk of record `m` (docs/chunk_format.md, "Files").
+  std::string groupFileOf(const ChunkMeta& m) const {
+    return dir_ + "/data/c" + std::to_string(m.size_class) + "/g" + std::to_string(m.addr.group) +
+           ".dat";
+  }
   std::vector<uint8_t> readAll(ChunkId id, size_t n) {
     std::vector<uint8_t> out(n + 10, 0xEE);
     auto r = engine_->read(id, 0, out);
@@ -381,10 +386,7 @@ TEST_P(ChunkEngineTest, ScrubFindsASlotThatHoldsAnotherChunksBytesAndCrcs) {
   ASSERT_EQ((*mx)->addr.group, (*my)->addr.group);
   engine_.reset();
   const uint32_t c = (*mx)->size_class;
-  int fd = ::open(
-      (dir_ + "/data/c" + std::to_string(c) + "/g" + std::to_string((*mx)->addr.group) + ".dat")
-          .c_str(),
-      O_RDWR);
+  int fd = ::open(groupFileOf(**mx).c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
   // y's two blocks and their two CRC entries, over x's.
   const auto copy = [&](uint64_t at, size_t n) {
@@ -680,8 +682,7 @@ TEST_P(ChunkEngineLogTest, ReplayDropsAWriteWhoseSlotStillHoldsWhatItHeldBefore)
   ASSERT_TRUE(engine_->remove(removed_id).ok());
   ASSERT_TRUE(engine_->sync().ok());
   // What the slot holds on disk now: the removed chunk's bytes and CRCs.
-  const std::string file = dir_ + "/data/c" + std::to_string(was->size_class) + "/g" +
-                           std::to_string(was->addr.group) + ".dat";
+  const std::string file = groupFileOf(*was);
   const off_t at = static_cast<off_t>(was->addr.slot * slotStride(was->size_class));
   std::vector<uint8_t> before(slotStride(was->size_class));
   int fd = ::open(file.c_str(), O_RDWR);
@@ -956,10 +957,7 @@ TEST_P(ChunkEngineTest, AlignedReadsAreExactAndVerified) {
     ASSERT_TRUE(at.ok() && at->has_value());
     m->reset();
     const uint32_t c2 = (*at)->size_class;
-    fd = ::open(
-        (dir_ + "/data/c" + std::to_string(c2) + "/g" + std::to_string((*at)->addr.group) + ".dat")
-            .c_str(),
-        O_RDWR);
+    fd = ::open(groupFileOf(**at).c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
     const off_t last = off_t((*at)->addr.slot) * off_t(slotStride(c2)) + (1 << 20) - 7;
     ASSERT_EQ(::pread(fd, &b, 1, last), 1);
