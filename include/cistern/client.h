@@ -56,7 +56,9 @@ struct Error {
 
 struct FileInfo {
   uint64_t ino = 0;
-  uint32_t mode = 0;  // type bits (S_IFREG, S_IFDIR, S_IFLNK) | permissions
+  // Type bits (S_IFREG, S_IFDIR, S_IFLNK, S_IFIFO, S_IFSOCK, S_IFCHR,
+  // S_IFBLK) | permission bits.
+  uint32_t mode = 0;
   uint32_t nlink = 0;
   uint32_t uid = 0;
   uint32_t gid = 0;
@@ -65,6 +67,7 @@ struct FileInfo {
   int64_t ctime_ns = 0;
   int64_t atime_ns = 0;
   uint32_t chunk_size = 0;  // regular files
+  uint64_t rdev = 0;        // character and block devices: makedev(major, minor)
   bool isDir() const { return (mode & 0170000) == 0040000; }
   bool isRegular() const { return (mode & 0170000) == 0100000; }
 };
@@ -190,12 +193,23 @@ class Client {
   virtual Error rename(const std::string& from, const std::string& to) = 0;
   virtual Error unlink(const std::string& path) = 0;
   virtual Error rmdir(const std::string& path) = 0;
+  // mknod(2): a FIFO, socket or device node; `mode` holds its type
+  // (S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK; S_IFREG makes an empty regular
+  // file) and permission bits. cistern keeps the node; its data is the
+  // kernel's (open it through a mount: open() here fails with ENXIO).
+  // Devices need root (EPERM); `rdev` is kept for devices only.
+  virtual Error mknod(const std::string& path, uint32_t mode, uint64_t rdev) = 0;
+  // symlink(2) and readlink(2). stat() does not follow a final symlink.
+  virtual Error symlink(const std::string& target, const std::string& path) = 0;
+  virtual Error readlink(const std::string& path, std::string* target) = 0;
   // Shrinking (and O_TRUNC) cuts every byte at and past `size` in storage,
   // also bytes other clients wrote there and have not closed yet, before the
   // new size is recorded: a truncate that fails part way leaves the old size
   // reading zeros from `size` on, never old bytes past a recorded end.
   virtual Error truncate(const std::string& path, uint64_t size) = 0;
   // flags: O_RDONLY / O_WRONLY / O_RDWR with O_CREAT, O_EXCL, O_TRUNC.
+  // Regular files only: EISDIR for a directory, ENXIO for a FIFO, socket or
+  // device, EINVAL for a symlink (resolve it with readlink()).
   virtual Error open(const std::string& path, int flags, uint32_t mode,
                      std::unique_ptr<File>* out) = 0;
   virtual Error statfs(SpaceInfo* out) = 0;

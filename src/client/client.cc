@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "mgmt.pb.h"
+#include "proto/file_type.h"
 #include "storage.pb.h"
 
 namespace cistern {
@@ -137,10 +138,7 @@ namespace {
 FileInfo toInfo(const meta::Inode& n) {
   FileInfo f;
   f.ino = n.ino();
-  uint32_t type = n.type() == meta::DIRECTORY ? S_IFDIR
-                  : n.type() == meta::SYMLINK ? S_IFLNK
-                                              : S_IFREG;
-  f.mode = type | (n.mode() & 07777);
+  f.mode = meta::typeBits(n.type()) | (n.mode() & 07777);
   f.nlink = n.nlink();
   f.uid = n.uid();
   f.gid = n.gid();
@@ -149,6 +147,7 @@ FileInfo toInfo(const meta::Inode& n) {
   f.ctime_ns = n.ctime_ns();
   f.atime_ns = n.atime_ns();
   f.chunk_size = n.layout().chunk_size();
+  f.rdev = n.rdev();
   return f;
 }
 
@@ -463,6 +462,12 @@ Result<meta::Inode> ClientImpl::resolvePath(const std::string& path) {
   return resolve(parts, parts.size());
 }
 
+Result<meta::Inode> ClientImpl::resolveParent(const std::vector<std::string>& parts) {
+  ASSIGN_OR_RETURN(meta::Inode p, resolve(parts, parts.size() - 1));
+  if (p.type() != meta::DIRECTORY) return Status(ErrorCode::kNotDirectory, parts.back());
+  return p;
+}
+
 // --- namespace calls ---
 
 Error ClientImpl::stat(const std::string& path, FileInfo* out) {
@@ -508,9 +513,8 @@ Error ClientImpl::mkdir(const std::string& path, uint32_t mode, bool parents) {
   uint64_t parent = kRootIno;
   size_t first = parents ? 0 : parts->size() - 1;
   if (!parents) {
-    auto p = resolve(*parts, parts->size() - 1);
+    auto p = resolveParent(*parts);
     if (!p.ok()) return toError(p.status(), path);
-    if (p->type() != meta::DIRECTORY) return toError(Status(ErrorCode::kNotDirectory), path);
     parent = p->ino();
   }
   for (size_t i = first; i < parts->size(); ++i) {
@@ -637,9 +641,8 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
   meta::Inode inode;
   if (flags & O_CREAT) {
     if (parts->empty()) return toError(Status(ErrorCode::kIsDirectory), path);
-    auto p = resolve(*parts, parts->size() - 1);
+    auto p = resolveParent(*parts);
     if (!p.ok()) return toError(p.status(), path);
-    if (p->type() != meta::DIRECTORY) return toError(Status(ErrorCode::kNotDirectory), path);
     meta::CreateReq req;
     *req.mutable_caller() = caller();
     req.set_parent(p->ino());
@@ -668,6 +671,10 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
     inode = *n;
   }
   if (inode.type() == meta::DIRECTORY) return toError(Status(ErrorCode::kIsDirectory), path);
+  if (meta::isSpecial(inode.type())) {
+    return Error{ENXIO, path + ": a FIFO, socket or device moves its data through the kernel: "
+                               "open it through a mount"};
+  }
   if (inode.type() != meta::REGULAR)
     return toError(Status(ErrorCode::kInvalidArgument, "not a regular file"), path);
   bool trunc = write && (flags & O_TRUNC);

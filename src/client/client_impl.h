@@ -96,6 +96,9 @@ class ClientImpl final : public Client {
   Error unlink(const std::string& path) override;
   Error rmdir(const std::string& path) override;
   Error truncate(const std::string& path, uint64_t size) override;
+  Error mknod(const std::string& path, uint32_t mode, uint64_t rdev) override;
+  Error symlink(const std::string& target, const std::string& path) override;
+  Error readlink(const std::string& path, std::string* target) override;
   Error open(const std::string& path, int flags, uint32_t mode,
              std::unique_ptr<File>* out) override;
   Error statfs(SpaceInfo* out) override;
@@ -264,6 +267,8 @@ class ClientImpl final : public Client {
   Result<meta::Inode> lookup(uint64_t parent, const std::string& name);
   Result<meta::Inode> resolve(const std::vector<std::string>& parts, size_t count);
   Result<meta::Inode> resolvePath(const std::string& path);
+  // The directory holding the last component of `parts` (parts not empty).
+  Result<meta::Inode> resolveParent(const std::vector<std::string>& parts);
   Result<meta::Inode> getattr(uint64_t ino);
   void remember(uint64_t parent, const std::string& name, const meta::Inode& inode);
   void forget(uint64_t parent, const std::string& name);

@@ -5,6 +5,7 @@
 
 #include "client/file_impl.h"
 #include "common/metrics.h"
+#include "proto/file_type.h"
 
 namespace cistern::client {
 
@@ -16,6 +17,18 @@ constexpr size_t kWriteBufferMin = 64 << 10;
 meta::Inode chunked(meta::Inode inode) {
   inode.set_data_inline(false);
   return inode;
+}
+
+// As write(2) at the file system's size limit: a write starting at or past
+// it fails with kFileTooLarge (EFBIG); one that crosses it is cut short there.
+Status clipToMaxSize(uint64_t offset, size_t* n) {
+  if (*n == 0) return Status::OK();
+  if (offset >= meta::kMaxFileBytes) {
+    return Status(ErrorCode::kFileTooLarge,
+                  fmt::format("write at {}: files end at {} bytes", offset, meta::kMaxFileBytes));
+  }
+  *n = static_cast<size_t>(std::min<uint64_t>(*n, meta::kMaxFileBytes - offset));
+  return Status::OK();
 }
 }  // namespace
 
@@ -233,8 +246,7 @@ Error FileImpl::pwrite(const void* buf, size_t n, uint64_t offset, size_t* done)
   std::lock_guard lock(mu_);
   if (closed_ || !can_write_) return Error{EBADF, path_ + ": Bad file descriptor"};
   if (append_) offset = size_;
-  if (offset + n < offset)
-    return toError(Status(ErrorCode::kInvalidArgument, "offset overflow"), path_);
+  if (Status s = clipToMaxSize(offset, &n); !s.ok()) return toError(s, path_);
   wrote_ = true;
   Status s = writeLocked(static_cast<const uint8_t*>(buf), n, offset);
   if (!s.ok()) return toError(s, path_);
@@ -393,8 +405,7 @@ Error FileImpl::preadDirect(void* buf, size_t n, uint64_t offset, size_t* done) 
 
 Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t* done) {
   *done = 0;
-  if (offset + n < offset)
-    return toError(Status(ErrorCode::kInvalidArgument, "offset overflow"), path_);
+  if (Status s = clipToMaxSize(offset, &n); !s.ok()) return toError(s, path_);
   {
     std::lock_guard lock(mu_);
     if (closed_ || !can_write_) return Error{EBADF, path_ + ": Bad file descriptor"};

@@ -58,6 +58,7 @@
   X(kRangeError,           307, ERANGE,       "result does not fit")                \
   X(kInlineRefused,        308, EIO,          "inline file data: convert it first") \
   X(kInodeBusy,            309, EBUSY,        "inode busy: its data is being moved") \
+  X(kFileTooLarge,         310, EFBIG,        "file too large")                     \
   /* storage (400-499) */                                                            \
   X(kStaleChainVersion,    400, ESTALE,       "stale chain version")                \
   X(kTargetBusy,           401, EAGAIN,       "storage target busy")                \

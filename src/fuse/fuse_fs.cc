@@ -18,7 +18,8 @@ constexpr uint32_t kSeenMax = 1 << 16;
 const char* const kMetaMethods[] = {"Lookup",   "Getattr",  "Mkdir",     "Create",      "Unlink",
                                     "Rmdir",    "Rename",   "Link",      "Symlink",     "Readlink",
                                     "Setattr",  "Readdir",  "Access",    "Open",        "Close",
-                                    "SetXattr", "GetXattr", "ListXattr", "RemoveXattr", "Statfs"};
+                                    "SetXattr", "GetXattr", "ListXattr", "RemoveXattr", "Statfs",
+                                    "Mknod"};
 
 }  // namespace
 
@@ -77,11 +78,9 @@ int replyErrno(const Status& s) {
 
 void inodeToStat(const meta::Inode& n, struct stat* st) {
   std::memset(st, 0, sizeof(*st));
-  uint32_t type = n.type() == meta::DIRECTORY ? S_IFDIR
-                  : n.type() == meta::SYMLINK ? S_IFLNK
-                                              : S_IFREG;
   st->st_ino = n.ino();
-  st->st_mode = type | (n.mode() & 07777);
+  st->st_mode = meta::typeBits(n.type()) | (n.mode() & 07777);
+  st->st_rdev = static_cast<dev_t>(n.rdev());
   st->st_nlink = n.nlink();
   st->st_uid = n.uid();
   st->st_gid = n.gid();

@@ -111,6 +111,11 @@ Status serve(client::ClientImpl* client, const MountOptions& options,
   std::vector<std::string> argv = {"cistern", "-o",
                                    "fsname=cistern,subtype=cistern,default_permissions"};
   if (options.allow_other) argv.insert(argv.end(), {"-o", "allow_other"});
+  // libfuse mounts nodev,nosuid unless told otherwise (only root may).
+  if (::geteuid() == 0) {
+    argv.insert(argv.end(), {"-o", options.devices ? "dev" : "nodev"});
+    argv.insert(argv.end(), {"-o", options.setuid ? "suid" : "nosuid"});
+  }
   if (options.debug) argv.push_back("-d");
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());

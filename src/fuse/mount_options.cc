@@ -41,6 +41,10 @@ Status parseMountOptions(const std::string& text, MountOptions* out) {
       out->debug = true;
     } else if (key == "socket_calls" && value.empty()) {
       out->socket_calls = true;
+    } else if ((key == "dev" || key == "nodev") && value.empty()) {
+      out->devices = key == "dev";
+    } else if ((key == "suid" || key == "nosuid") && value.empty()) {
+      out->setuid = key == "suid";
     } else if (key == "attr_timeout") {
       RETURN_ON_ERROR(seconds(&out->attr_timeout_s));
     } else if (key == "entry_timeout") {
@@ -74,6 +78,10 @@ void MountConfig::bind(ConfigBinder& b) {
          "seconds the kernel remembers that a name does not exist (0 to 86400)");
   b.bind("mount.socket_calls", &mount.socket_calls,
          "metadata calls to a cluster in the same process go over loopback TCP too");
+  b.bind("mount.dev", &mount.devices,
+         "device nodes on the mount open their devices, as on a local disk (false: as -o nodev)");
+  b.bind("mount.suid", &mount.setuid,
+         "set-user/group-ID bits take effect on exec, as on a local disk (false: as -o nosuid)");
   b.bind("mount.buffered_files_max", &mount.buffered_files_max,
          "open files that get a write buffer and read-ahead; the rest go straight through "
          "(1 to 4096)");

@@ -28,10 +28,17 @@ struct MountOptions {
   bool debug = false;
   // Metadata calls to a cluster in this process go over the socket too.
   bool socket_calls = false;
+  // As a local file system mounted by root (ext4, NFS): device nodes on the
+  // mount open their devices (`dev`), and set-user/group-ID bits take
+  // effect on exec (`suid`). libfuse's own default is nodev,nosuid; the
+  // options `nodev` and `nosuid` ask for that.
+  bool devices = true;
+  bool setuid = true;
 };
 
 // Parses "-o" text: allow_other, writeback, attr_timeout=S, entry_timeout=S,
-// negative_timeout=S, debug, socket_calls. Unknown options are an error that names them.
+// negative_timeout=S, debug, socket_calls, dev, nodev, suid, nosuid. Unknown options are an error
+// that names them.
 Status parseMountOptions(const std::string& text, MountOptions* out);
 
 // What a config file sets for a mount (`cistern mount --config`, and the

@@ -22,6 +22,14 @@ TEST(MountOptions, EveryDocumentedOptionIsTaken) {
   EXPECT_DOUBLE_EQ(o.attr_timeout_s, 2.5);
   EXPECT_DOUBLE_EQ(o.entry_timeout_s, 0);
   EXPECT_DOUBLE_EQ(o.negative_timeout_s, 86400);
+  EXPECT_TRUE(o.devices);
+  EXPECT_TRUE(o.setuid);
+  ASSERT_TRUE(parseMountOptions("nodev,nosuid", &o).ok());
+  EXPECT_FALSE(o.devices);
+  EXPECT_FALSE(o.setuid);
+  ASSERT_TRUE(parseMountOptions("dev,suid", &o).ok());
+  EXPECT_TRUE(o.devices);
+  EXPECT_TRUE(o.setuid);
 }
 
 TEST(MountOptions, NothingAndEmptyItemsKeepTheDefaults) {

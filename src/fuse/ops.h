@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "fuse/fuse_fs.h"
+#include "proto/file_type.h"
 
 namespace cistern::fuse::ops {
 

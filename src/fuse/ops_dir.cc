@@ -33,10 +33,6 @@ struct DirHandle {
 
 DirHandle* dirOf(fuse_file_info* fi) { return reinterpret_cast<DirHandle*>(fi->fh); }
 
-uint32_t typeBits(meta::FileType t) {
-  return t == meta::DIRECTORY ? S_IFDIR : t == meta::SYMLINK ? S_IFLNK : S_IFREG;
-}
-
 // Loads the page after the window (or the first page when `restart`).
 Status nextPage(FuseFs& f, fuse_req_t req, DirHandle* d, bool plus, bool restart) {
   meta::ReaddirReq in;
@@ -112,7 +108,7 @@ int fill(fuse_req_t req, DirHandle* d, std::vector<char>& buf, size_t& used, off
     size_t i = static_cast<size_t>(pos - d->base);
     std::memset(&st, 0, sizeof(st));
     st.st_ino = d->entries[i].ino();
-    st.st_mode = typeBits(d->entries[i].type());
+    st.st_mode = meta::typeBits(d->entries[i].type());
     const meta::Inode* inode = plus && i < d->inodes.size() ? &d->inodes[i] : nullptr;
     if (plus && !inode) {
       // Not in the page (removed meanwhile): a plain entry.

@@ -180,23 +180,32 @@ void readlink(fuse_req_t req, fuse_ino_t ino) {
   if (f.call(req, "Readlink", in, &out)) fuse_reply_readlink(req, out.target().c_str());
 }
 
-void mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
+void mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   CISTERN_FUSE_OP("mknod");
-  // Only regular files: devices, FIFOs and sockets have no place in cistern.
-  if (!S_ISREG(mode)) {
-    replyErr(req, EPERM);
+  FuseFs& f = fs(req);
+  meta::InodeResp out;
+  const meta::FileType type = meta::typeOfMode(mode);
+  if (type == meta::REGULAR) {
+    meta::CreateReq in;
+    *in.mutable_caller() = f.caller(req);
+    in.set_parent(parent);
+    in.set_name(name);
+    in.set_mode(mode & 07777);
+    in.set_exclusive(true);
+    stamp(f, &in);
+    if (f.call(req, "Create", in, &out)) f.replyEntry(req, out.inode());
     return;
   }
-  FuseFs& f = fs(req);
-  meta::CreateReq in;
+  // FIFOs, sockets and devices: cistern keeps the node, the kernel their data.
+  meta::MknodReq in;
   *in.mutable_caller() = f.caller(req);
   in.set_parent(parent);
   in.set_name(name);
+  in.set_type(type);
   in.set_mode(mode & 07777);
-  in.set_exclusive(true);
+  in.set_rdev(rdev);
   stamp(f, &in);
-  meta::InodeResp out;
-  if (f.call(req, "Create", in, &out)) f.replyEntry(req, out.inode());
+  if (f.call(req, "Mknod", in, &out)) f.replyEntry(req, out.inode());
 }
 
 void mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {

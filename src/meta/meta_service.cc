@@ -108,6 +108,11 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     return into(s.symlink(r.caller(), r.parent(), r.name(), r.target(), rid(r.client(), r.seq())),
                 out.mutable_inode());
   });
+  add<MknodReq, InodeResp>("Mknod", [&s](const MknodReq& r, InodeResp& out) {
+    return into(s.mknod(r.caller(), r.parent(), r.name(), r.type(), r.mode(), r.rdev(),
+                        rid(r.client(), r.seq())),
+                out.mutable_inode());
+  });
   addRead<GetattrReq, ReadlinkResp>("Readlink", [&s](const GetattrReq& r, ReadlinkResp& out) {
     return into(s.readlink(r.ino()), out.mutable_target());
   });

@@ -142,6 +142,11 @@ class MetaStore {
   Result<Inode> symlink(const Caller& c, uint64_t parent, std::string_view name,
                         std::string_view target, const RequestId& rid = {});
   Result<std::string> readlink(uint64_t ino);
+  // A FIFO, socket, character or block device (kInvalidArgument for other
+  // types: regular files are create()'s). Devices need root (kNotPermitted);
+  // `rdev` is kept for devices only.
+  Result<Inode> mknod(const Caller& c, uint64_t parent, std::string_view name, FileType type,
+                      uint32_t mode, uint64_t rdev, const RequestId& rid = {});
   // access(2): ok when `c` may access `ino` with `mask` (kMayRead|kMayWrite|kMayExec; 0 = exists).
   Status access(const Caller& c, uint64_t ino, int mask);
   // getattr of many inodes in one snapshot; a missing one is reported in its slot.

@@ -154,3 +154,10 @@ inline std::string readFile(const std::string& path) {
     long rc_ = static_cast<long>(expr);                          \
     EXPECT_NE(rc_, -1) << #expr << ": " << std::strerror(errno); \
   } while (0)
+
+#define ASSERT_OK(expr)                                          \
+  do {                                                           \
+    errno = 0;                                                   \
+    long rc_ = static_cast<long>(expr);                          \
+    ASSERT_NE(rc_, -1) << #expr << ": " << std::strerror(errno); \
+  } while (0)

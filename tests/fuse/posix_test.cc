@@ -8,7 +8,9 @@
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <sys/xattr.h>
 
 #include <algorithm>
@@ -275,11 +277,101 @@ TEST(Files, MknodRegularFileWorks) {
   EXPECT_EQ(st.st_mode & 0777, 0640u);
 }
 
-TEST(Files, MknodFifoAndDeviceAreEPERM) {
+TEST(Special, FifoCarriesDataThroughTheKernel) {
   auto d = testDir();
-  EXPECT_ERRNO(::mkfifo((d + "/p").c_str(), 0644), EPERM);
-  EXPECT_ERRNO(::mknod((d + "/c").c_str(), S_IFCHR | 0644, makedev(1, 3)), EPERM);
-  EXPECT_FALSE(exists(d + "/p"));
+  std::string p = d + "/p";
+  ASSERT_OK(::mkfifo(p.c_str(), 0640));
+  auto st = statOf(p);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_size, 0);
+  // No reader yet: a non-blocking write open is ENXIO, a read open succeeds.
+  EXPECT_ERRNO(::open(p.c_str(), O_WRONLY | O_NONBLOCK), ENXIO);
+  int r = ::open(p.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(r, 0) << std::strerror(errno);
+  int w = ::open(p.c_str(), O_WRONLY);
+  ASSERT_GE(w, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(w, "through", 7), 7);
+  char buf[16] = {};
+  EXPECT_EQ(::read(r, buf, sizeof buf), 7);
+  EXPECT_STREQ(buf, "through");
+  ::close(w);
+  ::close(r);
+  EXPECT_EQ(statOf(p).st_size, 0);  // the bytes never reached cistern
+}
+
+TEST(Special, UnixSocketBindsConnectsAndShowsAsASocket) {
+  auto d = testDir();
+  std::string path = d + "/s";
+  int srv = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(srv, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(path.size(), sizeof(addr.sun_path)) << path;
+  std::strcpy(addr.sun_path, path.c_str());
+  ASSERT_OK(::bind(srv, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+  ASSERT_OK(::listen(srv, 1));
+  EXPECT_TRUE(S_ISSOCK(statOf(path).st_mode));
+  int cli = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_OK(::connect(cli, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+  int conn = ::accept(srv, nullptr, nullptr);
+  ASSERT_GE(conn, 0);
+  ASSERT_EQ(::write(cli, "hi", 2), 2);
+  char buf[4] = {};
+  EXPECT_EQ(::read(conn, buf, sizeof buf), 2);
+  ::close(conn);
+  ::close(cli);
+  ::close(srv);
+  EXPECT_ERRNO(::open(path.c_str(), O_RDONLY), ENXIO);  // a socket is not opened
+  // Binding over an existing name is EADDRINUSE, as on a local disk.
+  int again = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  EXPECT_ERRNO(::bind(again, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), EADDRINUSE);
+  ::close(again);
+  EXPECT_OK(::unlink(path.c_str()));
+}
+
+TEST(Special, DeviceNodesKeepTheirNumberAndOpenTheDevice) {
+  auto d = testDir();
+  ASSERT_OK(::mknod((d + "/null").c_str(), S_IFCHR | 0666, makedev(1, 3)));
+  ASSERT_OK(::mknod((d + "/blk").c_str(), S_IFBLK | 0600, makedev(7, 200)));
+  auto c = statOf(d + "/null");
+  EXPECT_TRUE(S_ISCHR(c.st_mode));
+  EXPECT_EQ(major(c.st_rdev), 1u);
+  EXPECT_EQ(minor(c.st_rdev), 3u);
+  auto b = statOf(d + "/blk");
+  EXPECT_TRUE(S_ISBLK(b.st_mode));
+  EXPECT_EQ(b.st_rdev, makedev(7, 200));
+  // The mount is dev (as a local disk mounted by root): the node opens /dev/null's driver.
+  int fd = ::open((d + "/null").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  EXPECT_EQ(::write(fd, "gone", 4), 4);
+  char ch;
+  EXPECT_EQ(::read(fd, &ch, 1), 0);
+  ::close(fd);
+  // readdir's d_type says what each is.
+  std::map<std::string, unsigned char> types;
+  DIR* dir = ::opendir(d.c_str());
+  ASSERT_NE(dir, nullptr);
+  while (dirent* e = ::readdir(dir)) types[e->d_name] = e->d_type;
+  ::closedir(dir);
+  EXPECT_EQ(types["null"], DT_CHR);
+  EXPECT_EQ(types["blk"], DT_BLK);
+}
+
+TEST(Special, NodesLinkRenameChmodAndUnlink) {
+  auto d = testDir();
+  ASSERT_OK(::mkfifo((d + "/p").c_str(), 0600));
+  ASSERT_OK(::link((d + "/p").c_str(), (d + "/p2").c_str()));
+  EXPECT_EQ(statOf(d + "/p").st_nlink, 2u);
+  ASSERT_OK(::rename((d + "/p2").c_str(), (d + "/q").c_str()));
+  ASSERT_OK(::chmod((d + "/q").c_str(), 0604));
+  EXPECT_EQ(statOf(d + "/p").st_mode & 07777, 0604u);
+  ASSERT_OK(::chown((d + "/q").c_str(), 1000, 1000));
+  EXPECT_EQ(statOf(d + "/p").st_uid, 1000u);
+  EXPECT_ERRNO(::truncate((d + "/q").c_str(), 0), EINVAL);
+  ASSERT_OK(::unlink((d + "/p").c_str()));
+  ASSERT_OK(::unlink((d + "/q").c_str()));
+  EXPECT_FALSE(exists(d + "/q"));
 }
 
 TEST(Files, FlockAndOfdLocksAreLocal) {

@@ -9,6 +9,7 @@
 #include "meta/ops/new_inode.h"
 #include "meta/permission.h"
 #include "meta/schema.h"
+#include "proto/file_type.h"
 
 namespace cistern::meta {
 namespace {
@@ -56,6 +57,11 @@ Result<Inode> MetaStore::setattr(const Caller& c, uint64_t ino, const SetAttr& a
           if (n.type() != REGULAR)
             return Status(ErrorCode::kInvalidArgument, fmt::format("truncate inode {}", ino));
           RETURN_ON_ERROR(checkAccess(n, c, kMayWrite));
+          if (*a.size > kMaxFileBytes) {
+            return Status(ErrorCode::kFileTooLarge,
+                          fmt::format("truncate inode {} to {} bytes: the limit is {}", ino,
+                                      *a.size, kMaxFileBytes));
+          }
           n.set_inline_ok(false);
           if (n.data_inline() && *a.size != n.size()) {
             // In place while it fits; past inline_max_bytes the client moves the bytes to
