@@ -3,7 +3,7 @@
 // A key starts with one prefix byte that says which table it belongs to; the
 // rest is encoded with key_codec.h so that keys sort in the order of their
 // components. Values of existing prefixes are persisted and never reused or
-// renumbered. docs/kv_schema.md describes the key and value layout of each.
+// renumbered. docs/meta_kv_schema.md describes the key and value layout of each.
 #pragma once
 
 #include <cstdint>

@@ -58,9 +58,6 @@ std::string xattrEnd(uint64_t ino) { return kv::strinc(xattrBegin(ino)); }
 std::string gcBegin() { return KeyWriter(Prefix::kGcQueue).key(); }
 std::string gcEnd() { return kv::strinc(gcBegin()); }
 std::string inodeCountKey() { return KeyWriter(Prefix::kStats).bytes("inodes").key(); }
-std::string chainKey(uint32_t chain_id) { return KeyWriter(Prefix::kChain).u64(chain_id).key(); }
-std::string chainBegin() { return KeyWriter(Prefix::kChain).key(); }
-std::string chainEnd() { return kv::strinc(chainBegin()); }
 
 Result<std::string> dentryName(std::string_view key, uint64_t parent) {
   KeyReader r(key);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "kv/cluster_keys.h"
 #include "kv/engine.h"
 #include "meta.pb.h"
 
@@ -57,9 +58,10 @@ std::string xattrEnd(uint64_t ino);
 std::string gcBegin();
 std::string gcEnd();
 std::string inodeCountKey();
-std::string chainKey(uint32_t chain_id);
-std::string chainBegin();
-std::string chainEnd();
+// The chain table is mgmtd's (kv/cluster_keys.h); meta reads its ids.
+using kv::chainBegin;
+using kv::chainEnd;
+using kv::chainKey;
 
 Result<std::optional<Inode>> loadInode(kv::ReadTransaction& txn, uint64_t ino);
 // kNotFound naming the inode when absent.

@@ -18,6 +18,8 @@
 #include "meta/record_expiry.h"
 #include "meta/schema.h"
 #include "mgmt.pb.h"
+#include "mgmtd/mgmt_service.h"
+#include "mgmtd/routing_table.h"
 #include "net/blocking.h"
 #include "net/rpc_server.h"
 #include "server/metrics_http.h"
@@ -42,10 +44,9 @@ struct LocalCluster::Impl {
   std::unique_ptr<meta::MetaStore> meta;
   std::unique_ptr<net::RpcServer> server;
   std::unique_ptr<meta::MetaService> meta_service;
+  std::unique_ptr<mgmtd::MgmtService> mgmt_service;
   std::vector<TargetRuntime> targets;
-  mgmt::Routing routing;
   std::unique_ptr<MetricsHttp> metrics;
-  asio::thread_pool blocking{1};  // fsck
   net::RpcClient gc_client;
   std::unique_ptr<storage::RemoteChunkRemover> remover;
   std::thread gc_thread;
@@ -54,7 +55,9 @@ struct LocalCluster::Impl {
   bool stopping = false;
 
   Status startTargets();
-  void buildRouting();
+  // mgmtd's view of this machine: one chain per target, meta on `server`.
+  mgmtd::LocalLayout layout() const;
+  Status fsck(const mgmt::FsckReq& req, mgmt::FsckResp* resp);
   Result<std::pair<uint64_t, uint64_t>> capacity();
   void gcLoop();
   void stop();
@@ -127,20 +130,40 @@ Status LocalCluster::Impl::startTargets() {
   return Status::OK();
 }
 
-void LocalCluster::Impl::buildRouting() {
-  routing.set_version(1);
-  routing.set_meta_endpoint(server->endpoint().toString());
-  for (const auto& t : targets) {
-    auto* rt = routing.add_targets();
-    rt->set_id(t.id);
-    rt->set_endpoint(t.server->endpoint().toString());
-    rt->set_path(t.path);
-    rt->set_chain(t.id);
-    auto* c = routing.add_chains();
-    c->set_id(t.id);
-    c->set_version(1);
-    c->add_targets(t.id);
+mgmtd::LocalLayout LocalCluster::Impl::layout() const {
+  mgmtd::LocalLayout l;
+  l.meta_endpoint = server->endpoint().toString();
+  for (const auto& t : targets)
+    l.targets.push_back({t.id, t.server->endpoint().toString(), t.path});
+  return l;
+}
+
+Status LocalCluster::Impl::fsck(const mgmt::FsckReq& req, mgmt::FsckResp* resp) {
+  ASSIGN_OR_RETURN(meta::FsckReport r, meta::fsck(*kv));
+  resp->set_inodes(r.inodes);
+  resp->set_dentries(r.dentries);
+  resp->set_sessions(r.sessions);
+  resp->set_gc_entries(r.gc_entries);
+  for (auto& p : r.problems) resp->add_problems(std::move(p));
+  EngineLister lister(targets);
+  ASSIGN_OR_RETURN(meta::ChunkCheck chunks, meta::checkChunks(*kv, lister));
+  resp->set_chunks(chunks.chunks);
+  resp->set_chunks_past_end(chunks.past_end);
+  resp->set_orphan_chunks(chunks.orphans);
+  uint64_t removed = 0;
+  if (req.remove_orphan_chunks()) {
+    // No new file can own them: inode numbers are never handed out twice.
+    for (const auto& at : chunks.orphan_list) {
+      RETURN_ON_ERROR(targets[at.target].engine->remove({at.inode, at.index}));
+      ++removed;
+    }
+    resp->set_orphan_chunks_removed(removed);
   }
+  // What was removed is no longer a problem.
+  if (removed < chunks.orphans) {
+    for (auto& p : chunks.problems) resp->add_problems(std::move(p));
+  }
+  return Status::OK();
 }
 
 // Total and free bytes over the distinct filesystems of the targets; free
@@ -200,7 +223,7 @@ void LocalCluster::Impl::stop() {
   if (gc_thread.joinable()) gc_thread.join();
   metrics.reset();
   if (server) server->stop();
-  blocking.join();
+  mgmt_service.reset();
   for (auto& t : targets) {
     t.scrub.reset();
     if (t.server) t.server->stop();
@@ -273,11 +296,6 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
   ko.engine.sync_commits = options.sync;
   ASSIGN_OR_RETURN(c.kv, kv::openRocksEngine(ko));
   RETURN_ON_ERROR(c.startTargets());
-  // mgmtd registers one chain per target in the chain table meta reads.
-  RETURN_ON_ERROR(kv::runTransaction(*c.kv, [&](kv::Transaction& t) -> Status {
-    for (const auto& tr : c.targets) t.set(meta::chainKey(tr.id), "");
-    return Status::OK();
-  }));
   meta::MetaOptions meta_options;
   meta_options.inline_convert_lease_ms = options.inline_convert_lease_ms;
   meta_options.session_timeout_ms = options.session_timeout_ms;
@@ -288,49 +306,16 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
   so.listen_port = options.listen_port;
   c.server = std::make_unique<net::RpcServer>(so);
   c.meta_service = std::make_unique<meta::MetaService>(*c.meta, *c.server);
-  c.server->handle<mgmt::GetRoutingReq, mgmt::Routing>(
-      net::Method::of("cistern.mgmt.MgmtService.GetRouting"),
-      [&c](net::CallContext&, const mgmt::GetRoutingReq&,
-           mgmt::Routing& resp) -> asio::awaitable<Status> {
-        resp = c.routing;
-        for (int i = 0; i < resp.targets_size(); ++i)
-          resp.mutable_targets(i)->set_failed(c.targets[static_cast<size_t>(i)].engine->failed());
-        co_return Status::OK();
-      });
-  c.server->handle<mgmt::FsckReq, mgmt::FsckResp>(
-      net::Method::of("cistern.mgmt.MgmtService.Fsck"),
-      [&c](net::CallContext&, const mgmt::FsckReq& req,
-           mgmt::FsckResp& resp) -> asio::awaitable<Status> {
-        co_return co_await net::runBlocking(c.blocking, [&]() -> Status {
-          ASSIGN_OR_RETURN(meta::FsckReport r, meta::fsck(*c.kv));
-          resp.set_inodes(r.inodes);
-          resp.set_dentries(r.dentries);
-          resp.set_sessions(r.sessions);
-          resp.set_gc_entries(r.gc_entries);
-          for (auto& p : r.problems) resp.add_problems(std::move(p));
-          EngineLister lister(c.targets);
-          ASSIGN_OR_RETURN(meta::ChunkCheck chunks, meta::checkChunks(*c.kv, lister));
-          resp.set_chunks(chunks.chunks);
-          resp.set_chunks_past_end(chunks.past_end);
-          resp.set_orphan_chunks(chunks.orphans);
-          uint64_t removed = 0;
-          if (req.remove_orphan_chunks()) {
-            // No new file can own them: inode numbers are never handed out twice.
-            for (const auto& at : chunks.orphan_list) {
-              RETURN_ON_ERROR(c.targets[at.target].engine->remove({at.inode, at.index}));
-              ++removed;
-            }
-            resp.set_orphan_chunks_removed(removed);
-          }
-          // What was removed is no longer a problem.
-          if (removed < chunks.orphans) {
-            for (auto& p : chunks.problems) resp.add_problems(std::move(p));
-          }
-          return Status::OK();
-        });
-      });
+  mgmtd::MgmtHooks hooks;
+  hooks.target_failed = [&c](uint32_t id) {
+    return id >= 1 && id <= c.targets.size() && c.targets[id - 1].engine->failed();
+  };
+  hooks.fsck = [&c](const mgmt::FsckReq& req, mgmt::FsckResp* resp) { return c.fsck(req, resp); };
+  c.mgmt_service = std::make_unique<mgmtd::MgmtService>(*c.kv, *c.server, std::move(hooks));
   RETURN_ON_ERROR(c.server->start().withContext("meta/mgmt endpoint"));
-  c.buildRouting();
+  // mgmtd's routing table (its chain table is what meta lays new files over).
+  // Published once the endpoints are bound; start() returns only after it.
+  RETURN_ON_ERROR(mgmtd::publish(*c.kv, c.layout()).status().withContext("routing table"));
   uint16_t mport = options.metrics_port;
   ASSIGN_OR_RETURN(c.metrics, MetricsHttp::start(options.listen_host, mport));
   c.remover = std::make_unique<storage::RemoteChunkRemover>(

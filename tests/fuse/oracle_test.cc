@@ -147,6 +147,9 @@ struct NodeOp {
   std::function<std::string(const std::string& d)> step;
 };
 
+// gtest names a failed case by this rather than by its bytes.
+void PrintTo(const OracleCase& c, std::ostream* os) { *os << c.name; }
+
 std::vector<NodeOp> nodeOps() {
   auto n = [](const std::string& d) { return d + "/n"; };
   const timespec explicit_times[2] = {{1000, 0}, {2000, 0}};

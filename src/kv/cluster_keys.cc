@@ -1,0 +1,16 @@
+#include "kv/cluster_keys.h"
+
+#include "kv/key_codec.h"
+
+namespace cistern::kv {
+
+std::string targetKey(uint32_t id) { return KeyWriter(Prefix::kTarget).u64(id).key(); }
+std::string targetBegin() { return KeyWriter(Prefix::kTarget).key(); }
+std::string targetEnd() { return strinc(targetBegin()); }
+std::string chainKey(uint32_t id) { return KeyWriter(Prefix::kChain).u64(id).key(); }
+std::string chainBegin() { return KeyWriter(Prefix::kChain).key(); }
+std::string chainEnd() { return strinc(chainBegin()); }
+std::string routingVersionKey() { return KeyWriter(Prefix::kRoutingVersion).key(); }
+std::string clusterConfigKey() { return KeyWriter(Prefix::kClusterConfig).key(); }
+
+}  // namespace cistern::kv

@@ -1,0 +1,26 @@
+// The cluster-state tables in the KV (docs/meta_kv_schema.md, "Cluster
+// state"): mgmtd writes them, meta reads the chain table to lay out files,
+// clients get them through mgmtd's GetRouting.
+//
+//   target   (kTarget, target id)   -> mgmt::Target
+//   chain    (kChain, chain id)     -> mgmt::Chain (an empty value: written by
+//                                      an older version, one target, version 1)
+//   version  (kRoutingVersion)      -> routing version (kv::encodeCounter)
+//   config   (kClusterConfig)       -> mgmt::ClusterConfig
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cistern::kv {
+
+std::string targetKey(uint32_t target_id);
+std::string targetBegin();
+std::string targetEnd();
+std::string chainKey(uint32_t chain_id);
+std::string chainBegin();
+std::string chainEnd();
+std::string routingVersionKey();
+std::string clusterConfigKey();
+
+}  // namespace cistern::kv

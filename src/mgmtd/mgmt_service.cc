@@ -1,0 +1,33 @@
+#include "mgmtd/mgmt_service.h"
+
+#include "mgmtd/routing_table.h"
+#include "net/blocking.h"
+
+namespace cistern::mgmtd {
+
+MgmtService::MgmtService(kv::Engine& kv, net::RpcServer& server, MgmtHooks hooks)
+    : kv_(kv), hooks_(std::move(hooks)) {
+  server.handle<mgmt::GetRoutingReq, mgmt::Routing>(
+      net::Method::of("cistern.mgmt.MgmtService.GetRouting"),
+      [this](net::CallContext&, const mgmt::GetRoutingReq&,
+             mgmt::Routing& resp) -> asio::awaitable<Status> {
+        co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          ASSIGN_OR_RETURN(resp, loadRouting(kv_));
+          if (hooks_.target_failed) {
+            for (auto& t : *resp.mutable_targets()) t.set_failed(hooks_.target_failed(t.id()));
+          }
+          return Status::OK();
+        });
+      });
+  server.handle<mgmt::FsckReq, mgmt::FsckResp>(
+      net::Method::of("cistern.mgmt.MgmtService.Fsck"),
+      [this](net::CallContext&, const mgmt::FsckReq& req,
+             mgmt::FsckResp& resp) -> asio::awaitable<Status> {
+        if (!hooks_.fsck) co_return Status(ErrorCode::kNotSupported, "fsck is not served here");
+        co_return co_await net::runBlocking(pool_, [&] { return hooks_.fsck(req, &resp); });
+      });
+}
+
+MgmtService::~MgmtService() { pool_.join(); }
+
+}  // namespace cistern::mgmtd
