@@ -16,12 +16,12 @@
 #include <thread>
 
 #include "client/client_impl.h"
+#include "client/remote_chunk_remover.h"
 #include "common/fault.h"
 #include "common/host.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "storage.pb.h"
-#include "storage/remote_chunk_remover.h"
 
 namespace cistern::client {
 
@@ -844,7 +844,7 @@ Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
   }
   // The chunks wholly past the new end first, so that a cut stopped part way
   // leaves the file's bytes before some point, zeros after it.
-  storage::RemoteChunkRemover remover(
+  RemoteChunkRemover remover(
       *rpc_,
       [this](uint32_t chain) -> Result<net::Endpoint> {
         ASSIGN_OR_RETURN(auto r, route(chain));

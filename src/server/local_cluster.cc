@@ -22,8 +22,8 @@
 #include "mgmtd/routing_table.h"
 #include "net/blocking.h"
 #include "net/rpc_server.h"
+#include "server/gc_remover.h"
 #include "server/metrics_http.h"
-#include "storage/remote_chunk_remover.h"
 #include "storage/scrub_worker.h"
 #include "storage/storage_service.h"
 
@@ -48,7 +48,7 @@ struct LocalCluster::Impl {
   std::vector<TargetRuntime> targets;
   std::unique_ptr<MetricsHttp> metrics;
   net::RpcClient gc_client;
-  std::unique_ptr<storage::RemoteChunkRemover> remover;
+  std::unique_ptr<GcRemover> remover;
   std::thread gc_thread;
   std::mutex gc_mu;
   std::condition_variable gc_cv;
@@ -318,12 +318,12 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
   RETURN_ON_ERROR(mgmtd::publish(*c.kv, c.layout()).status().withContext("routing table"));
   uint16_t mport = options.metrics_port;
   ASSIGN_OR_RETURN(c.metrics, MetricsHttp::start(options.listen_host, mport));
-  c.remover = std::make_unique<storage::RemoteChunkRemover>(
+  c.remover = std::make_unique<GcRemover>(client::RemoteChunkRemover(
       c.gc_client, [&c](uint32_t chain) -> Result<net::Endpoint> {
         if (chain == 0 || chain > c.targets.size())
           return Status(ErrorCode::kNotFound, fmt::format("no chain {}", chain));
         return c.targets[chain - 1].server->endpoint();
-      });
+      }));
   c.gc_thread = std::thread([&c] { c.gcLoop(); });
   return cluster;
 }

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -550,6 +551,62 @@ TEST_F(E2E, BadInputGetsTheRightErrnoAndWritesNothing) {
   EXPECT_EQ(none, nullptr);
   EXPECT_EQ(err.errno_value, ENOTCONN);
   EXPECT_NE(err.message.find(dead), std::string::npos) << err.message;
+}
+
+TEST_F(E2E, SpecialFilesThroughTheClientAndTheCli) {
+  Client& c = *client_;
+  ASSERT_FALSE(c.mkdir("/sp", 0777, false));
+  ASSERT_FALSE(c.mknod("/sp/fifo", S_IFIFO | 0640, 0));
+  ASSERT_FALSE(c.mknod("/sp/sock", S_IFSOCK | 0600, 0));
+  ASSERT_FALSE(c.mknod("/sp/reg", S_IFREG | 0600, 0));
+  ASSERT_FALSE(c.symlink("fifo", "/sp/link"));
+  FileInfo info;
+  ASSERT_FALSE(c.stat("/sp/fifo", &info));
+  EXPECT_EQ(info.mode, uint32_t{S_IFIFO | 0640});
+  ASSERT_FALSE(c.stat("/sp/reg", &info));
+  EXPECT_TRUE(info.isRegular());
+  ASSERT_FALSE(c.stat("/sp/link", &info));  // the link itself
+  EXPECT_EQ(info.mode & S_IFMT, uint32_t{S_IFLNK});
+  std::string target;
+  ASSERT_FALSE(c.readlink("/sp/link", &target));
+  EXPECT_EQ(target, "fifo");
+  EXPECT_EQ(c.readlink("/sp/fifo", &target).errno_value, EINVAL);
+  std::unique_ptr<File> f;
+  Error e = c.open("/sp/fifo", O_RDONLY, 0, &f);
+  EXPECT_EQ(e.errno_value, ENXIO) << e.message;
+  EXPECT_NE(e.message.find("through a mount"), std::string::npos) << e.message;
+  EXPECT_EQ(c.mknod("/sp/fifo", S_IFIFO | 0640, 0).errno_value, EEXIST);
+  EXPECT_EQ(c.mknod("/sp/dir", S_IFDIR | 0755, 0).errno_value, EINVAL);
+  EXPECT_EQ(c.mknod("/nodir/x", S_IFIFO | 0640, 0).errno_value, ENOENT);
+  EXPECT_EQ(c.mknod("/sp/reg/x", S_IFIFO | 0640, 0).errno_value, ENOTDIR);
+  EXPECT_EQ(c.symlink("x", "/sp/fifo").errno_value, EEXIST);
+  if (::geteuid() == 0) {
+    ASSERT_FALSE(c.mknod("/sp/null", S_IFCHR | 0666, makedev(1, 3)));
+    ASSERT_FALSE(c.stat("/sp/null", &info));
+    EXPECT_EQ(info.rdev, makedev(1, 3));
+    auto r = cli({"mknod", "/sp/blk", "b", "8", "16"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  auto r = cli({"mknod", "/sp/p2", "p"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = cli({"mknod", "/sp/p3", "p", "1", "2"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("no device numbers"), std::string::npos) << r.err;
+  r = cli({"ln", "-s", "reg", "/sp/l2"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = cli({"ls", "-l", "/sp"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("prw-r----- "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("srw------- "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("link -> fifo"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("l2 -> reg"), std::string::npos) << r.out;
+  if (::geteuid() == 0) {
+    EXPECT_NE(r.out.find("crw-rw-rw- "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("1, 3 "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("8, 16 "), std::string::npos) << r.out;
+  }
+  r = cli({"stat", "/sp/sock"});
+  EXPECT_NE(r.out.find("Type: socket"), std::string::npos) << r.out;
 }
 
 TEST_F(E2E, CliCommands) {

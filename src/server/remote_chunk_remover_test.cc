@@ -1,9 +1,9 @@
 // The meta GC wired to real storage: files are created in a MetaStore, their
 // chunks written to two storage services on loopback (one per chain), then
 // the files are unlinked and the GcWorker removes exactly their chunks
-// through RemoteChunkRemover; and the remover's cut from an index, as a
+// through RemoteChunkRemover (behind server::GcRemover); and the remover's cut from an index, as a
 // truncating client uses it.
-#include "storage/remote_chunk_remover.h"
+#include "client/remote_chunk_remover.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include "kv/engine.h"
 #include "meta/meta_store.h"
 #include "meta/schema.h"
+#include "server/gc_remover.h"
 #include "storage/storage_service.h"
 
 namespace cistern::storage {
@@ -98,8 +99,10 @@ TEST_F(RemoteChunkRemoverTest, GcRemovesEveryChunkOfUnlinkedFiles) {
   ASSERT_TRUE(c.ok());
   writeChunks(*c, 3);
 
-  RemoteChunkRemover remover(client_, [this](uint32_t c) { return route(c); }, {.batch = 2});
-  meta::GcWorker gc(*kv_, remover);
+  client::RemoteChunkRemover remover(client_, [this](uint32_t c) { return route(c); },
+                                     {.batch = 2});
+  server::GcRemover gc_remover(remover);
+  meta::GcWorker gc(*kv_, gc_remover);
   auto done = gc.runOnce();
   ASSERT_TRUE(done.ok()) << done.status().toString();
   EXPECT_EQ(*done, 2u);
@@ -116,7 +119,8 @@ TEST_F(RemoteChunkRemoverTest, RemovesFromAnIndexOnEveryChainInBatches) {
   ASSERT_TRUE(a.ok() && b.ok());
   writeChunks(*a, 9);
   writeChunks(*b, 2);
-  RemoteChunkRemover remover(client_, [this](uint32_t c) { return route(c); }, {.batch = 2});
+  client::RemoteChunkRemover remover(client_, [this](uint32_t c) { return route(c); },
+                                     {.batch = 2});
   ASSERT_TRUE(remover.removeFrom(a->ino(), a->layout(), 3).ok());
   for (uint32_t i = 0; i < 9; ++i) EXPECT_EQ(exists(*a, i), i < 3) << "chunk " << i;
   for (uint32_t i = 0; i < 2; ++i) EXPECT_TRUE(exists(*b, i)) << "the next inode's chunk " << i;
@@ -140,7 +144,8 @@ TEST_F(RemoteChunkRemoverTest, StoredEndIsTheEndOfTheFilesLastChunkFromAnIndexOn
   uint32_t chain3 = b->layout().chains(3 % b->layout().chains_size());
   std::vector<uint8_t> tail(4321, 9);
   ASSERT_TRUE(targets_[chain3 - 1].engine->write({b->ino(), 3}, 100, tail, 1).ok());
-  RemoteChunkRemover probe(client_, [this](uint32_t ch) { return route(ch); }, {.batch = 2});
+  client::RemoteChunkRemover probe(client_, [this](uint32_t ch) { return route(ch); },
+                                   {.batch = 2});
   EXPECT_EQ(*probe.storedEnd(a->ino(), a->layout(), 0), 8 * chunk + 1000);
   EXPECT_EQ(*probe.storedEnd(a->ino(), a->layout(), 8), 8 * chunk + 1000);
   EXPECT_EQ(*probe.storedEnd(a->ino(), a->layout(), 9), 0u);
@@ -162,25 +167,27 @@ TEST_F(RemoteChunkRemoverTest, UnreachableStorageKeepsTheEntryQueued) {
   uint32_t down_chain = a->layout().chains(1);
   net::Endpoint dead = targets_[down_chain - 1].server->endpoint();
   targets_[down_chain - 1].server->stop();
-  RemoteChunkRemover remover(client_, [&](uint32_t c) -> Result<net::Endpoint> {
+  client::RemoteChunkRemover remover(client_, [&](uint32_t c) -> Result<net::Endpoint> {
     return c == down_chain ? dead : route(c);
   });
-  meta::GcWorker gc(*kv_, remover);
+  server::GcRemover gc_remover(remover);
+  meta::GcWorker gc(*kv_, gc_remover);
   auto failed = gc.runOnce();
   EXPECT_FALSE(failed.ok());
   EXPECT_EQ(failed.code(), ErrorCode::kConnectionFailed) << failed.status().toString();
   // The entry is still queued: a worker with a working route finishes it.
-  RemoteChunkRemover other(client_, [&](uint32_t c) -> Result<net::Endpoint> {
+  client::RemoteChunkRemover other(client_, [&](uint32_t c) -> Result<net::Endpoint> {
     if (c == down_chain) return Status(ErrorCode::kNotFound, "chain down");
     return route(c);
   });
-  EXPECT_FALSE(meta::GcWorker(*kv_, other).runOnce().ok());
+  server::GcRemover other_gc(other);
+  EXPECT_FALSE(meta::GcWorker(*kv_, other_gc).runOnce().ok());
   EXPECT_FALSE(exists(*a, 0));  // the reachable chain's chunk is gone (idempotent later)
 }
 
 TEST_F(RemoteChunkRemoverTest, LayoutWithoutChainsIsAnError) {
   meta::Layout empty;
-  RemoteChunkRemover remover(client_, [this](uint32_t c) { return route(c); });
+  client::RemoteChunkRemover remover(client_, [this](uint32_t c) { return route(c); });
   EXPECT_EQ(remover.removeFrom(5, empty, 0).code(), ErrorCode::kInvalidArgument);
 }
 

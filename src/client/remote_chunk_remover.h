@@ -1,5 +1,7 @@
-// RemoteChunkRemover: the meta GC's ChunkRemover over the storage RPC, also
-// used by clients to cut a file before a truncate commits.
+// RemoteChunkRemover: removes a file's chunks over the storage RPC. Clients
+// cut a file with it before a truncate commits; the meta GC reaches storage
+// through it (server/gc_remover.h adapts it to meta's interfaces, so that
+// libcistern depends on no part of meta).
 //
 // Chunk i of a file lives on chain layout.chains(i % stripe_width); `route`
 // maps a chain id to the storage endpoint serving it (from mgmtd's routing
@@ -14,17 +16,18 @@
 // `busy_retries` times; any other failure is returned and the GC entry stays
 // queued, so nothing is lost. Removing chunks that are already gone succeeds.
 // It also tells the session reaper how far a file's bytes reach in storage
-// (meta::StoredEnd, List calls). Thread-safe if `route` is.
+// (storedEnd, List calls). Thread-safe if `route` is.
 #pragma once
 
 #include <functional>
 
-#include "meta/gc_worker.h"
+#include "common/result.h"
+#include "meta.pb.h"
 #include "net/rpc_client.h"
 
-namespace cistern::storage {
+namespace cistern::client {
 
-class RemoteChunkRemover : public meta::ChunkRemover, public meta::StoredEnd {
+class RemoteChunkRemover {
  public:
   using Route = std::function<Result<net::Endpoint>(uint32_t chain)>;
   struct Options {
@@ -43,9 +46,12 @@ class RemoteChunkRemover : public meta::ChunkRemover, public meta::StoredEnd {
   RemoteChunkRemover(net::RpcClient& client, Route route)
       : RemoteChunkRemover(client, std::move(route), Options()) {}
 
-  Status removeFrom(uint64_t ino, const meta::Layout& layout, uint64_t first) override;
-  // List calls on each chain of the layout, one after the other.
-  Result<uint64_t> storedEnd(uint64_t ino, const meta::Layout& layout, uint64_t first) override;
+  // Removes every chunk of inode `ino` with index >= `first`, placed by
+  // `layout`, including any past the file's recorded length.
+  Status removeFrom(uint64_t ino, const meta::Layout& layout, uint64_t first);
+  // The end, as a file offset, of the last chunk of `ino` with index >=
+  // `first` (0: none there). List calls on each chain, one after the other.
+  Result<uint64_t> storedEnd(uint64_t ino, const meta::Layout& layout, uint64_t first);
 
  private:
   Status removeOnChain(uint64_t ino, uint32_t first, uint32_t chain);
@@ -58,4 +64,4 @@ class RemoteChunkRemover : public meta::ChunkRemover, public meta::StoredEnd {
   Options options_;
 };
 
-}  // namespace cistern::storage
+}  // namespace cistern::client

@@ -1,4 +1,4 @@
-#include "storage/remote_chunk_remover.h"
+#include "client/remote_chunk_remover.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 
 #include "storage.pb.h"
 
-namespace cistern::storage {
+namespace cistern::client {
 namespace {
 
 // Each chain of the layout once, in order (a layout may name one twice).
@@ -56,13 +56,13 @@ Status RemoteChunkRemover::retried(const std::function<Status()>& once) {
 Status RemoteChunkRemover::removeOnChain(uint64_t ino, uint32_t first, uint32_t chain) {
   static const net::Method kRemove = net::Method::of("cistern.storage.StorageService.Remove");
   ASSIGN_OR_RETURN(net::Endpoint to, route_(chain));
-  RemoveReq req;
-  req.set_qos(options_.foreground ? QOS_FOREGROUND : QOS_BACKGROUND);
+  storage::RemoveReq req;
+  req.set_qos(options_.foreground ? storage::QOS_FOREGROUND : storage::QOS_BACKGROUND);
   req.mutable_from()->set_inode(ino);
   req.mutable_from()->set_index(first);
   req.set_limit(options_.batch);
   for (;;) {
-    RemoveResp resp;
+    storage::RemoveResp resp;
     Status s = retried([&] {
       resp.Clear();
       if (options_.fence) req.set_not_after_unix_ns(options_.fence(to));
@@ -81,13 +81,13 @@ Result<uint64_t> RemoteChunkRemover::storedEnd(uint64_t ino, const meta::Layout&
   uint64_t end = 0;
   for (uint32_t chain : distinctChains(layout)) {
     ASSIGN_OR_RETURN(net::Endpoint to, route_(chain));
-    ListReq req;
-    req.set_qos(options_.foreground ? QOS_FOREGROUND : QOS_BACKGROUND);
+    storage::ListReq req;
+    req.set_qos(options_.foreground ? storage::QOS_FOREGROUND : storage::QOS_BACKGROUND);
     req.mutable_from()->set_inode(ino);
     req.mutable_from()->set_index(static_cast<uint32_t>(first));
     req.set_limit(options_.batch);
     for (bool more = true; more;) {
-      ListResp resp;
+      storage::ListResp resp;
       Status s = retried([&] {
         resp.Clear();
         return client_.callSync(to, kList, req, &resp);
@@ -112,4 +112,4 @@ Result<uint64_t> RemoteChunkRemover::storedEnd(uint64_t ino, const meta::Layout&
   return end;
 }
 
-}  // namespace cistern::storage
+}  // namespace cistern::client
