@@ -233,7 +233,7 @@ class ClientImpl final : public Client {
                          uint64_t lease = 0) const;
   // One storage call `once(route)` on chain `chain` from this thread, tried
   // again with backoff as a piece is (giveUp) until retry_ms; `what()` names
-  // the work in the error. Defined and used in data_io.cc.
+  // the work in the error. Defined in chunk_io.h.
   // `fenced`: each attempt carries its own attemptFence() (giveUp).
   template <typename Once, typename What>
   Status retryBlocking(uint32_t chain, const Once& once, const What& what, bool fenced = false);

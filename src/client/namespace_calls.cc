@@ -1,0 +1,331 @@
+// libcistern: the namespace calls on paths (stat, list, mkdir, rename,
+// unlink, rmdir, truncate, open, mknod, symlink, readlink).
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include "client/client_impl.h"
+#include "client/file_impl.h"
+#include "client/methods.h"
+#include "proto/file_type.h"
+
+namespace cistern::client {
+namespace {
+
+FileInfo toInfo(const meta::Inode& n) {
+  FileInfo f;
+  f.ino = n.ino();
+  f.mode = meta::typeBits(n.type()) | (n.mode() & 07777);
+  f.nlink = n.nlink();
+  f.uid = n.uid();
+  f.gid = n.gid();
+  f.size = n.type() == meta::SYMLINK ? n.symlink_target().size() : n.size();
+  f.mtime_ns = n.mtime_ns();
+  f.ctime_ns = n.ctime_ns();
+  f.atime_ns = n.atime_ns();
+  f.chunk_size = n.layout().chunk_size();
+  f.rdev = n.rdev();
+  return f;
+}
+
+}  // namespace
+
+Error ClientImpl::stat(const std::string& path, FileInfo* out) {
+  auto n = resolvePath(path);
+  if (!n.ok()) return toError(n.status(), path);
+  *out = toInfo(*n);
+  return {};
+}
+
+Error ClientImpl::list(const std::string& path, std::vector<DirEntry>* out) {
+  out->clear();
+  auto dir = resolvePath(path);
+  if (!dir.ok()) return toError(dir.status(), path);
+  if (dir->type() != meta::DIRECTORY) return toError(Status(ErrorCode::kNotDirectory), path);
+  meta::ReaddirReq req;
+  *req.mutable_caller() = caller();
+  req.set_ino(dir->ino());
+  req.set_limit(1000);
+  req.set_plus(true);
+  for (;;) {
+    meta::ReaddirResp resp;
+    Status s = metaCall(kReaddir(), req, &resp);
+    if (!s.ok()) return toError(s, path);
+    for (int i = 0; i < resp.names_size(); ++i) {
+      DirEntry e;
+      e.name = resp.names(i);
+      if (i < resp.inodes_size()) e.info = toInfo(resp.inodes(i));
+      out->push_back(std::move(e));
+    }
+    if (resp.next_cookie().empty() || resp.names_size() == 0) break;
+    req.set_cookie(resp.next_cookie());
+  }
+  return {};
+}
+
+Error ClientImpl::mkdir(const std::string& path, uint32_t mode, bool parents) {
+  auto parts = split(path);
+  if (!parts.ok()) return toError(parts.status(), path);
+  if (parts->empty()) {
+    if (parents) return {};
+    return toError(Status(ErrorCode::kAlreadyExists), path);
+  }
+  uint64_t parent = kRootIno;
+  size_t first = parents ? 0 : parts->size() - 1;
+  if (!parents) {
+    auto p = resolveParent(*parts);
+    if (!p.ok()) return toError(p.status(), path);
+    parent = p->ino();
+  }
+  for (size_t i = first; i < parts->size(); ++i) {
+    const std::string& name = (*parts)[i];
+    if (parents) {
+      auto existing = lookup(parent, name);
+      if (existing.ok()) {
+        if (existing->type() != meta::DIRECTORY)
+          return toError(Status(ErrorCode::kNotDirectory), path);
+        parent = existing->ino();
+        continue;
+      }
+      if (existing.status().code() != ErrorCode::kNotFound) return toError(existing.status(), path);
+    }
+    meta::MkdirReq req;
+    *req.mutable_caller() = caller();
+    req.set_parent(parent);
+    req.set_name(name);
+    req.set_mode(mode & 07777);
+    req.set_client(client_id_);
+    req.set_seq(nextSeq());
+    meta::InodeResp resp;
+    Status s = metaCall(kMkdir(), req, &resp);
+    if (!s.ok() && parents && s.code() == ErrorCode::kAlreadyExists) {
+      forget(parent, name);
+      auto again = lookup(parent, name);  // made by someone else meanwhile
+      if (!again.ok()) return toError(again.status(), path);
+      if (again->type() != meta::DIRECTORY) return toError(Status(ErrorCode::kNotDirectory), path);
+      parent = again->ino();
+      continue;
+    }
+    if (!s.ok()) return toError(s, path);
+    forget(parent, name);
+    remember(parent, name, resp.inode());
+    parent = resp.inode().ino();
+  }
+  return {};
+}
+
+Error ClientImpl::rename(const std::string& from, const std::string& to) {
+  auto a = split(from);
+  if (!a.ok()) return toError(a.status(), from);
+  auto b = split(to);
+  if (!b.ok()) return toError(b.status(), to);
+  if (a->empty() || b->empty()) return toError(Status(ErrorCode::kNotPermitted), from);
+  auto pa = resolve(*a, a->size() - 1);
+  if (!pa.ok()) return toError(pa.status(), from);
+  auto pb = resolve(*b, b->size() - 1);
+  if (!pb.ok()) return toError(pb.status(), to);
+  meta::RenameReq req;
+  *req.mutable_caller() = caller();
+  req.set_src_parent(pa->ino());
+  req.set_src_name(a->back());
+  req.set_dst_parent(pb->ino());
+  req.set_dst_name(b->back());
+  req.set_client(client_id_);
+  req.set_seq(nextSeq());
+  meta::Empty resp;
+  Status s = metaCall(kRename(), req, &resp);
+  forget(pa->ino(), a->back());
+  forget(pb->ino(), b->back());
+  if (!s.ok()) {
+    // Name the side the error is about.
+    bool dst = s.code() == ErrorCode::kNotEmpty || s.code() == ErrorCode::kIsDirectory ||
+               s.code() == ErrorCode::kAlreadyExists;
+    return toError(s, dst ? to : from);
+  }
+  return {};
+}
+
+// unlink and rmdir: the meta service checks the type and permissions.
+Error ClientImpl::removeName(const std::string& path, bool dir) {
+  auto parts = split(path);
+  if (!parts.ok()) return toError(parts.status(), path);
+  if (parts->empty()) {
+    return toError(
+        dir ? Status(ErrorCode::kNotPermitted, "the root") : Status(ErrorCode::kIsDirectory), path);
+  }
+  auto p = resolve(*parts, parts->size() - 1);
+  if (!p.ok()) return toError(p.status(), path);
+  meta::RemoveReq req;
+  *req.mutable_caller() = caller();
+  req.set_parent(p->ino());
+  req.set_name(parts->back());
+  req.set_client(client_id_);
+  req.set_seq(nextSeq());
+  meta::Empty resp;
+  Status s = metaCall(dir ? kRmdir() : kUnlink(), req, &resp);
+  forget(p->ino(), parts->back());
+  return toError(s, path);
+}
+
+Error ClientImpl::unlink(const std::string& path) { return removeName(path, false); }
+Error ClientImpl::rmdir(const std::string& path) { return removeName(path, true); }
+
+Error ClientImpl::truncate(const std::string& path, uint64_t size) {
+  auto n = resolvePath(path);
+  if (!n.ok()) return toError(n.status(), path);
+  // Cut first, commit second: a truncate that stops between them leaves no
+  // old byte past the new end (cutForTruncate).
+  auto fresh = cutForTruncate(caller(), n->ino(), W_OK, size);
+  if (!fresh.ok()) return toError(fresh.status(), path);
+  meta::SetattrReq req;
+  *req.mutable_caller() = caller();
+  req.set_ino(fresh->ino());
+  req.set_size(size);
+  req.set_client(client_id_);
+  req.set_seq(nextSeq());
+  meta::InodeResp resp;
+  Status s = setattrSize(&req, &resp);
+  forgetAttrs(fresh->ino());
+  return toError(s, path);
+}
+
+Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
+                       std::unique_ptr<File>* out) {
+  out->reset();
+  int acc = flags & O_ACCMODE;
+  bool read = acc == O_RDONLY || acc == O_RDWR;
+  bool write = acc == O_WRONLY || acc == O_RDWR;
+  if (acc == O_ACCMODE) return toError(Status(ErrorCode::kInvalidArgument, "bad flags"), path);
+  auto parts = split(path);
+  if (!parts.ok()) return toError(parts.status(), path);
+  meta::Inode inode;
+  if (flags & O_CREAT) {
+    if (parts->empty()) return toError(Status(ErrorCode::kIsDirectory), path);
+    auto p = resolveParent(*parts);
+    if (!p.ok()) return toError(p.status(), path);
+    meta::CreateReq req;
+    *req.mutable_caller() = caller();
+    req.set_parent(p->ino());
+    req.set_name(parts->back());
+    req.set_mode(mode & 07777);
+    req.set_exclusive((flags & O_EXCL) != 0);
+    req.set_client(client_id_);
+    req.set_seq(nextSeq());
+    req.set_open_write(write);
+    meta::InodeResp resp;
+    Status s = metaCall(kCreate(), req, &resp);
+    forget(p->ino(), parts->back());
+    if (!s.ok()) return toError(s, path);
+    if (resp.session() != 0) {
+      // A new file, already open for writing: no separate Open.
+      auto file = std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
+                                             (flags & O_APPEND) != 0);
+      file->setFresh();
+      *out = std::move(file);
+      return {};
+    }
+    inode = resp.inode();
+  } else {
+    auto n = resolve(*parts, parts->size());
+    if (!n.ok()) return toError(n.status(), path);
+    inode = *n;
+  }
+  if (inode.type() == meta::DIRECTORY) return toError(Status(ErrorCode::kIsDirectory), path);
+  if (meta::isSpecial(inode.type())) {
+    return Error{ENXIO, path +
+                            ": a FIFO, socket or device moves its data through the kernel: "
+                            "open it through a mount"};
+  }
+  if (inode.type() != meta::REGULAR)
+    return toError(Status(ErrorCode::kInvalidArgument, "not a regular file"), path);
+  bool trunc = write && (flags & O_TRUNC);
+  if (trunc) {
+    // The old bytes leave storage before the open commits the empty file, so
+    // that none shows through a hole of the new contents.
+    auto fresh = cutForTruncate(caller(), inode.ino(), W_OK | (read ? R_OK : 0), 0);
+    if (!fresh.ok()) return toError(fresh.status(), path);
+  }
+  meta::OpenReq req;
+  *req.mutable_caller() = caller();
+  req.set_ino(inode.ino());
+  req.set_read(read);
+  req.set_write(write);
+  req.set_truncate(trunc);
+  req.set_client(client_id_);
+  req.set_seq(nextSeq());
+  meta::OpenResp resp;
+  Status s = metaCall(kOpen(), req, &resp);
+  forgetAttrs(inode.ino());
+  if (!s.ok()) return toError(s, path);
+  if (write) {
+    // Writes go to chunks: an inline file's bytes move there first.
+    if (Status c = prepareWrites(&resp); !c.ok()) return toError(c, path);
+  }
+  *out =
+      std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
+                                 (flags & O_APPEND) != 0, std::move(*resp.mutable_inline_data()));
+  return {};
+}
+
+Error ClientImpl::mknod(const std::string& path, uint32_t mode, uint64_t rdev) {
+  const meta::FileType type = meta::typeOfMode(mode);
+  if (type == meta::REGULAR) {
+    std::unique_ptr<File> f;
+    if (Error e = open(path, O_WRONLY | O_CREAT | O_EXCL, mode & 07777, &f)) return e;
+    return f->close();
+  }
+  if (!meta::isSpecial(type)) {
+    return toError(Status(ErrorCode::kInvalidArgument,
+                          fmt::format("mknod mode {:o} names no FIFO, socket or device", mode)),
+                   path);
+  }
+  auto parts = split(path);
+  if (!parts.ok()) return toError(parts.status(), path);
+  if (parts->empty()) return toError(Status(ErrorCode::kAlreadyExists), path);
+  auto p = resolveParent(*parts);
+  if (!p.ok()) return toError(p.status(), path);
+  meta::MknodReq req;
+  *req.mutable_caller() = caller();
+  req.set_parent(p->ino());
+  req.set_name(parts->back());
+  req.set_type(type);
+  req.set_mode(mode & 07777);
+  req.set_rdev(rdev);
+  req.set_client(clientId());
+  req.set_seq(nextSeq());
+  meta::InodeResp resp;
+  Status s = metaCall(kMknod(), req, &resp);
+  forget(p->ino(), parts->back());
+  return toError(s, path);
+}
+
+Error ClientImpl::symlink(const std::string& target, const std::string& path) {
+  auto parts = split(path);
+  if (!parts.ok()) return toError(parts.status(), path);
+  if (parts->empty()) return toError(Status(ErrorCode::kAlreadyExists), path);
+  auto p = resolveParent(*parts);
+  if (!p.ok()) return toError(p.status(), path);
+  meta::SymlinkReq req;
+  *req.mutable_caller() = caller();
+  req.set_parent(p->ino());
+  req.set_name(parts->back());
+  req.set_target(target);
+  req.set_client(clientId());
+  req.set_seq(nextSeq());
+  meta::InodeResp resp;
+  Status s = metaCall(kSymlink(), req, &resp);
+  forget(p->ino(), parts->back());
+  return toError(s, path);
+}
+
+// A symlink's target never changes, so the inode the path resolves to (from
+// the dentry cache or a Lookup) has it.
+Error ClientImpl::readlink(const std::string& path, std::string* target) {
+  auto n = resolvePath(path);
+  if (!n.ok()) return toError(n.status(), path);
+  if (n->type() != meta::SYMLINK)
+    return toError(Status(ErrorCode::kInvalidArgument, "not a symlink"), path);
+  *target = n->symlink_target();
+  return {};
+}
+
+}  // namespace cistern::client
