@@ -23,6 +23,16 @@ inline void figure(const std::string& name, double value, const std::string& uni
   std::fflush(stdout);
 }
 
+// Prints `rounds <name>: v1 / v2 / ...`, each round's value of a figure
+// whose `figure` line gives their median; bench/run records them in
+// bench/results/NAME.tsv.
+inline void rounds(const std::string& name, const std::vector<double>& values) {
+  std::printf("rounds %s:", name.c_str());
+  for (size_t i = 0; i < values.size(); ++i) std::printf("%s %.3f", i ? " /" : "", values[i]);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 // Peak resident set of this process (the cistern services run in it), MiB.
 inline double peakRssMiB() {
   rusage ru{};

@@ -424,15 +424,13 @@ int main(int argc, char** argv) {
   std::printf("small writes with data synced instead of logged: %.2fx fio\n", median(swu_ratio));
   // The spread behind each median: one round's ratio swings with the host.
   std::printf("seqread against pread into 2 MiB pages: %.2fx\n", median(raw_ratio));
-  for (auto [name, v] : {std::pair{"seqwrite", &w_ratio}, std::pair{"seqread", &r_ratio},
-                         std::pair{"seqread vs pread into 2 MiB pages", &raw_ratio},
-                         std::pair{"randread", &rr_ratio}, std::pair{"rpc seqread", &rpc_ratio}}) {
-    std::vector<double> sorted = *v;
-    std::sort(sorted.begin(), sorted.end());
-    std::printf("per-round %s ratios:", name);
-    for (double x : sorted) std::printf(" %.2f", x);
-    std::printf("\n");
-  }
+  bench::rounds("chunk_seqwrite_vs_fio", w_ratio);
+  bench::rounds("chunk_seqread_vs_fio", r_ratio);
+  bench::rounds("chunk_seqread_vs_pread_2mib_pages", raw_ratio);
+  bench::rounds("chunk_randread_vs_fio", rr_ratio);
+  bench::rounds("chunk_randread_threads_vs_fio_psync", rrt_ratio);
+  bench::rounds("storage_rpc_seqread_vs_fio", rpc_ratio);
+  bench::rounds("chunk_smallwrite_vs_fio", sw_ratio);
   bench::figure("chunk_bench_peak_rss_mib", bench::peakRssMiB(), "MiB");
   bench::figure("chunk_seqwrite_vs_fio", median(w_ratio), "x");
   bench::figure("chunk_seqread_vs_fio", median(r_ratio), "x");

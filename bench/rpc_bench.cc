@@ -254,6 +254,7 @@ int main(int argc, char** argv) {
     rpc_total += rpc;
     tcp_total += tcp;
   }
+  bench::rounds("rpc_1mib_vs_tcp", ratios);
   std::sort(ratios.begin(), ratios.end());
 
   // Blocking round trips: what a FUSE thread or a metadata caller pays.
@@ -269,6 +270,7 @@ int main(int argc, char** argv) {
     sync_total += sync;
     pingpong_total += pingpong;
   }
+  bench::rounds("rpc_sync_vs_tcp_pingpong", sync_ratios);
   std::sort(sync_ratios.begin(), sync_ratios.end());
   double rpc_gbps = rpc_total / kRounds, tcp_gbps = tcp_total / kRounds;
   double ratio = ratios[kRounds / 2];

@@ -28,6 +28,7 @@ for md in README.md docs/*.md bench/RESULTS.md; do
   dir=$(dirname "$md")
   while read -r target; do
     [[ $target == http* || $target == mailto:* ]] && continue
+    [[ $target == ../* ]] && continue  # outside the repository (../shared/)
     [[ -e $dir/$target ]] || { echo "${md} links to ${target}, which does not exist"; fail=1; }
   done < <(grep -oE '\]\([^)#]+' "$md" | sed -E 's/^\]\(//' | sort -u)
 done

@@ -327,6 +327,25 @@ void addBench(CLI::App& app) {
       for (const auto& f : v) x.push_back(f.*m);
       return metrics::median(x);
     };
+    // Each round's value (bench/run records them), then the medians.
+    auto rounds = [](const char* name, const std::vector<double>& v) {
+      std::string line = fmt::format("rounds {}:", name);
+      for (size_t i = 0; i < v.size(); ++i) line += fmt::format("{} {:.3f}", i ? " /" : "", v[i]);
+      fmt::print("{}\n", line);
+    };
+    auto perRound = [&](double Figures::*m, bool ratio) {
+      std::vector<double> x;
+      for (size_t i = 0; i < cf.size(); ++i) x.push_back(ratio ? cf[i].*m / lf[i].*m : cf[i].*m);
+      return x;
+    };
+    if (local) {
+      rounds("client_seqwrite_vs_local", perRound(&Figures::seqwrite, true));
+      rounds("client_seqread_vs_local", perRound(&Figures::seqread, true));
+      rounds("client_randread_vs_local", perRound(&Figures::randread, true));
+    }
+    rounds("client_smallfile_create_per_s", perRound(&Figures::create, false));
+    rounds("client_smallfile_read_per_s", perRound(&Figures::read, false));
+    rounds("client_stat_per_s", perRound(&Figures::stat, false));
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     fmt::print("peak_rss client {} MiB\n", ru.ru_maxrss / 1024);

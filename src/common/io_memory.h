@@ -4,7 +4,7 @@
 // 4 KiB pages is 256 scatter-gather segments, in one 2 MiB page it is one.
 // Virtual disks pay per segment (a VMM may serve each with a system call of
 // its own): on this project's virtio disk 1 MiB O_DIRECT reads ran 1.5–2x
-// faster into 2 MiB pages than into 4 KiB ones (bench/RESULTS.md, session
+// faster into 2 MiB pages than into 4 KiB ones (bench/results/HISTORY.md, session
 // 24). The chunk engine's scratch buffers and the RPC payload pool come from
 // here, and the engine reads through its own such buffer when a caller's is
 // not (docs/chunk_format.md, "Buffers in 2 MiB pages").
