@@ -1,29 +1,21 @@
 #include "storage/chunk_engine.h"
 
 #include <fcntl.h>
-#include <linux/falloc.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
-#include <rocksdb/write_batch.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <filesystem>
-#include <functional>
 #include <thread>
 
 #include "common/config.h"
-#include "common/crc32c.h"
-#include "common/fault.h"
 #include "kv/commit_log.h"
-#include "kv/rocks_batch.h"
 #include "storage/chunk_engine_internal.h"
 #include "storage/io_backend.h"
 
