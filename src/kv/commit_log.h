@@ -1,4 +1,5 @@
-// Internal: the redo log of the RocksDB store (rocks_store.cc).
+// The redo log under LoggedRocks (logged_rocks.h): the KV's RocksDB store and
+// the chunk engine's metadata reach it through that component.
 //
 // RocksDB's own WAL appends to a growing file, so every synced commit costs a
 // data write plus an ext4 journal commit for the new file size (~180 µs

@@ -1,6 +1,5 @@
-// Internal: a kv::WriteBatch as a RocksDB WriteBatch. Shared by the RocksDB
-// store (rocks_store.cc) and the chunk engine's metadata, which both apply
-// commit-log records to a RocksDB with its WAL off.
+// Internal to the KV: a kv::WriteBatch as a RocksDB WriteBatch, for the
+// RocksDB store (rocks_store.cc) and LoggedRocks (logged_rocks.h).
 #pragma once
 
 #include "common/status.h"

@@ -13,7 +13,7 @@
 #include <mutex>
 
 #include "common/log.h"
-#include "kv/commit_log.h"
+#include "kv/logged_rocks.h"
 #include "kv/occ_engine.h"
 #include "kv/rocks_batch.h"
 #include "kv/store.h"
@@ -92,13 +92,14 @@ class RocksSnapshot final : public StoreSnapshot {
 // up are reserved (occ_engine.cc refuses them).
 constexpr std::string_view kAppliedKey = "\xff\xff/engine/applied_version";
 
-// Writes the batch and its version as one RocksDB batch.
-Status writeBatch(rocksdb::DB* db, const WriteBatch& batch, uint64_t version,
-                  const rocksdb::WriteOptions& wo) {
+// Writes the batch and its version as one RocksDB batch, through RocksDB's
+// WAL (the store without a commit log).
+Status writeBatch(rocksdb::DB* db, const WriteBatch& batch, uint64_t version, bool sync) {
   rocksdb::WriteBatch wb;
   RETURN_ON_ERROR(appendToRocksBatch(batch, &wb));
-  RETURN_ON_ERROR(fromRocks(
-      wb.Put(slice(kAppliedKey), slice(encodeCounter(static_cast<int64_t>(version)))), "batch"));
+  LoggedRocks::putVersion(wb, kAppliedKey, version);
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
   return fromRocks(db->Write(wo, &wb), "write");
 }
 
@@ -119,13 +120,13 @@ class RocksStore final : public Store {
   }
 
   // With a commit log, RocksDB's WAL is off and the log is the redo log.
-  void setLog(std::unique_ptr<CommitLog> log) { log_ = std::move(log); }
+  void setLog(std::unique_ptr<LoggedRocks> log) { log_ = std::move(log); }
 
   // Flushes the memtables; every version applied before the call is then in
   // RocksDB's files.
   Result<uint64_t> checkpoint() {
     uint64_t v = applied_.load(std::memory_order_acquire);
-    RETURN_ON_ERROR(fromRocks(db_->Flush(rocksdb::FlushOptions()), "flush"));
+    RETURN_ON_ERROR(log_->flush());
     return v;
   }
 
@@ -148,7 +149,7 @@ class RocksStore final : public Store {
   bool hasLog() const override { return log_ != nullptr; }
   Status log(const WriteBatch& batch, uint64_t first, uint64_t last, bool sync) override {
     if (!log_) return Status::OK();
-    return log_->append(first, last, encodeLogBatch(batch), sync);
+    return log_->append(first, last, batch, sync);
   }
 
   void fail(const Status& s) override {
@@ -156,13 +157,9 @@ class RocksStore final : public Store {
   }
 
   Status apply(const WriteBatch& batch, uint64_t version, bool sync) override {
-    rocksdb::WriteOptions wo;
-    if (log_) {
-      wo.disableWAL = true;  // durable in the commit log already
-    } else {
-      wo.sync = sync;
-    }
-    RETURN_ON_ERROR(writeBatch(db_.get(), batch, version, wo));
+    // With the log: durable there already, RocksDB's WAL is off.
+    RETURN_ON_ERROR(log_ ? log_->apply(batch, version)
+                         : writeBatch(db_.get(), batch, version, sync));
     applied_.store(version, std::memory_order_release);
     return Status::OK();
   }
@@ -171,7 +168,7 @@ class RocksStore final : public Store {
 
  private:
   std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<CommitLog> log_;  // set before the engine runs
+  std::unique_ptr<LoggedRocks> log_;  // set before the engine runs
   const uint64_t recovered_;
   std::atomic<uint64_t> applied_;
   std::mutex snap_mu_;
@@ -225,14 +222,7 @@ Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& option
   rocksdb::Status s = rocksdb::DB::Open(o, options.path, &raw);
   if (!s.ok()) return fromRocks(s, fmt::format("open {}", options.path));
   std::unique_ptr<rocksdb::DB> db(raw);
-  std::string applied;
-  uint64_t persisted = 0;
-  s = db->Get(rocksdb::ReadOptions(), slice(kAppliedKey), &applied);
-  if (s.ok()) {
-    persisted = static_cast<uint64_t>(decodeCounter(applied));
-  } else if (!s.IsNotFound()) {
-    return fromRocks(s, "read the applied version");
-  }
+  ASSIGN_OR_RETURN(uint64_t persisted, LoggedRocks::readVersion(*db, kAppliedKey));
   if (!options.commit_log) {
     auto store = std::make_unique<RocksStore>(std::move(db), persisted);
     return std::unique_ptr<Engine>(std::make_unique<OccEngine>(std::move(store), options.engine));
@@ -241,23 +231,21 @@ Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& option
   // Replay what the commit log holds past the persisted version, persist it,
   // then start a new epoch of the log.
   rocksdb::DB* dbp = db.get();
-  auto replay = [dbp](const LogRecord& rec, WriteBatch& ops) -> Status {
+  auto replay = [dbp](LoggedRocks& self, const LogRecord& rec, WriteBatch& ops) -> Status {
     RETURN_ON_ERROR(foldAdds([dbp] { return std::make_shared<RocksSnapshot>(dbp); }, &ops));
-    rocksdb::WriteOptions wo;
-    wo.disableWAL = true;  // persisted by the flush below
-    return writeBatch(dbp, ops, rec.last, wo);
+    return self.apply(ops, rec.last);  // persisted by finishReplay's flush
   };
-  uint64_t last = persisted;
-  CommitLogOptions lo;
-  lo.dir = options.path + "/commit-log";
-  lo.segment_bytes = options.log_segment_bytes;
-  lo.segments_max = options.log_segments_max;
-  lo.direct_io = options.log_direct_io && options.engine.sync_commits;
-  ASSIGN_OR_RETURN(auto log, CommitLog::open(lo, persisted, replay, &last));
-  if (last > persisted) RETURN_ON_ERROR(fromRocks(db->Flush(rocksdb::FlushOptions()), "flush"));
-  auto store = std::make_unique<RocksStore>(std::move(db), last);
+  LoggedRocks::Options lo;
+  lo.log.dir = options.path + "/commit-log";
+  lo.log.segment_bytes = options.log_segment_bytes;
+  lo.log.segments_max = options.log_segments_max;
+  lo.log.direct_io = options.log_direct_io && options.engine.sync_commits;
+  lo.version_key = std::string(kAppliedKey);
+  ASSIGN_OR_RETURN(auto log, LoggedRocks::open(*db, std::move(lo), replay));
+  RETURN_ON_ERROR(log->finishReplay());
+  auto store = std::make_unique<RocksStore>(std::move(db), log->lastVersion());
   RocksStore* sp = store.get();
-  RETURN_ON_ERROR(log->start(last + 1, [sp] { return sp->checkpoint(); }));
+  RETURN_ON_ERROR(log->start([sp] { return sp->checkpoint(); }));
   store->setLog(std::move(log));
   return std::unique_ptr<Engine>(std::make_unique<OccEngine>(std::move(store), options.engine));
 }

@@ -10,7 +10,7 @@
 #include <chrono>
 
 #include "common/fault.h"
-#include "kv/commit_log.h"
+#include "kv/logged_rocks.h"
 #include "storage/chunk_engine_internal.h"
 
 namespace cistern::storage {
@@ -165,11 +165,10 @@ Status ChunkEngine::logRecords(const std::vector<PendingCommit*>& batch) {
                  encodeVersion(durable_version_.load(std::memory_order_acquire))});
   const uint64_t version = ++meta_version_;
   for (PendingCommit* p : batch) p->version = version;
-  std::string payload = kv::encodeLogBatch(ops);
   // Stage 2's fdatasync of the batch's group files flushes the record too.
-  Status ls = !options_.sync               ? meta_log_->append(version, version, payload, false)
-              : files && flush_covers_log_ ? meta_log_->appendToDevice(version, version, payload)
-                                           : meta_log_->append(version, version, payload, true);
+  Status ls = !options_.sync               ? meta_log_->append(version, version, ops, false)
+              : files && flush_covers_log_ ? meta_log_->appendToDevice(version, version, ops)
+                                           : meta_log_->append(version, version, ops, true);
   if (!ls.ok()) return fail("metadata log: " + ls.toString());
   return Status::OK();
 }
@@ -196,11 +195,8 @@ Status ChunkEngine::syncAndApply(const std::vector<PendingCommit*>& batch) {
   }
   rocksdb::WriteBatch wb = PendingCommit::recordsBatch(batch);
   const uint64_t version = batch.back()->version;
-  (void)wb.Put(kMetaVersionKey, encodeVersion(version));
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = true;  // in the log; a checkpoint flushes the memtable
-  rocksdb::Status ps = db_->Write(wo, &wb);
-  if (!ps.ok()) return fail("metadata write: " + ps.ToString());
+  if (Status ps = meta_log_->apply(wb, version); !ps.ok())
+    return fail("metadata write: " + ps.toString());
   meta_applied_.store(version, std::memory_order_release);
   return Status::OK();
 }

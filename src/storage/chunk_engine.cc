@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/config.h"
-#include "kv/commit_log.h"
+#include "kv/logged_rocks.h"
 #include "storage/chunk_engine_internal.h"
 #include "storage/io_backend.h"
 

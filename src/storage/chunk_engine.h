@@ -62,7 +62,7 @@ class CrcCache;
 class IoBackend;
 }  // namespace cistern::storage
 namespace cistern::kv {
-class CommitLog;
+class LoggedRocks;
 }
 
 namespace cistern {
@@ -419,7 +419,7 @@ class ChunkEngine {
   std::unique_ptr<CrcCache> crc_cache_;  // null: off
   std::unique_ptr<IoBackend> page_io_;   // psync: logged writes into the page cache
   std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<kv::CommitLog> meta_log_;  // null: RocksDB's WAL
+  std::unique_ptr<kv::LoggedRocks> meta_log_;  // null: RocksDB's WAL
   uint64_t meta_version_ = 0;                // last batch logged; by the stage-1 leader
   // Last batch in RocksDB's memtable; with the log, every batch up to it
   // has its data and record durable.

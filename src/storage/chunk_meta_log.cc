@@ -11,8 +11,7 @@
 #include <deque>
 
 #include "common/crc32c.h"
-#include "kv/commit_log.h"
-#include "kv/rocks_batch.h"
+#include "kv/logged_rocks.h"
 #include "storage/chunk_engine_internal.h"
 #include "storage/io_backend.h"
 
@@ -79,28 +78,18 @@ Status ChunkEngine::checkCrcArea(const ChunkMeta& m) {
 
 // Replays the metadata log past the version RocksDB holds, then starts it.
 Status ChunkEngine::openMetaLog() {
-  std::string raw;
-  uint64_t persisted = 0;
-  rocksdb::Status gs = db_->Get(rocksdb::ReadOptions(), kMetaVersionKey, &raw);
-  if (gs.ok() && raw.size() == 8) {
-    persisted = getLE<uint64_t>(raw, 0);
-  } else if (gs.ok()) {
-    return Status(ErrorCode::kCorruption,
-                  fmt::format("{}/meta: applied version of {} bytes", options_.path, raw.size()));
-  } else if (!gs.IsNotFound()) {
-    return fromRocks(gs, "read the metadata version of " + options_.path);
-  }
-  kv::CommitLogOptions lo;
-  lo.dir = options_.path + "/meta-log";
-  lo.segment_bytes = options_.meta_log_segment_bytes;
-  lo.segments_max = 8;
-  lo.direct_io = options_.sync;
+  kv::LoggedRocks::Options lo;
+  lo.log.dir = options_.path + "/meta-log";
+  lo.log.segment_bytes = options_.meta_log_segment_bytes;
+  lo.log.segments_max = 8;
+  lo.log.direct_io = options_.sync;
+  lo.version_key = kMetaVersionKey;
   // Puts one record into RocksDB (logged bytes back into their slots,
   // synced below before the flush). `check`: its data syncs may not have
   // finished; a chunk record whose data does not verify is dropped (that
   // write was never acknowledged, and the chunk keeps its previous record).
-  auto applyRecord = [this](uint64_t first, uint64_t last, kv::WriteBatch& ops,
-                            bool check) -> Status {
+  auto applyRecord = [this](kv::LoggedRocks& log, uint64_t first, uint64_t last,
+                            kv::WriteBatch& ops, bool check) -> Status {
     const auto where = [&] {
       return fmt::format("{}/meta-log: versions {}..{}", options_.path, first, last);
     };
@@ -122,13 +111,10 @@ Status ChunkEngine::openMetaLog() {
       logged = false;
       records.push_back(std::move(op));
     }
-    rocksdb::WriteBatch wb;
-    if (Status bs = kv::appendToRocksBatch(records, &wb); !bs.ok())
-      return Status(ErrorCode::kCorruption, fmt::format("{}: {}", where(), bs.message()));
-    (void)wb.Put(kMetaVersionKey, encodeVersion(last));
-    rocksdb::WriteOptions wo;
-    wo.disableWAL = true;  // persisted by the flush below
-    return fromRocks(db_->Write(wo, &wb), "replay metadata of " + options_.path);
+    // Persisted by finishReplay's flush.
+    if (Status s = log.apply(records, last); !s.ok())
+      return Status(s.code(), fmt::format("{}: {}", where(), s.message()));
+    return Status::OK();
   };
   // Records past the durable version that later records name are held back
   // until one vouches for them; those left at the end are checked.
@@ -137,7 +123,7 @@ Status ChunkEngine::openMetaLog() {
     kv::WriteBatch ops;
   };
   std::deque<Unsure> unsure;
-  auto replay = [&](const kv::LogRecord& rec, kv::WriteBatch& ops) -> Status {
+  auto replay = [&](kv::LoggedRocks& log, const kv::LogRecord& rec, kv::WriteBatch& ops) -> Status {
     std::optional<uint64_t> durable;
     for (const kv::WriteOp& op : ops) {
       if (op.key != kDurableVersionKey) continue;
@@ -150,32 +136,34 @@ Status ChunkEngine::openMetaLog() {
     }
     for (; !unsure.empty() && (!durable || unsure.front().last <= *durable); unsure.pop_front()) {
       Unsure& u = unsure.front();
-      RETURN_ON_ERROR(applyRecord(u.first, u.last, u.ops, /*check=*/!durable));
+      RETURN_ON_ERROR(applyRecord(log, u.first, u.last, u.ops, /*check=*/!durable));
     }
     // A record without one is older than the durable versions: its data was
     // synced before it was written.
-    if (!durable) return applyRecord(rec.first, rec.last, ops, /*check=*/false);
+    if (!durable) return applyRecord(log, rec.first, rec.last, ops, /*check=*/false);
     unsure.push_back(Unsure{rec.first, rec.last, std::move(ops)});
     return Status::OK();
   };
-  uint64_t last = persisted;
-  ASSIGN_OR_RETURN(meta_log_, kv::CommitLog::open(lo, persisted, replay, &last));
-  for (Unsure& u : unsure) RETURN_ON_ERROR(applyRecord(u.first, u.last, u.ops, /*check=*/true));
-  if (last > persisted) {
-    RETURN_ON_ERROR(syncDirtyFiles());
-    RETURN_ON_ERROR(fromRocks(db_->Flush(rocksdb::FlushOptions()), "flush " + options_.path));
-  }
+  auto opened = kv::LoggedRocks::open(*db_, lo, replay);
+  if (!opened.ok()) return opened.status().withContext(options_.path + "/meta");
+  meta_log_ = std::move(opened).value();
+  for (Unsure& u : unsure)
+    RETURN_ON_ERROR(applyRecord(*meta_log_, u.first, u.last, u.ops, /*check=*/true));
+  // Logged bytes replayed into their slots are on disk before the flush ends their replay.
+  RETURN_ON_ERROR(meta_log_->finishReplay([this] { return syncDirtyFiles(); })
+                      .withContext("flush " + options_.path));
+  const uint64_t last = meta_log_->lastVersion();
   // Records written unsynced count on the group files' fdatasync to flush
   // the device's cache: only where both live on one file system.
   struct stat log_st {};
   struct stat data_st {};
-  flush_covers_log_ = ::stat(lo.dir.c_str(), &log_st) == 0 &&
+  flush_covers_log_ = ::stat(lo.log.dir.c_str(), &log_st) == 0 &&
                       ::stat((options_.path + "/data").c_str(), &data_st) == 0 &&
                       log_st.st_dev == data_st.st_dev;
   meta_version_ = last;
   meta_applied_.store(last);
   durable_version_.store(last);
-  return meta_log_->start(last + 1, [this] { return checkpointMeta(); });
+  return meta_log_->start([this] { return checkpointMeta(); });
 }
 
 Result<uint64_t> ChunkEngine::checkpointMeta() {
@@ -185,7 +173,7 @@ Result<uint64_t> ChunkEngine::checkpointMeta() {
   // committed, so its bytes are on disk before the flush makes v the
   // version a replay starts after.
   RETURN_ON_ERROR(syncDirtyFiles());
-  RETURN_ON_ERROR(fromRocks(db_->Flush(rocksdb::FlushOptions()), "flush " + options_.path));
+  RETURN_ON_ERROR(meta_log_->flush().withContext(options_.path));
   // Logged bytes up to v are never replayed again: their slots are free to
   // reuse once freed.
   std::vector<SlotAddr> free;
