@@ -8,18 +8,6 @@
 #include "kv/rocks_batch.h"
 
 namespace cistern::kv {
-namespace {
-
-Status fromRocks(const rocksdb::Status& s, std::string_view what) {
-  if (s.ok()) return Status::OK();
-  ErrorCode code = s.IsNoSpace()      ? ErrorCode::kNoSpace
-                   : s.IsCorruption() ? ErrorCode::kCorruption
-                                      : ErrorCode::kIOError;
-  return Status(code, fmt::format("rocksdb {}: {}", what, s.ToString()));
-}
-
-}  // namespace
-
 Result<uint64_t> LoggedRocks::readVersion(rocksdb::DB& db, std::string_view key) {
   std::string raw;
   rocksdb::Status s = db.Get(rocksdb::ReadOptions(), rocksdb::Slice(key.data(), key.size()), &raw);

@@ -19,8 +19,6 @@
 #include "kv/store.h"
 
 namespace cistern::kv {
-namespace {
-
 Status fromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return Status::OK();
   ErrorCode code = s.IsNoSpace()      ? ErrorCode::kNoSpace
@@ -28,6 +26,8 @@ Status fromRocks(const rocksdb::Status& s, std::string_view what) {
                                       : ErrorCode::kIOError;
   return Status(code, fmt::format("rocksdb {}: {}", what, s.ToString()));
 }
+
+namespace {
 
 rocksdb::Slice slice(std::string_view s) { return {s.data(), s.size()}; }
 
