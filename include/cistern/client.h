@@ -42,6 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,7 @@ struct FileInfo {
   int64_t atime_ns = 0;
   uint32_t chunk_size = 0;  // regular files
   uint64_t rdev = 0;        // character and block devices: makedev(major, minor)
+  uint64_t parent = 0;      // directories: the directory holding it (the root: itself)
   bool isDir() const { return (mode & 0170000) == 0040000; }
   bool isRegular() const { return (mode & 0170000) == 0100000; }
 };
@@ -75,6 +77,32 @@ struct FileInfo {
 struct DirEntry {
   std::string name;
   FileInfo info;
+};
+
+// Who a call of the inode API acts as (a FUSE request's caller, a Python
+// process's user); the meta service checks every permission against it.
+struct Credentials {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;  // supplementary groups
+};
+
+// What setattr() changes; unset fields stay as they are.
+struct AttrChanges {
+  std::optional<uint32_t> mode;  // permission bits (07777)
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  std::optional<uint64_t> size;
+  std::optional<int64_t> atime_ns;  // explicit times need the owner
+  std::optional<int64_t> mtime_ns;
+  bool atime_now = false;  // the current time: the owner or a writer
+  bool mtime_now = false;
+};
+
+// One page of a directory listing, in name order.
+struct DirPage {
+  std::vector<DirEntry> entries;
+  std::string next_cookie;  // pass back to continue; empty when the listing is done
 };
 
 struct SpaceInfo {
@@ -213,6 +241,48 @@ class Client {
   virtual Error open(const std::string& path, int flags, uint32_t mode,
                      std::unique_ptr<File>* out) = 0;
   virtual Error statfs(SpaceInfo* out) = 0;
+  // --- The inode API: the namespace by inode number, for the FUSE mount
+  // and the Python module. Each call acts as `who`; errors are errnos as
+  // the path calls give them. Inode 1 is the root.
+  static constexpr uint64_t kRootIno = 1;
+  virtual Error lookup(const Credentials& who, uint64_t parent, const std::string& name,
+                       FileInfo* out) = 0;
+  virtual Error getattr(uint64_t ino, FileInfo* out) = 0;
+  // chmod, chown, utimens and truncate with Linux's permission rules; a
+  // smaller size cuts storage before it is recorded (as truncate()).
+  virtual Error setattr(const Credentials& who, uint64_t ino, const AttrChanges& changes,
+                        FileInfo* out) = 0;
+  virtual Error mkdirAt(const Credentials& who, uint64_t parent, const std::string& name,
+                        uint32_t mode, FileInfo* out) = 0;
+  // As mknod(): `mode` holds the type (S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK).
+  virtual Error mknodAt(const Credentials& who, uint64_t parent, const std::string& name,
+                        uint32_t mode, uint64_t rdev, FileInfo* out) = 0;
+  virtual Error symlinkAt(const Credentials& who, uint64_t parent, const std::string& name,
+                          const std::string& target, FileInfo* out) = 0;
+  virtual Error linkAt(const Credentials& who, uint64_t ino, uint64_t new_parent,
+                       const std::string& new_name, FileInfo* out) = 0;
+  virtual Error unlinkAt(const Credentials& who, uint64_t parent, const std::string& name) = 0;
+  virtual Error rmdirAt(const Credentials& who, uint64_t parent, const std::string& name) = 0;
+  // `flags`: RENAME_NOREPLACE, RENAME_EXCHANGE (renameat2(2)).
+  virtual Error renameAt(const Credentials& who, uint64_t parent, const std::string& name,
+                         uint64_t new_parent, const std::string& new_name, unsigned flags) = 0;
+  virtual Error readlinkAt(uint64_t ino, std::string* target) = 0;
+  // access(2): `mask` of R_OK, W_OK, X_OK (0: exists).
+  virtual Error access(const Credentials& who, uint64_t ino, int mask) = 0;
+  // Up to `limit` entries (at most 1000) after `cookie` ("" first), with
+  // their attributes.
+  virtual Error readdirAt(const Credentials& who, uint64_t ino, const std::string& cookie,
+                          uint32_t limit, DirPage* out) = 0;
+  // Extended attributes ("user.", "trusted.", "security."; values ≤ 64 KiB).
+  // `flags`: XATTR_CREATE, XATTR_REPLACE (setxattr(2)).
+  virtual Error setxattr(const Credentials& who, uint64_t ino, const std::string& name,
+                         const std::string& value, int flags) = 0;
+  virtual Error getxattr(const Credentials& who, uint64_t ino, const std::string& name,
+                         std::string* value) = 0;
+  virtual Error listxattr(const Credentials& who, uint64_t ino,
+                          std::vector<std::string>* names) = 0;
+  virtual Error removexattr(const Credentials& who, uint64_t ino, const std::string& name) = 0;
+
   // Targets, chains and their space (cistern status).
   virtual Error targets(std::vector<TargetInfo>* out) = 0;
   // Checks the namespace's invariants, and the chunks in storage against

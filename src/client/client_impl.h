@@ -101,6 +101,33 @@ class ClientImpl final : public Client {
   Error readlink(const std::string& path, std::string* target) override;
   Error open(const std::string& path, int flags, uint32_t mode,
              std::unique_ptr<File>* out) override;
+  Error lookup(const Credentials& who, uint64_t parent, const std::string& name,
+               FileInfo* out) override;
+  Error getattr(uint64_t ino, FileInfo* out) override;
+  Error setattr(const Credentials& who, uint64_t ino, const AttrChanges& changes,
+                FileInfo* out) override;
+  Error mkdirAt(const Credentials& who, uint64_t parent, const std::string& name, uint32_t mode,
+                FileInfo* out) override;
+  Error mknodAt(const Credentials& who, uint64_t parent, const std::string& name, uint32_t mode,
+                uint64_t rdev, FileInfo* out) override;
+  Error symlinkAt(const Credentials& who, uint64_t parent, const std::string& name,
+                  const std::string& target, FileInfo* out) override;
+  Error linkAt(const Credentials& who, uint64_t ino, uint64_t new_parent,
+               const std::string& new_name, FileInfo* out) override;
+  Error unlinkAt(const Credentials& who, uint64_t parent, const std::string& name) override;
+  Error rmdirAt(const Credentials& who, uint64_t parent, const std::string& name) override;
+  Error renameAt(const Credentials& who, uint64_t parent, const std::string& name,
+                 uint64_t new_parent, const std::string& new_name, unsigned flags) override;
+  Error readlinkAt(uint64_t ino, std::string* target) override;
+  Error access(const Credentials& who, uint64_t ino, int mask) override;
+  Error readdirAt(const Credentials& who, uint64_t ino, const std::string& cookie, uint32_t limit,
+                  DirPage* out) override;
+  Error setxattr(const Credentials& who, uint64_t ino, const std::string& name,
+                 const std::string& value, int flags) override;
+  Error getxattr(const Credentials& who, uint64_t ino, const std::string& name,
+                 std::string* value) override;
+  Error listxattr(const Credentials& who, uint64_t ino, std::vector<std::string>* names) override;
+  Error removexattr(const Credentials& who, uint64_t ino, const std::string& name) override;
   Error statfs(SpaceInfo* out) override;
   Error targets(std::vector<TargetInfo>* out) override;
   Error fsck(CheckReport* out, bool remove_orphan_chunks) override;
@@ -324,6 +351,8 @@ class ClientImpl final : public Client {
 // Converts a Status to the public Error: "<path>: <strerror>", with the
 // detail for errors whose errno alone does not say what happened.
 Error toError(const Status& s, const std::string& path);
+// The public attributes of an inode (FileInfo).
+FileInfo toInfo(const meta::Inode& inode);
 
 // Worth another try after a backoff: unreachable or busy peers, lost
 // transaction races, a server shutting down.

@@ -92,6 +92,31 @@ inline const net::Method& kSymlink() {
   return m;
 }
 
+inline const net::Method& kLink() {
+  static const auto m = metaMethod("Link");
+  return m;
+}
+inline const net::Method& kAccess() {
+  static const auto m = metaMethod("Access");
+  return m;
+}
+inline const net::Method& kSetXattr() {
+  static const auto m = metaMethod("SetXattr");
+  return m;
+}
+inline const net::Method& kGetXattr() {
+  static const auto m = metaMethod("GetXattr");
+  return m;
+}
+inline const net::Method& kListXattr() {
+  static const auto m = metaMethod("ListXattr");
+  return m;
+}
+inline const net::Method& kRemoveXattr() {
+  static const auto m = metaMethod("RemoveXattr");
+  return m;
+}
+
 inline const net::Method& kWrite() {
   static const auto m = net::Method::of("cistern.storage.StorageService.Write");
   return m;

@@ -9,8 +9,6 @@
 #include "proto/file_type.h"
 
 namespace cistern::client {
-namespace {
-
 FileInfo toInfo(const meta::Inode& n) {
   FileInfo f;
   f.ino = n.ino();
@@ -24,10 +22,9 @@ FileInfo toInfo(const meta::Inode& n) {
   f.atime_ns = n.atime_ns();
   f.chunk_size = n.layout().chunk_size();
   f.rdev = n.rdev();
+  f.parent = n.parent();
   return f;
 }
-
-}  // namespace
 
 Error ClientImpl::stat(const std::string& path, FileInfo* out) {
   auto n = resolvePath(path);

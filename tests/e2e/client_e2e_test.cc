@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -607,6 +608,92 @@ TEST_F(E2E, SpecialFilesThroughTheClientAndTheCli) {
   }
   r = cli({"stat", "/sp/sock"});
   EXPECT_NE(r.out.find("Type: socket"), std::string::npos) << r.out;
+}
+
+// The inode API (FUSE, Python): every call by inode number, as the given
+// credentials, with the permission rules and errnos of the path calls.
+TEST_F(E2E, TheInodeApiActsAsItsCallerOnInodeNumbers) {
+  Client& c = *client_;
+  const Credentials root;
+  const Credentials alice{1000, 1000, {}};
+  const Credentials bob{1001, 1001, {}};
+  FileInfo dir, info;
+  ASSERT_FALSE(c.mkdirAt(root, Client::kRootIno, "ia", 0755, &dir));
+  EXPECT_TRUE(dir.isDir());
+  EXPECT_EQ(dir.parent, Client::kRootIno);
+  ASSERT_FALSE(c.setattr(root, dir.ino, {.uid = 1000, .gid = 1000}, &dir));
+  EXPECT_EQ(dir.uid, 1000u);
+  // Alice owns the directory; bob may not create in it.
+  EXPECT_EQ(c.mkdirAt(bob, dir.ino, "x", 0755, &info).errno_value, EACCES);
+  ASSERT_FALSE(c.mknodAt(alice, dir.ino, "f", S_IFREG | 0640, 0, &info));
+  const uint64_t f = info.ino;
+  EXPECT_TRUE(info.isRegular());
+  EXPECT_EQ(info.uid, 1000u);
+  ASSERT_FALSE(c.mknodAt(alice, dir.ino, "p", S_IFIFO | 0600, 0, &info));
+  EXPECT_EQ(info.mode, uint32_t{S_IFIFO | 0600});
+  EXPECT_EQ(c.mknodAt(alice, dir.ino, "c", S_IFCHR | 0600, makedev(1, 3), &info).errno_value, EPERM);
+  ASSERT_FALSE(c.symlinkAt(alice, dir.ino, "l", "f", &info));
+  std::string target;
+  ASSERT_FALSE(c.readlinkAt(info.ino, &target));
+  EXPECT_EQ(target, "f");
+  EXPECT_EQ(c.readlinkAt(f, &target).errno_value, EINVAL);
+  ASSERT_FALSE(c.lookup(bob, dir.ino, "f", &info));
+  EXPECT_EQ(info.ino, f);
+  EXPECT_EQ(c.lookup(bob, dir.ino, "missing", &info).errno_value, ENOENT);
+  EXPECT_EQ(c.lookup(bob, f, "x", &info).errno_value, ENOTDIR);
+  // Permissions of the caller: bob reads nothing of a 0640 file of alice's.
+  EXPECT_EQ(c.access(bob, f, R_OK).errno_value, EACCES);
+  EXPECT_FALSE(c.access(alice, f, R_OK | W_OK));
+  EXPECT_EQ(c.setattr(bob, f, {.mode = 0777}, &info).errno_value, EPERM);
+  EXPECT_EQ(c.setattr(bob, f, {.size = 0}, &info).errno_value, EACCES);
+  // A size through setattr: the bytes past it are gone, as with truncate().
+  std::unique_ptr<File> w;
+  ASSERT_FALSE(c.open("/ia/f", O_WRONLY, 0, &w));
+  size_t n = 0;
+  ASSERT_FALSE(w->pwrite("0123456789", 10, 0, &n));
+  ASSERT_FALSE(w->close());
+  ASSERT_FALSE(c.setattr(alice, f, {.size = 4}, &info));
+  EXPECT_EQ(info.size, 4u);
+  ASSERT_FALSE(c.setattr(alice, f, {.size = 8}, &info));
+  std::unique_ptr<File> r;
+  ASSERT_FALSE(c.open("/ia/f", O_RDONLY, 0, &r));
+  char buf[16] = {};
+  ASSERT_FALSE(r->pread(buf, sizeof buf, 0, &n));
+  EXPECT_EQ(std::string(buf, n), std::string("0123\0\0\0\0", 8));
+  ASSERT_FALSE(r->close());
+  ASSERT_FALSE(c.getattr(f, &info));
+  EXPECT_EQ(info.size, 8u);
+  // Links, renames, xattrs, a paged listing, removal.
+  ASSERT_FALSE(c.linkAt(alice, f, dir.ino, "g", &info));
+  EXPECT_EQ(info.nlink, 2u);
+  ASSERT_FALSE(c.renameAt(alice, dir.ino, "g", dir.ino, "h", 0));
+  EXPECT_EQ(c.renameAt(alice, dir.ino, "h", dir.ino, "f", RENAME_NOREPLACE).errno_value, EEXIST);
+  ASSERT_FALSE(c.setxattr(alice, f, "user.k", "v", 0));
+  EXPECT_EQ(c.setxattr(alice, f, "user.k", "w", XATTR_CREATE).errno_value, EEXIST);
+  std::string value;
+  ASSERT_FALSE(c.getxattr(alice, f, "user.k", &value));
+  EXPECT_EQ(value, "v");
+  std::vector<std::string> names;
+  ASSERT_FALSE(c.listxattr(alice, f, &names));
+  EXPECT_EQ(names, std::vector<std::string>{"user.k"});
+  ASSERT_FALSE(c.removexattr(alice, f, "user.k"));
+  EXPECT_EQ(c.getxattr(alice, f, "user.k", &value).errno_value, ENODATA);
+  std::vector<std::string> listed;
+  std::string cookie;
+  do {
+    DirPage page;
+    ASSERT_FALSE(c.readdirAt(alice, dir.ino, cookie, 2, &page));
+    EXPECT_LE(page.entries.size(), 2u);
+    for (const auto& e : page.entries) listed.push_back(e.name);
+    cookie = page.next_cookie;
+  } while (!cookie.empty());
+  EXPECT_EQ(listed, (std::vector<std::string>{"f", "h", "l", "p"}));
+  EXPECT_EQ(c.rmdirAt(alice, dir.ino, "f").errno_value, ENOTDIR);
+  EXPECT_EQ(c.unlinkAt(bob, dir.ino, "f").errno_value, EACCES);
+  for (const char* name : {"f", "h", "l", "p"}) ASSERT_FALSE(c.unlinkAt(alice, dir.ino, name));
+  EXPECT_EQ(c.getattr(f, &info).errno_value, ENOENT);
+  EXPECT_EQ(c.rmdirAt(alice, Client::kRootIno, "ia").errno_value, EACCES);  // root's 0755 root
+  ASSERT_FALSE(c.rmdirAt(root, Client::kRootIno, "ia"));
 }
 
 TEST_F(E2E, CliCommands) {

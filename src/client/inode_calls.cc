@@ -1,0 +1,298 @@
+// libcistern's inode API (include/cistern/client.h): the namespace by inode
+// number, each call as the given credentials. One meta call each; the
+// client's own caches drop what a mutation changes.
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include "client/client_impl.h"
+#include "client/methods.h"
+#include "proto/file_type.h"
+
+namespace cistern::client {
+namespace {
+
+meta::Caller callerOf(const Credentials& who) {
+  meta::Caller c;
+  c.set_uid(who.uid);
+  c.set_gid(who.gid);
+  for (uint32_t g : who.groups) c.add_groups(g);
+  return c;
+}
+
+std::string inodeText(uint64_t ino) { return fmt::format("inode {}", ino); }
+std::string entryText(uint64_t parent, const std::string& name) {
+  return fmt::format("inode {}/{}", parent, name);
+}
+
+// The (client, seq) of a mutation: a retry after a lost reply returns the first outcome.
+template <typename Req>
+void stamp(ClientImpl& c, Req* r) {
+  r->set_client(c.clientId());
+  r->set_seq(c.nextSeq());
+}
+
+// `out`, when given, becomes the inode's attributes.
+Error answer(const Status& s, const meta::InodeResp& resp, FileInfo* out, const std::string& what) {
+  if (!s.ok()) return toError(s, what);
+  if (out) *out = toInfo(resp.inode());
+  return {};
+}
+
+}  // namespace
+
+Error ClientImpl::lookup(const Credentials& who, uint64_t parent, const std::string& name,
+                         FileInfo* out) {
+  meta::LookupReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_parent(parent);
+  req.set_name(name);
+  meta::InodeResp resp;
+  return answer(metaCall(kLookup(), req, &resp), resp, out, entryText(parent, name));
+}
+
+Error ClientImpl::getattr(uint64_t ino, FileInfo* out) {
+  meta::GetattrReq req;
+  req.set_ino(ino);
+  meta::InodeResp resp;
+  return answer(metaCall(kGetattr(), req, &resp), resp, out, inodeText(ino));
+}
+
+Error ClientImpl::setattr(const Credentials& who, uint64_t ino, const AttrChanges& changes,
+                          FileInfo* out) {
+  meta::SetattrReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_ino(ino);
+  if (changes.mode) req.set_mode(*changes.mode & 07777);
+  if (changes.uid) req.set_uid(*changes.uid);
+  if (changes.gid) req.set_gid(*changes.gid);
+  if (changes.atime_ns) req.set_atime_ns(*changes.atime_ns);
+  if (changes.mtime_ns) req.set_mtime_ns(*changes.mtime_ns);
+  req.set_atime_now(changes.atime_now);
+  req.set_mtime_now(changes.mtime_now);
+  stamp(*this, &req);
+  meta::InodeResp resp;
+  Status s;
+  if (changes.size) {
+    // Cut first, commit second (docs/client.md, "Truncate").
+    auto cut = cutForTruncate(req.caller(), ino, W_OK, *changes.size);
+    if (!cut.ok()) return toError(cut.status(), inodeText(ino));
+    req.set_size(*changes.size);
+    s = setattrSize(&req, &resp);
+  } else {
+    s = metaCall(kSetattr(), req, &resp);
+  }
+  forgetAttrs(ino);
+  return answer(s, resp, out, inodeText(ino));
+}
+
+Error ClientImpl::mkdirAt(const Credentials& who, uint64_t parent, const std::string& name,
+                          uint32_t mode, FileInfo* out) {
+  meta::MkdirReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_parent(parent);
+  req.set_name(name);
+  req.set_mode(mode & 07777);
+  stamp(*this, &req);
+  meta::InodeResp resp;
+  Status s = metaCall(kMkdir(), req, &resp);
+  forget(parent, name);
+  return answer(s, resp, out, entryText(parent, name));
+}
+
+Error ClientImpl::mknodAt(const Credentials& who, uint64_t parent, const std::string& name,
+                          uint32_t mode, uint64_t rdev, FileInfo* out) {
+  meta::InodeResp resp;
+  Status s;
+  const meta::FileType type = meta::typeOfMode(mode);
+  if (type == meta::REGULAR) {
+    meta::CreateReq req;
+    *req.mutable_caller() = callerOf(who);
+    req.set_parent(parent);
+    req.set_name(name);
+    req.set_mode(mode & 07777);
+    req.set_exclusive(true);
+    stamp(*this, &req);
+    s = metaCall(kCreate(), req, &resp);
+  } else {
+    meta::MknodReq req;
+    *req.mutable_caller() = callerOf(who);
+    req.set_parent(parent);
+    req.set_name(name);
+    req.set_type(type);
+    req.set_mode(mode & 07777);
+    req.set_rdev(rdev);
+    stamp(*this, &req);
+    s = metaCall(kMknod(), req, &resp);
+  }
+  forget(parent, name);
+  return answer(s, resp, out, entryText(parent, name));
+}
+
+Error ClientImpl::symlinkAt(const Credentials& who, uint64_t parent, const std::string& name,
+                            const std::string& target, FileInfo* out) {
+  meta::SymlinkReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_parent(parent);
+  req.set_name(name);
+  req.set_target(target);
+  stamp(*this, &req);
+  meta::InodeResp resp;
+  Status s = metaCall(kSymlink(), req, &resp);
+  forget(parent, name);
+  return answer(s, resp, out, entryText(parent, name));
+}
+
+Error ClientImpl::linkAt(const Credentials& who, uint64_t ino, uint64_t new_parent,
+                         const std::string& new_name, FileInfo* out) {
+  meta::LinkReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_ino(ino);
+  req.set_new_parent(new_parent);
+  req.set_new_name(new_name);
+  stamp(*this, &req);
+  meta::InodeResp resp;
+  Status s = metaCall(kLink(), req, &resp);
+  forget(new_parent, new_name);
+  forgetAttrs(ino);
+  return answer(s, resp, out, entryText(new_parent, new_name));
+}
+
+Error ClientImpl::unlinkAt(const Credentials& who, uint64_t parent, const std::string& name) {
+  meta::RemoveReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_parent(parent);
+  req.set_name(name);
+  stamp(*this, &req);
+  meta::Empty resp;
+  Status s = metaCall(kUnlink(), req, &resp);
+  forget(parent, name);
+  return toError(s, entryText(parent, name));
+}
+
+Error ClientImpl::rmdirAt(const Credentials& who, uint64_t parent, const std::string& name) {
+  meta::RemoveReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_parent(parent);
+  req.set_name(name);
+  stamp(*this, &req);
+  meta::Empty resp;
+  Status s = metaCall(kRmdir(), req, &resp);
+  forget(parent, name);
+  return toError(s, entryText(parent, name));
+}
+
+Error ClientImpl::renameAt(const Credentials& who, uint64_t parent, const std::string& name,
+                           uint64_t new_parent, const std::string& new_name, unsigned flags) {
+  meta::RenameReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_src_parent(parent);
+  req.set_src_name(name);
+  req.set_dst_parent(new_parent);
+  req.set_dst_name(new_name);
+  req.set_flags(flags);
+  stamp(*this, &req);
+  meta::Empty resp;
+  Status s = metaCall(kRename(), req, &resp);
+  forget(parent, name);
+  forget(new_parent, new_name);
+  return toError(s, entryText(parent, name));
+}
+
+Error ClientImpl::readlinkAt(uint64_t ino, std::string* target) {
+  meta::GetattrReq req;
+  req.set_ino(ino);
+  meta::InodeResp resp;
+  Status s = metaCall(kGetattr(), req, &resp);
+  if (!s.ok()) return toError(s, inodeText(ino));
+  if (resp.inode().type() != meta::SYMLINK)
+    return toError(Status(ErrorCode::kInvalidArgument, "not a symlink"), inodeText(ino));
+  *target = resp.inode().symlink_target();
+  return {};
+}
+
+Error ClientImpl::access(const Credentials& who, uint64_t ino, int mask) {
+  meta::AccessReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_ino(ino);
+  req.set_mask(static_cast<uint32_t>(mask & (R_OK | W_OK | X_OK)));  // the same bits as kMay*
+  meta::Empty resp;
+  return toError(metaCall(kAccess(), req, &resp), inodeText(ino));
+}
+
+Error ClientImpl::readdirAt(const Credentials& who, uint64_t ino, const std::string& cookie,
+                            uint32_t limit, DirPage* out) {
+  out->entries.clear();
+  out->next_cookie.clear();
+  meta::ReaddirReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_ino(ino);
+  req.set_cookie(cookie);
+  req.set_limit(limit);
+  req.set_plus(true);
+  meta::ReaddirResp resp;
+  if (Status s = metaCall(kReaddir(), req, &resp); !s.ok()) return toError(s, inodeText(ino));
+  for (int i = 0; i < resp.names_size(); ++i) {
+    DirEntry e;
+    e.name = resp.names(i);
+    if (i < resp.inodes_size() && resp.inodes(i).ino() != 0) {
+      e.info = toInfo(resp.inodes(i));
+    } else if (i < resp.entries_size()) {  // removed between the listing and its attributes
+      e.info.ino = resp.entries(i).ino();
+      e.info.mode = meta::typeBits(resp.entries(i).type());
+    }
+    out->entries.push_back(std::move(e));
+  }
+  out->next_cookie = resp.names_size() == 0 ? std::string() : resp.next_cookie();
+  return {};
+}
+
+Error ClientImpl::setxattr(const Credentials& who, uint64_t ino, const std::string& name,
+                           const std::string& value, int flags) {
+  meta::XattrReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_ino(ino);
+  req.set_name(name);
+  req.set_value(value);
+  req.set_flags(static_cast<uint32_t>(flags));  // XATTR_CREATE / XATTR_REPLACE, as in meta
+  stamp(*this, &req);
+  meta::Empty resp;
+  Status s = metaCall(kSetXattr(), req, &resp);
+  forgetAttrs(ino);
+  return toError(s, inodeText(ino));
+}
+
+Error ClientImpl::getxattr(const Credentials& who, uint64_t ino, const std::string& name,
+                           std::string* value) {
+  meta::XattrReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_ino(ino);
+  req.set_name(name);
+  meta::XattrResp resp;
+  if (Status s = metaCall(kGetXattr(), req, &resp); !s.ok()) return toError(s, inodeText(ino));
+  *value = std::move(*resp.mutable_value());
+  return {};
+}
+
+Error ClientImpl::listxattr(const Credentials& who, uint64_t ino, std::vector<std::string>* names) {
+  meta::XattrReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_ino(ino);
+  meta::XattrResp resp;
+  if (Status s = metaCall(kListXattr(), req, &resp); !s.ok()) return toError(s, inodeText(ino));
+  names->assign(resp.names().begin(), resp.names().end());
+  return {};
+}
+
+Error ClientImpl::removexattr(const Credentials& who, uint64_t ino, const std::string& name) {
+  meta::XattrReq req;
+  *req.mutable_caller() = callerOf(who);
+  req.set_ino(ino);
+  req.set_name(name);
+  stamp(*this, &req);
+  meta::Empty resp;
+  Status s = metaCall(kRemoveXattr(), req, &resp);
+  forgetAttrs(ino);
+  return toError(s, inodeText(ino));
+}
+
+}  // namespace cistern::client
