@@ -110,6 +110,8 @@ struct SpaceInfo {
   uint64_t bytes_free = 0;
   uint64_t inodes_used = 0;
   bool capacity_known = false;
+  uint32_t block_size = 4096;  // the unit statfs(2) counts blocks in
+  uint32_t name_max = 255;     // the longest name
 };
 
 struct TargetInfo {
@@ -270,9 +272,10 @@ class Client {
   // access(2): `mask` of R_OK, W_OK, X_OK (0: exists).
   virtual Error access(const Credentials& who, uint64_t ino, int mask) = 0;
   // Up to `limit` entries (at most 1000) after `cookie` ("" first), with
-  // their attributes.
+  // their attributes when `attributes` (otherwise each entry's FileInfo has
+  // only its ino and the type bits of its mode).
   virtual Error readdirAt(const Credentials& who, uint64_t ino, const std::string& cookie,
-                          uint32_t limit, DirPage* out) = 0;
+                          uint32_t limit, bool attributes, DirPage* out) = 0;
   // Extended attributes ("user.", "trusted.", "security."; values ≤ 64 KiB).
   // `flags`: XATTR_CREATE, XATTR_REPLACE (setxattr(2)).
   virtual Error setxattr(const Credentials& who, uint64_t ino, const std::string& name,

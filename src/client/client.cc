@@ -252,6 +252,8 @@ Error ClientImpl::statfs(SpaceInfo* out) {
   out->bytes_free = resp.bytes_free();
   out->inodes_used = resp.inodes_used();
   out->capacity_known = resp.capacity_known();
+  if (resp.block_size() != 0) out->block_size = resp.block_size();
+  if (resp.name_max() != 0) out->name_max = resp.name_max();
   return {};
 }
 

@@ -121,7 +121,7 @@ class ClientImpl final : public Client {
   Error readlinkAt(uint64_t ino, std::string* target) override;
   Error access(const Credentials& who, uint64_t ino, int mask) override;
   Error readdirAt(const Credentials& who, uint64_t ino, const std::string& cookie, uint32_t limit,
-                  DirPage* out) override;
+                  bool attributes, DirPage* out) override;
   Error setxattr(const Credentials& who, uint64_t ino, const std::string& name,
                  const std::string& value, int flags) override;
   Error getxattr(const Credentials& who, uint64_t ino, const std::string& name,

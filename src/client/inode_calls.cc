@@ -220,7 +220,7 @@ Error ClientImpl::access(const Credentials& who, uint64_t ino, int mask) {
 }
 
 Error ClientImpl::readdirAt(const Credentials& who, uint64_t ino, const std::string& cookie,
-                            uint32_t limit, DirPage* out) {
+                            uint32_t limit, bool attributes, DirPage* out) {
   out->entries.clear();
   out->next_cookie.clear();
   meta::ReaddirReq req;
@@ -228,7 +228,7 @@ Error ClientImpl::readdirAt(const Credentials& who, uint64_t ino, const std::str
   req.set_ino(ino);
   req.set_cookie(cookie);
   req.set_limit(limit);
-  req.set_plus(true);
+  req.set_plus(attributes);
   meta::ReaddirResp resp;
   if (Status s = metaCall(kReaddir(), req, &resp); !s.ok()) return toError(s, inodeText(ino));
   for (int i = 0; i < resp.names_size(); ++i) {

@@ -15,11 +15,9 @@ namespace {
 
 constexpr uint32_t kSeenMax = 1 << 16;
 
-const char* const kMetaMethods[] = {"Lookup",   "Getattr",  "Mkdir",     "Create",      "Unlink",
-                                    "Rmdir",    "Rename",   "Link",      "Symlink",     "Readlink",
-                                    "Setattr",  "Readdir",  "Access",    "Open",        "Close",
-                                    "SetXattr", "GetXattr", "ListXattr", "RemoveXattr", "Statfs",
-                                    "Mknod"};
+// The meta methods open files still call directly (the rest go through the
+// inode API of include/cistern/client.h).
+const char* const kMetaMethods[] = {"Create", "Open", "Setattr", "GetXattr", "RemoveXattr"};
 
 }  // namespace
 
@@ -76,19 +74,16 @@ int replyErrno(const Status& s) {
   return e == 0 ? EIO : e;
 }
 
-void inodeToStat(const meta::Inode& n, struct stat* st) {
+void infoToStat(const FileInfo& n, struct stat* st) {
   std::memset(st, 0, sizeof(*st));
-  st->st_ino = n.ino();
-  st->st_mode = meta::typeBits(n.type()) | (n.mode() & 07777);
-  st->st_rdev = static_cast<dev_t>(n.rdev());
-  st->st_nlink = n.nlink();
-  st->st_uid = n.uid();
-  st->st_gid = n.gid();
-  st->st_size =
-      static_cast<off_t>(n.type() == meta::SYMLINK ? n.symlink_target().size() : n.size());
-  st->st_blksize = n.type() == meta::REGULAR && n.layout().chunk_size() > 0
-                       ? static_cast<blksize_t>(n.layout().chunk_size())
-                       : 4096;
+  st->st_ino = n.ino;
+  st->st_mode = n.mode;
+  st->st_rdev = static_cast<dev_t>(n.rdev);
+  st->st_nlink = n.nlink;
+  st->st_uid = n.uid;
+  st->st_gid = n.gid;
+  st->st_size = static_cast<off_t>(n.size);  // a symlink's: its target's length
+  st->st_blksize = n.isRegular() && n.chunk_size > 0 ? static_cast<blksize_t>(n.chunk_size) : 4096;
   st->st_blocks = (st->st_size + 511) / 512;
   auto ts = [](int64_t ns) {
     timespec t;
@@ -96,9 +91,9 @@ void inodeToStat(const meta::Inode& n, struct stat* st) {
     t.tv_nsec = ns % 1'000'000'000;
     return t;
   };
-  st->st_atim = ts(n.atime_ns());
-  st->st_mtim = ts(n.mtime_ns());
-  st->st_ctim = ts(n.ctime_ns());
+  st->st_atim = ts(n.atime_ns);
+  st->st_mtim = ts(n.mtime_ns);
+  st->st_ctim = ts(n.ctime_ns);
 }
 
 FuseFs::FuseFs(client::ClientImpl* client, MountOptions options)
@@ -112,16 +107,25 @@ FuseFs::FuseFs(client::ClientImpl* client, MountOptions options)
 
 FuseFs::~FuseFs() = default;
 
-meta::Caller FuseFs::caller(fuse_req_t req) const {
+Credentials FuseFs::who(fuse_req_t req) const {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  meta::Caller c;
-  c.set_uid(ctx->uid);
-  c.set_gid(ctx->gid);
+  Credentials c;
+  c.uid = ctx->uid;
+  c.gid = ctx->gid;
   if (ctx->uid != 0) {
     gid_t groups[64];
     int n = fuse_req_getgroups(req, 64, groups);
-    for (int i = 0; i < std::min(n, 64); ++i) c.add_groups(groups[i]);
+    for (int i = 0; i < std::min(n, 64); ++i) c.groups.push_back(groups[i]);
   }
+  return c;
+}
+
+meta::Caller FuseFs::caller(fuse_req_t req) const {
+  Credentials w = who(req);
+  meta::Caller c;
+  c.set_uid(w.uid);
+  c.set_gid(w.gid);
+  for (uint32_t g : w.groups) c.add_groups(g);
   return c;
 }
 
@@ -138,35 +142,41 @@ bool FuseFs::call(fuse_req_t req, const char* method, const google::protobuf::Me
   return false;
 }
 
-void FuseFs::fillStat(const meta::Inode& inode, struct stat* st) {
-  inodeToStat(inode, st);
-  if (inode.type() != meta::REGULAR) return;
+bool FuseFs::answered(fuse_req_t req, const Error& e) {
+  if (!e) return true;
+  ops::replyErr(req, e.errno_value);
+  return false;
+}
+
+void FuseFs::fillStat(const FileInfo& info, struct stat* st) {
+  infoToStat(info, st);
+  if (!info.isRegular()) return;
   // This mount's own writes may not have reached meta yet.
-  if (auto node = findOpen(inode.ino()); node && node->file) {
+  if (auto node = findOpen(info.ino); node && node->file) {
     st->st_size = static_cast<off_t>(node->file->size());
     st->st_blocks = (st->st_size + 511) / 512;
   }
 }
 
-fuse_entry_param FuseFs::entryOf(const meta::Inode& inode) {
+fuse_entry_param FuseFs::entryOf(const FileInfo& info) {
   fuse_entry_param e;
   std::memset(&e, 0, sizeof(e));
-  e.ino = inode.ino();
+  e.ino = info.ino;
   e.generation = 1;
-  fillStat(inode, &e.attr);
+  fillStat(info, &e.attr);
   e.attr_timeout = options_.attr_timeout_s;
   e.entry_timeout = options_.entry_timeout_s;
   return e;
 }
 
-void FuseFs::replyEntry(fuse_req_t req, const meta::Inode& inode) {
-  fuse_entry_param e = entryOf(inode);
+void FuseFs::replyEntry(fuse_req_t req, const FileInfo& info) {
+  fuse_entry_param e = entryOf(info);
   fuse_reply_entry(req, &e);
 }
 
-void FuseFs::replyAttr(fuse_req_t req, const meta::Inode& inode) {
+void FuseFs::replyAttr(fuse_req_t req, const FileInfo& info) {
   struct stat st;
-  fillStat(inode, &st);
+  fillStat(info, &st);
   fuse_reply_attr(req, &st, options_.attr_timeout_s);
 }
 
@@ -315,23 +325,23 @@ void FuseFs::forgetNoXattrs(uint64_t ino) {
   if (e.ino == ino) e = {};
 }
 
-void FuseFs::keepDirAttrs(const meta::Inode& inode, uint64_t ticket) {
-  if (inode.type() != meta::DIRECTORY || options_.attr_timeout_s <= 0) return;
+void FuseFs::keepDirAttrs(const FileInfo& info, uint64_t ticket) {
+  if (!info.isDir() || options_.attr_timeout_s <= 0) return;
   auto until = attrDeadline(options_);
   std::lock_guard lock(dir_attrs_mu_);
-  DirAttrs& e = dir_attrs_[inode.ino() % kDirAttrSlots];
+  DirAttrs& e = dir_attrs_[info.ino % kDirAttrSlots];
   if (ticket <= e.dropped) return;  // asked before a change that this mount made
-  e.ino = inode.ino();
+  e.ino = info.ino;
   e.until = until;
-  e.inode = inode;
+  e.info = info;
 }
 
-bool FuseFs::cachedDirAttrs(uint64_t ino, meta::Inode* out, double* valid_s) {
+bool FuseFs::cachedDirAttrs(uint64_t ino, FileInfo* out, double* valid_s) {
   auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(dir_attrs_mu_);
   const DirAttrs& e = dir_attrs_[ino % kDirAttrSlots];
   if (e.ino != ino || now >= e.until) return false;
-  *out = e.inode;
+  *out = e.info;
   *valid_s = std::chrono::duration<double>(e.until - now).count();
   return true;
 }

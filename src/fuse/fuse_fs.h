@@ -3,7 +3,10 @@
 // The kernel speaks inodes; cistern inode numbers are used as FUSE node ids
 // (the root is 1 in both). Every request is answered by calls to the meta
 // service with the caller's credentials (uid, gid, supplementary groups from
-// the request), and the meta service checks every permission; the kernel
+// the request), and the meta service checks every permission. Names,
+// attributes, directories and xattrs go through libcistern's public inode
+// API (include/cistern/client.h); open files still use its internals
+// (FileImpl, sessions) until that API has handles. The kernel
 // checks mode bits too (default_permissions), also on the paths it walks
 // from its dentry cache without asking us. File
 // bytes go through libcistern's FileImpl: one per open inode, shared by all
@@ -82,6 +85,7 @@ class FuseFs {
   client::ClientImpl& client() { return *client_; }
 
   // Credentials of the request (groups read from /proc for non-root callers).
+  Credentials who(fuse_req_t req) const;
   meta::Caller caller(fuse_req_t req) const;
   // A meta call by short method name ("Lookup").
   Status meta(const char* method, const google::protobuf::Message& in,
@@ -90,10 +94,12 @@ class FuseFs {
   bool call(fuse_req_t req, const char* method, const google::protobuf::Message& in,
             google::protobuf::Message* out);
   // The kernel's entry for an inode (a lookup reply, create, readdirplus).
-  fuse_entry_param entryOf(const meta::Inode& inode);
-  void replyEntry(fuse_req_t req, const meta::Inode& inode);
-  void replyAttr(fuse_req_t req, const meta::Inode& inode);
-  void fillStat(const meta::Inode& inode, struct stat* st);
+  fuse_entry_param entryOf(const FileInfo& info);
+  void replyEntry(fuse_req_t req, const FileInfo& info);
+  void replyAttr(fuse_req_t req, const FileInfo& info);
+  void fillStat(const FileInfo& info, struct stat* st);
+  // The reply of an inode API call: the attributes, or its errno as the reply.
+  bool answered(fuse_req_t req, const Error& e);
 
   // Open-inode table.
   std::shared_ptr<OpenInode> findOpen(uint64_t ino);
@@ -148,9 +154,9 @@ class FuseFs {
   // before asking meta: an answer is kept only if nothing was dropped from
   // its slot since. A fixed table of kDirAttrSlots entries.
   uint64_t dirAttrsTicket() { return dir_attrs_seq_.fetch_add(1) + 1; }
-  void keepDirAttrs(const meta::Inode& inode, uint64_t ticket);
+  void keepDirAttrs(const FileInfo& info, uint64_t ticket);
   // The cached attributes and the seconds they stay valid.
-  bool cachedDirAttrs(uint64_t ino, meta::Inode* out, double* valid_s);
+  bool cachedDirAttrs(uint64_t ino, FileInfo* out, double* valid_s);
   void dropDirAttrs(uint64_t ino);
   void dropAllDirAttrs();
 
@@ -175,7 +181,7 @@ class FuseFs {
     uint64_t ino = 0;  // 0: empty
     std::chrono::steady_clock::time_point until;
     uint64_t dropped = 0;  // ticket count at the slot's last drop
-    meta::Inode inode;
+    FileInfo info;
   };
   static constexpr size_t kDirAttrSlots = 1024;
   std::atomic<uint64_t> dir_attrs_seq_{0};
@@ -183,8 +189,8 @@ class FuseFs {
   std::unique_ptr<DirAttrs[]> dir_attrs_;
 };
 
-// Fills `st` from an inode (exposed for tests).
-void inodeToStat(const meta::Inode& inode, struct stat* st);
+// Fills `st` from an inode's attributes (exposed for tests).
+void infoToStat(const FileInfo& info, struct stat* st);
 // The errno a status becomes in a FUSE reply.
 int replyErrno(const Status& s);
 

@@ -22,52 +22,40 @@ struct DirHandle {
   uint64_t ino = 0;
   uint64_t parent = 0;
   uint64_t base = 2;  // offset of window[0]
-  std::vector<std::string> names;
-  std::vector<meta::DirEntry> entries;
-  std::vector<meta::Inode> inodes;  // readdirplus pages
-  std::string next_cookie;          // of the page after the window
+  std::vector<DirEntry> window;
+  std::string next_cookie;  // of the page after the window
   bool eof = false;
   bool loaded = false;
-  bool plus = false;
+  bool plus = false;  // the window has the entries' attributes
 };
 
 DirHandle* dirOf(fuse_file_info* fi) { return reinterpret_cast<DirHandle*>(fi->fh); }
 
 // Loads the page after the window (or the first page when `restart`).
-Status nextPage(FuseFs& f, fuse_req_t req, DirHandle* d, bool plus, bool restart) {
-  meta::ReaddirReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_ino(d->ino);
-  in.set_limit(kPage);
-  in.set_plus(plus);
-  if (!restart) in.set_cookie(d->next_cookie);
-  meta::ReaddirResp out;
-  RETURN_ON_ERROR(f.meta("Readdir", in, &out));
-  d->base = restart ? 2 : d->base + d->names.size();
-  d->names.assign(out.names().begin(), out.names().end());
-  d->entries.assign(out.entries().begin(), out.entries().end());
-  d->inodes.assign(out.inodes().begin(), out.inodes().end());
-  d->next_cookie = out.next_cookie();
-  d->eof = out.next_cookie().empty() || out.names_size() == 0;
-  d->loaded = true;
+Error nextPage(FuseFs& f, fuse_req_t req, DirHandle* d, bool plus, bool restart) {
+  DirPage page;
+  const std::string cookie = restart ? std::string() : d->next_cookie;
+  if (Error e = f.client().readdirAt(f.who(req), d->ino, cookie, kPage, plus, &page)) return e;
   d->plus = plus;
-  return Status::OK();
+  d->base = restart ? 2 : d->base + d->window.size();
+  d->window = std::move(page.entries);
+  d->next_cookie = std::move(page.next_cookie);
+  d->eof = d->next_cookie.empty();
+  d->loaded = true;
+  return {};
 }
 
-// Fills `buf` with entries from offset `off`; returns 0 or an errno. The
-// reply is sent by the caller after the handle's lock is released: once the
-// kernel has it, a releasedir may free the handle.
 int fill(fuse_req_t req, DirHandle* d, std::vector<char>& buf, size_t& used, off_t off, bool plus) {
   FuseFs& f = fs(req);
   std::lock_guard lock(d->mu);
   const size_t size = buf.size();
   uint64_t pos = static_cast<uint64_t>(off);
-  auto add = [&](const char* name, const struct stat& st, const meta::Inode* inode) -> bool {
+  auto add = [&](const char* name, const struct stat& st, const FileInfo* info) -> bool {
     size_t need;
     if (plus) {
       fuse_entry_param e;
-      if (inode) {  // counts as a lookup for the kernel; "." and ".." do not
-        e = f.entryOf(*inode);
+      if (info) {  // counts as a lookup for the kernel; "." and ".." do not
+        e = f.entryOf(*info);
       } else {
         std::memset(&e, 0, sizeof(e));
         e.attr = st;
@@ -97,24 +85,20 @@ int fill(fuse_req_t req, DirHandle* d, std::vector<char>& buf, size_t& used, off
   for (;;) {
     // Position the window over `pos`.
     if (!d->loaded || pos < d->base || (plus && !d->plus)) {
-      Status s = nextPage(f, req, d, plus, true);
-      if (!s.ok()) return replyErrno(s);
+      if (Error e = nextPage(f, req, d, plus, true)) return e.errno_value;
     }
-    while (pos >= d->base + d->names.size() && !d->eof) {
-      Status s = nextPage(f, req, d, plus, false);
-      if (!s.ok()) return replyErrno(s);
+    while (pos >= d->base + d->window.size() && !d->eof) {
+      if (Error e = nextPage(f, req, d, plus, false)) return e.errno_value;
     }
-    if (pos >= d->base + d->names.size()) break;  // end of the directory
-    size_t i = static_cast<size_t>(pos - d->base);
+    if (pos >= d->base + d->window.size()) break;  // end of the directory
+    const DirEntry& entry = d->window[static_cast<size_t>(pos - d->base)];
     std::memset(&st, 0, sizeof(st));
-    st.st_ino = d->entries[i].ino();
-    st.st_mode = meta::typeBits(d->entries[i].type());
-    const meta::Inode* inode = plus && i < d->inodes.size() ? &d->inodes[i] : nullptr;
-    if (plus && !inode) {
-      // Not in the page (removed meanwhile): a plain entry.
-      std::memset(&st, 0, sizeof(st));
-    }
-    if (!add(d->names[i].c_str(), st, inode)) break;
+    st.st_ino = entry.info.ino;
+    st.st_mode = entry.info.mode & S_IFMT;
+    // Removed between the listing and its attributes: a plain entry.
+    const FileInfo* info = plus && entry.info.nlink > 0 ? &entry.info : nullptr;
+    if (plus && !info) std::memset(&st, 0, sizeof(st));
+    if (!add(entry.name.c_str(), st, info)) break;
   }
 done:
   return 0;
@@ -135,23 +119,17 @@ void list(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus)
 void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   CISTERN_FUSE_OP("opendir");
   FuseFs& f = fs(req);
-  meta::AccessReq check;  // opendir(3) needs read permission, like open(O_RDONLY)
-  *check.mutable_caller() = f.caller(req);
-  check.set_ino(ino);
-  check.set_mask(R_OK);
-  meta::Empty ok;
-  if (!f.call(req, "Access", check, &ok)) return;
-  meta::GetattrReq in;
-  in.set_ino(ino);
-  meta::InodeResp out;
-  if (!f.call(req, "Getattr", in, &out)) return;
-  if (out.inode().type() != meta::DIRECTORY) {
+  // opendir(3) needs read permission, like open(O_RDONLY).
+  if (!f.answered(req, f.client().access(f.who(req), ino, R_OK))) return;
+  FileInfo info;
+  if (!f.answered(req, f.client().getattr(ino, &info))) return;
+  if (!info.isDir()) {
     replyErr(req, ENOTDIR);
     return;
   }
   auto* d = new DirHandle;
   d->ino = ino;
-  d->parent = out.inode().parent() ? out.inode().parent() : ino;
+  d->parent = info.parent ? info.parent : ino;
   fi->fh = reinterpret_cast<uint64_t>(d);
   if (fuse_reply_open(req, fi) != 0) delete d;
 }

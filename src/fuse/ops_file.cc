@@ -198,7 +198,7 @@ void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     fresh = false;
   }
   attach(f, inode, session, fi->flags, fresh, std::move(inline_data), fi);
-  fuse_entry_param e = f.entryOf(inode);
+  fuse_entry_param e = f.entryOf(client::toInfo(inode));
   if (fuse_reply_create(req, &e, fi) != 0) {
     // The opener is gone (interrupted): drop the handle again.
     auto* h = handleOf(fi);

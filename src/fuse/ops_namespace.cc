@@ -1,10 +1,14 @@
-// FUSE operations on names and attributes: each is one meta RPC with the
-// caller's credentials (the meta service checks permissions and names).
+// FUSE operations on names and attributes: each is one call of libcistern's
+// inode API with the caller's credentials (the meta service checks
+// permissions and names). A truncate also cuts storage and this mount's open
+// file, through the client's internals (FuseFs::prepareTruncate).
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "fuse/ops.h"
 
@@ -38,13 +42,9 @@ class XattrChange {
 
 // Looks `name` up in `parent` as the mount (for holds before a removal); 0 when missing.
 uint64_t inoOf(FuseFs& f, fuse_ino_t parent, const char* name) {
-  meta::LookupReq in;
-  in.mutable_caller()->set_uid(0);
-  in.set_parent(parent);
-  in.set_name(name);
-  meta::InodeResp out;
-  if (!f.meta("Lookup", in, &out).ok()) return 0;
-  return out.inode().ino();
+  FileInfo info;
+  if (f.client().lookup(Credentials{}, parent, name, &info)) return 0;
+  return info.ino;
 }
 
 // A write or truncate by someone who is not the owner makes the kernel clear
@@ -53,12 +53,10 @@ uint64_t inoOf(FuseFs& f, fuse_ino_t parent, const char* name) {
 // before it reaches us. So a mode change from a non-owner that only drops
 // S_ISUID/S_ISGID is that kernel chmod: the mount does it on its own authority.
 bool killsPrivilegesOnly(FuseFs& f, fuse_ino_t ino, uint32_t uid, uint32_t mode) {
-  meta::GetattrReq in;
-  in.set_ino(ino);
-  meta::InodeResp out;
-  if (!f.meta("Getattr", in, &out).ok()) return false;
-  uint32_t old = out.inode().mode() & 07777;
-  return out.inode().uid() != uid && (old & (S_ISUID | S_ISGID)) != 0 &&
+  FileInfo info;
+  if (f.client().getattr(ino, &info)) return false;
+  uint32_t old = info.mode & 07777;
+  return info.uid != uid && (old & (S_ISUID | S_ISGID)) != 0 &&
          mode == (old & ~uint32_t{S_ISUID | S_ISGID});
 }
 
@@ -67,26 +65,19 @@ bool killsPrivilegesOnly(FuseFs& f, fuse_ino_t ino, uint32_t uid, uint32_t mode)
 void lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   CISTERN_FUSE_OP("lookup");
   FuseFs& f = fs(req);
-  meta::LookupReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_parent(parent);
-  in.set_name(name);
-  meta::InodeResp out;
+  FileInfo info;
   uint64_t ticket = f.dirAttrsTicket();
-  Status s = f.meta("Lookup", in, &out);
-  if (s.code() == ErrorCode::kNotFound && f.options().negative_timeout_s > 0) {
-    fuse_entry_param e;
-    std::memset(&e, 0, sizeof(e));
-    e.entry_timeout = f.options().negative_timeout_s;  // ino 0: a cached "no such name"
-    fuse_reply_entry(req, &e);
+  Error e = f.client().lookup(f.who(req), parent, name, &info);
+  if (e.errno_value == ENOENT && f.options().negative_timeout_s > 0) {
+    fuse_entry_param neg;
+    std::memset(&neg, 0, sizeof(neg));
+    neg.entry_timeout = f.options().negative_timeout_s;  // ino 0: a cached "no such name"
+    fuse_reply_entry(req, &neg);
     return;
   }
-  if (!s.ok()) {
-    replyErr(req, replyErrno(s));
-    return;
-  }
-  f.keepDirAttrs(out.inode(), ticket);
-  f.replyEntry(req, out.inode());
+  if (!f.answered(req, e)) return;
+  f.keepDirAttrs(info, ticket);
+  f.replyEntry(req, info);
 }
 
 // The kernel's lookup counts need no state here: inodes live in the KV.
@@ -102,20 +93,18 @@ void forgetMulti(fuse_req_t req, size_t, fuse_forget_data*) {
 void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   CISTERN_FUSE_OP("getattr");
   FuseFs& f = fs(req);
-  meta::InodeResp out;
+  FileInfo info;
   double valid_s = 0;
-  if (f.cachedDirAttrs(ino, out.mutable_inode(), &valid_s)) {
+  if (f.cachedDirAttrs(ino, &info, &valid_s)) {
     struct stat st;
-    f.fillStat(out.inode(), &st);
+    f.fillStat(info, &st);
     fuse_reply_attr(req, &st, valid_s);
     return;
   }
-  meta::GetattrReq in;
-  in.set_ino(ino);
   uint64_t ticket = f.dirAttrsTicket();
-  if (!f.call(req, "Getattr", in, &out)) return;
-  f.keepDirAttrs(out.inode(), ticket);
-  f.replyAttr(req, out.inode());
+  if (!f.answered(req, f.client().getattr(ino, &info))) return;
+  f.keepDirAttrs(info, ticket);
+  f.replyAttr(req, info);
 }
 
 void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
@@ -168,60 +157,35 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   if (auto open = f.findOpen(ino)) open->mode = out.inode().mode();
   f.client().forgetAttrs(ino);
   f.dropDirAttrs(ino);
-  f.replyAttr(req, out.inode());
+  f.replyAttr(req, client::toInfo(out.inode()));
 }
 
 void readlink(fuse_req_t req, fuse_ino_t ino) {
   CISTERN_FUSE_OP("readlink");
   FuseFs& f = fs(req);
-  meta::GetattrReq in;
-  in.set_ino(ino);
-  meta::ReadlinkResp out;
-  if (f.call(req, "Readlink", in, &out)) fuse_reply_readlink(req, out.target().c_str());
+  std::string target;
+  if (f.answered(req, f.client().readlinkAt(ino, &target)))
+    fuse_reply_readlink(req, target.c_str());
 }
 
+// Regular files (mknod(2) with S_IFREG) and FIFOs, sockets and devices, whose
+// node cistern keeps while the kernel moves their data.
 void mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   CISTERN_FUSE_OP("mknod");
   FuseFs& f = fs(req);
-  meta::InodeResp out;
-  const meta::FileType type = meta::typeOfMode(mode);
-  if (type == meta::REGULAR) {
-    meta::CreateReq in;
-    *in.mutable_caller() = f.caller(req);
-    in.set_parent(parent);
-    in.set_name(name);
-    in.set_mode(mode & 07777);
-    in.set_exclusive(true);
-    stamp(f, &in);
-    if (f.call(req, "Create", in, &out)) f.replyEntry(req, out.inode());
-    return;
-  }
-  // FIFOs, sockets and devices: cistern keeps the node, the kernel their data.
-  meta::MknodReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_parent(parent);
-  in.set_name(name);
-  in.set_type(type);
-  in.set_mode(mode & 07777);
-  in.set_rdev(rdev);
-  stamp(f, &in);
-  if (f.call(req, "Mknod", in, &out)) f.replyEntry(req, out.inode());
+  FileInfo info;
+  if (f.answered(req, f.client().mknodAt(f.who(req), parent, name, mode, rdev, &info)))
+    f.replyEntry(req, info);
 }
 
 void mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   CISTERN_FUSE_OP("mkdir");
   FuseFs& f = fs(req);
-  meta::MkdirReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_parent(parent);
-  in.set_name(name);
-  in.set_mode(mode & 07777);
-  stamp(f, &in);
-  meta::InodeResp out;
+  FileInfo info;
   uint64_t ticket = f.dirAttrsTicket();
-  if (!f.call(req, "Mkdir", in, &out)) return;
-  f.keepDirAttrs(out.inode(), ticket);
-  f.replyEntry(req, out.inode());
+  if (!f.answered(req, f.client().mkdirAt(f.who(req), parent, name, mode, &info))) return;
+  f.keepDirAttrs(info, ticket);
+  f.replyEntry(req, info);
 }
 
 namespace {
@@ -231,13 +195,9 @@ void removeName(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
   if (!dir && f.anyOpen()) {
     if (uint64_t ino = inoOf(f, parent, name)) f.holdIfOpen(req, ino);
   }
-  meta::RemoveReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_parent(parent);
-  in.set_name(name);
-  stamp(f, &in);
-  meta::Empty out;
-  if (!f.call(req, dir ? "Rmdir" : "Unlink", in, &out)) return;
+  const Credentials who = f.who(req);
+  Error e = dir ? f.client().rmdirAt(who, parent, name) : f.client().unlinkAt(who, parent, name);
+  if (!f.answered(req, e)) return;
   // A removed directory's inode is gone (its number not known here); names
   // added or removed leave the parent's inode as it was.
   if (dir) f.dropAllDirAttrs();
@@ -259,14 +219,9 @@ void rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   CISTERN_FUSE_OP("symlink");
   FuseFs& f = fs(req);
-  meta::SymlinkReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_parent(parent);
-  in.set_name(name);
-  in.set_target(link);
-  stamp(f, &in);
-  meta::InodeResp out;
-  if (f.call(req, "Symlink", in, &out)) f.replyEntry(req, out.inode());
+  FileInfo info;
+  if (f.answered(req, f.client().symlinkAt(f.who(req), parent, name, link, &info)))
+    f.replyEntry(req, info);
 }
 
 void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
@@ -280,16 +235,8 @@ void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
   if (!(flags & kRenameExchange) && f.anyOpen()) {
     if (uint64_t ino = inoOf(f, newparent, newname)) f.holdIfOpen(req, ino);
   }
-  meta::RenameReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_src_parent(parent);
-  in.set_src_name(name);
-  in.set_dst_parent(newparent);
-  in.set_dst_name(newname);
-  in.set_flags(flags);
-  stamp(f, &in);
-  meta::Empty out;
-  if (!f.call(req, "Rename", in, &out)) return;
+  if (!f.answered(req, f.client().renameAt(f.who(req), parent, name, newparent, newname, flags)))
+    return;
   f.dropAllDirAttrs();  // a moved or replaced directory's inode changed
   replyErr(req, 0);
 }
@@ -297,64 +244,46 @@ void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
 void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   CISTERN_FUSE_OP("link");
   FuseFs& f = fs(req);
-  meta::LinkReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_ino(ino);
-  in.set_new_parent(newparent);
-  in.set_new_name(newname);
-  stamp(f, &in);
-  meta::InodeResp out;
-  if (f.call(req, "Link", in, &out)) f.replyEntry(req, out.inode());
+  FileInfo info;
+  if (f.answered(req, f.client().linkAt(f.who(req), ino, newparent, newname, &info)))
+    f.replyEntry(req, info);
 }
 
 void statfs(fuse_req_t req, fuse_ino_t) {
   CISTERN_FUSE_OP("statfs");
   FuseFs& f = fs(req);
-  meta::Empty in;
-  meta::StatfsResp out;
-  if (!f.call(req, "Statfs", in, &out)) return;
+  SpaceInfo space;
+  if (!f.answered(req, f.client().statfs(&space))) return;
   struct statvfs st;
   std::memset(&st, 0, sizeof(st));
-  uint64_t bsize = out.block_size() ? out.block_size() : 4096;
+  uint64_t bsize = space.block_size;
   st.f_bsize = bsize;
   st.f_frsize = bsize;
-  st.f_blocks = out.bytes_total() / bsize;
-  st.f_bfree = out.bytes_free() / bsize;
+  st.f_blocks = space.bytes_total / bsize;
+  st.f_bfree = space.bytes_free / bsize;
   st.f_bavail = st.f_bfree;
   // Inodes are only bounded by the KV: report plenty free.
-  st.f_files = out.inodes_used() + (uint64_t{1} << 32);
+  st.f_files = space.inodes_used + (uint64_t{1} << 32);
   st.f_ffree = uint64_t{1} << 32;
   st.f_favail = st.f_ffree;
-  st.f_namemax = out.name_max() ? out.name_max() : 255;
+  st.f_namemax = space.name_max;
   fuse_reply_statfs(req, &st);
 }
 
 void access(fuse_req_t req, fuse_ino_t ino, int mask) {
   CISTERN_FUSE_OP("access");
   FuseFs& f = fs(req);
-  meta::AccessReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_ino(ino);
-  in.set_mask(static_cast<uint32_t>(mask & (R_OK | W_OK | X_OK)));  // same bits as kMay*
-  meta::Empty out;
-  if (f.call(req, "Access", in, &out)) replyErr(req, 0);
+  if (f.answered(req, f.client().access(f.who(req), ino, mask))) replyErr(req, 0);
 }
 
 void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags) {
   CISTERN_FUSE_OP("setxattr");
   FuseFs& f = fs(req);
-  meta::XattrReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_ino(ino);
-  in.set_name(name);
-  in.set_value(value, size);
-  in.set_flags(static_cast<uint32_t>(flags));  // XATTR_CREATE / XATTR_REPLACE, as in meta
-  stamp(f, &in);
   f.forgetNoXattrs(ino);  // before: a getxattr after the set must ask meta
   XattrChange change(f, ino);
-  meta::Empty out;
-  if (!f.call(req, "SetXattr", in, &out)) return;
+  if (!f.answered(req, f.client().setxattr(f.who(req), ino, name, std::string(value, size), flags)))
+    return;
   f.dropDirAttrs(ino);  // its ctime changed
   replyErr(req, 0);
 }
@@ -373,23 +302,18 @@ void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     return;
   }
   const uint64_t gen = node ? node->xattr_gen.load() : 0;
-  meta::XattrReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_ino(ino);
-  in.set_name(name);
-  meta::XattrResp out;
-  Status s = f.meta("GetXattr", in, &out);
-  if (!s.ok()) {
-    if (node && s.toErrno() == ENODATA) f.noteNoCaps(*node, gen);
-    replyErr(req, replyErrno(s));
+  std::string value;
+  if (Error e = f.client().getxattr(f.who(req), ino, name, &value)) {
+    if (node && e.errno_value == ENODATA) f.noteNoCaps(*node, gen);
+    replyErr(req, e.errno_value);
     return;
   }
   if (size == 0) {
-    fuse_reply_xattr(req, out.value().size());
-  } else if (out.value().size() > size) {
+    fuse_reply_xattr(req, value.size());
+  } else if (value.size() > size) {
     replyErr(req, ERANGE);
   } else {
-    fuse_reply_buf(req, out.value().data(), out.value().size());
+    fuse_reply_buf(req, value.data(), value.size());
   }
 }
 
@@ -403,13 +327,10 @@ void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
       fuse_reply_buf(req, nullptr, 0);
     return;
   }
-  meta::XattrReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_ino(ino);
-  meta::XattrResp out;
-  if (!f.call(req, "ListXattr", in, &out)) return;
+  std::vector<std::string> names;
+  if (!f.answered(req, f.client().listxattr(f.who(req), ino, &names))) return;
   std::string list;
-  for (const auto& n : out.names()) {
+  for (const auto& n : names) {
     list += n;
     list.push_back('\0');
   }
@@ -425,14 +346,8 @@ void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 void removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   CISTERN_FUSE_OP("removexattr");
   FuseFs& f = fs(req);
-  meta::XattrReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_ino(ino);
-  in.set_name(name);
-  stamp(f, &in);
   XattrChange change(f, ino);
-  meta::Empty out;
-  if (!f.call(req, "RemoveXattr", in, &out)) return;
+  if (!f.answered(req, f.client().removexattr(f.who(req), ino, name))) return;
   f.dropDirAttrs(ino);  // its ctime changed
   replyErr(req, 0);
 }

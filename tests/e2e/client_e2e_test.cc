@@ -682,12 +682,18 @@ TEST_F(E2E, TheInodeApiActsAsItsCallerOnInodeNumbers) {
   std::string cookie;
   do {
     DirPage page;
-    ASSERT_FALSE(c.readdirAt(alice, dir.ino, cookie, 2, &page));
+    ASSERT_FALSE(c.readdirAt(alice, dir.ino, cookie, 2, /*attributes=*/true, &page));
+    for (const auto& e : page.entries) EXPECT_NE(e.info.nlink, 0u) << e.name;
     EXPECT_LE(page.entries.size(), 2u);
     for (const auto& e : page.entries) listed.push_back(e.name);
     cookie = page.next_cookie;
   } while (!cookie.empty());
   EXPECT_EQ(listed, (std::vector<std::string>{"f", "h", "l", "p"}));
+  DirPage bare;
+  ASSERT_FALSE(c.readdirAt(alice, dir.ino, "", 10, /*attributes=*/false, &bare));
+  ASSERT_EQ(bare.entries.size(), 4u);
+  EXPECT_EQ(bare.entries[3].info.mode, uint32_t{S_IFIFO});  // "p": type bits only
+  EXPECT_EQ(bare.entries[3].info.nlink, 0u);
   EXPECT_EQ(c.rmdirAt(alice, dir.ino, "f").errno_value, ENOTDIR);
   EXPECT_EQ(c.unlinkAt(bob, dir.ino, "f").errno_value, EACCES);
   for (const char* name : {"f", "h", "l", "p"}) ASSERT_FALSE(c.unlinkAt(alice, dir.ino, name));
