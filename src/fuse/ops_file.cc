@@ -110,41 +110,29 @@ void attach(FuseFs& f, const meta::Inode& inode, uint64_t session, int flags, bo
 // Returns an errno, 0 if done or nothing to do.
 int removePrivilegesForWrite(fuse_req_t req, FuseFs& f, OpenInode& node) {
   // The mount's own authority, as for the kernel's own chmod (and no
-  // FuseFs::caller: its supplementary groups cost a read of /proc per call).
-  meta::Caller mount;
-  mount.set_uid(0);
+  // FuseFs::who: its supplementary groups cost a read of /proc per call).
+  const Credentials mount;
   uint32_t mode = node.mode.load();
   uint32_t drop = mode & S_ISUID;
   if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) drop |= S_ISGID;
   if (drop != 0 && fuse_req_ctx(req)->uid != 0) {
-    meta::SetattrReq in;
-    *in.mutable_caller() = mount;
-    in.set_ino(node.ino);
-    in.set_mode(mode & 07777 & ~drop);
-    stamp(f, &in);
-    meta::InodeResp out;
-    if (Status s = f.meta("Setattr", in, &out); !s.ok()) return replyErrno(s);
-    node.mode = out.inode().mode();
-    f.client().forgetAttrs(node.ino);
+    FileInfo info;
+    if (Error e = f.client().setattr(mount, node.ino, {.mode = mode & 07777 & ~drop}, &info))
+      return e.errno_value;
+    node.mode = info.mode & 07777;
     f.invalidateAttrs(node.ino);
   }
   if (f.knownNoXattrs(node.ino) || f.knownNoCaps(node)) return 0;
   const uint64_t gen = node.xattr_gen.load();
-  meta::XattrReq in;
-  *in.mutable_caller() = mount;
-  in.set_ino(node.ino);
-  in.set_name("security.capability");
-  meta::XattrResp value;
-  Status s = f.meta("GetXattr", in, &value);
-  if (s.toErrno() == ENODATA) {
+  std::string value;
+  Error e = f.client().getxattr(mount, node.ino, "security.capability", &value);
+  if (e.errno_value == ENODATA) {
     f.noteNoCaps(node, gen);
     return 0;
   }
-  if (!s.ok()) return replyErrno(s);
-  stamp(f, &in);
-  meta::Empty none;
-  s = f.meta("RemoveXattr", in, &none);
-  return s.ok() || s.toErrno() == ENODATA ? 0 : replyErrno(s);
+  if (e) return e.errno_value;
+  e = f.client().removexattr(mount, node.ino, "security.capability");
+  return !e || e.errno_value == ENODATA ? 0 : e.errno_value;
 }
 
 }  // namespace
