@@ -301,6 +301,20 @@ class ClientImpl final : public Client {
   void forget(uint64_t parent, const std::string& name);
 
   Error removeName(const std::string& path, bool dir);
+  // One meta mutation each, shared by the path calls and the inode API
+  // (inode_calls.cc): the request stamped with (client, seq), the caches
+  // dropping the names it changes.
+  Result<meta::Inode> metaMkdir(const meta::Caller& who, uint64_t parent, const std::string& name,
+                                uint32_t mode);
+  // FIFOs, sockets, devices (`mode` with its S_IF* type), and regular
+  // files (created exclusively, not opened).
+  Result<meta::Inode> metaMknod(const meta::Caller& who, uint64_t parent, const std::string& name,
+                                uint32_t mode, uint64_t rdev);
+  Result<meta::Inode> metaSymlink(const meta::Caller& who, uint64_t parent, const std::string& name,
+                                  const std::string& target);
+  Status metaRemove(const meta::Caller& who, uint64_t parent, const std::string& name, bool dir);
+  Status metaRename(const meta::Caller& who, uint64_t parent, const std::string& name,
+                    uint64_t new_parent, const std::string& new_name, uint32_t flags);
   Status runPieces(bool write, const meta::Inode& inode, std::vector<Piece>& pieces);
   std::unique_ptr<PendingIo> start(bool write, const meta::Inode& inode, std::vector<Piece> pieces);
   std::vector<Piece> cut(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* data) const;

@@ -37,6 +37,11 @@ Error answer(const Status& s, const meta::InodeResp& resp, FileInfo* out, const 
   if (out) *out = toInfo(resp.inode());
   return {};
 }
+Error answer(const Result<meta::Inode>& r, FileInfo* out, const std::string& what) {
+  if (!r.ok()) return toError(r.status(), what);
+  if (out) *out = toInfo(*r);
+  return {};
+}
 
 }  // namespace
 
@@ -85,10 +90,10 @@ Error ClientImpl::setattr(const Credentials& who, uint64_t ino, const AttrChange
   return answer(s, resp, out, inodeText(ino));
 }
 
-Error ClientImpl::mkdirAt(const Credentials& who, uint64_t parent, const std::string& name,
-                          uint32_t mode, FileInfo* out) {
+Result<meta::Inode> ClientImpl::metaMkdir(const meta::Caller& who, uint64_t parent,
+                                          const std::string& name, uint32_t mode) {
   meta::MkdirReq req;
-  *req.mutable_caller() = callerOf(who);
+  *req.mutable_caller() = who;
   req.set_parent(parent);
   req.set_name(name);
   req.set_mode(mode & 07777);
@@ -96,17 +101,18 @@ Error ClientImpl::mkdirAt(const Credentials& who, uint64_t parent, const std::st
   meta::InodeResp resp;
   Status s = metaCall(kMkdir(), req, &resp);
   forget(parent, name);
-  return answer(s, resp, out, entryText(parent, name));
+  RETURN_ON_ERROR(s);
+  return std::move(*resp.mutable_inode());
 }
 
-Error ClientImpl::mknodAt(const Credentials& who, uint64_t parent, const std::string& name,
-                          uint32_t mode, uint64_t rdev, FileInfo* out) {
+Result<meta::Inode> ClientImpl::metaMknod(const meta::Caller& who, uint64_t parent,
+                                          const std::string& name, uint32_t mode, uint64_t rdev) {
   meta::InodeResp resp;
   Status s;
   const meta::FileType type = meta::typeOfMode(mode);
   if (type == meta::REGULAR) {
     meta::CreateReq req;
-    *req.mutable_caller() = callerOf(who);
+    *req.mutable_caller() = who;
     req.set_parent(parent);
     req.set_name(name);
     req.set_mode(mode & 07777);
@@ -115,7 +121,7 @@ Error ClientImpl::mknodAt(const Credentials& who, uint64_t parent, const std::st
     s = metaCall(kCreate(), req, &resp);
   } else {
     meta::MknodReq req;
-    *req.mutable_caller() = callerOf(who);
+    *req.mutable_caller() = who;
     req.set_parent(parent);
     req.set_name(name);
     req.set_type(type);
@@ -125,13 +131,14 @@ Error ClientImpl::mknodAt(const Credentials& who, uint64_t parent, const std::st
     s = metaCall(kMknod(), req, &resp);
   }
   forget(parent, name);
-  return answer(s, resp, out, entryText(parent, name));
+  RETURN_ON_ERROR(s);
+  return std::move(*resp.mutable_inode());
 }
 
-Error ClientImpl::symlinkAt(const Credentials& who, uint64_t parent, const std::string& name,
-                            const std::string& target, FileInfo* out) {
+Result<meta::Inode> ClientImpl::metaSymlink(const meta::Caller& who, uint64_t parent,
+                                            const std::string& name, const std::string& target) {
   meta::SymlinkReq req;
-  *req.mutable_caller() = callerOf(who);
+  *req.mutable_caller() = who;
   req.set_parent(parent);
   req.set_name(name);
   req.set_target(target);
@@ -139,7 +146,53 @@ Error ClientImpl::symlinkAt(const Credentials& who, uint64_t parent, const std::
   meta::InodeResp resp;
   Status s = metaCall(kSymlink(), req, &resp);
   forget(parent, name);
-  return answer(s, resp, out, entryText(parent, name));
+  RETURN_ON_ERROR(s);
+  return std::move(*resp.mutable_inode());
+}
+
+Status ClientImpl::metaRemove(const meta::Caller& who, uint64_t parent, const std::string& name,
+                              bool dir) {
+  meta::RemoveReq req;
+  *req.mutable_caller() = who;
+  req.set_parent(parent);
+  req.set_name(name);
+  stamp(*this, &req);
+  meta::Empty resp;
+  Status s = metaCall(dir ? kRmdir() : kUnlink(), req, &resp);
+  forget(parent, name);
+  return s;
+}
+
+Status ClientImpl::metaRename(const meta::Caller& who, uint64_t parent, const std::string& name,
+                              uint64_t new_parent, const std::string& new_name, uint32_t flags) {
+  meta::RenameReq req;
+  *req.mutable_caller() = who;
+  req.set_src_parent(parent);
+  req.set_src_name(name);
+  req.set_dst_parent(new_parent);
+  req.set_dst_name(new_name);
+  req.set_flags(flags);
+  stamp(*this, &req);
+  meta::Empty resp;
+  Status s = metaCall(kRename(), req, &resp);
+  forget(parent, name);
+  forget(new_parent, new_name);
+  return s;
+}
+
+Error ClientImpl::mkdirAt(const Credentials& who, uint64_t parent, const std::string& name,
+                          uint32_t mode, FileInfo* out) {
+  return answer(metaMkdir(callerOf(who), parent, name, mode), out, entryText(parent, name));
+}
+
+Error ClientImpl::mknodAt(const Credentials& who, uint64_t parent, const std::string& name,
+                          uint32_t mode, uint64_t rdev, FileInfo* out) {
+  return answer(metaMknod(callerOf(who), parent, name, mode, rdev), out, entryText(parent, name));
+}
+
+Error ClientImpl::symlinkAt(const Credentials& who, uint64_t parent, const std::string& name,
+                            const std::string& target, FileInfo* out) {
+  return answer(metaSymlink(callerOf(who), parent, name, target), out, entryText(parent, name));
 }
 
 Error ClientImpl::linkAt(const Credentials& who, uint64_t ino, uint64_t new_parent,
@@ -158,44 +211,17 @@ Error ClientImpl::linkAt(const Credentials& who, uint64_t ino, uint64_t new_pare
 }
 
 Error ClientImpl::unlinkAt(const Credentials& who, uint64_t parent, const std::string& name) {
-  meta::RemoveReq req;
-  *req.mutable_caller() = callerOf(who);
-  req.set_parent(parent);
-  req.set_name(name);
-  stamp(*this, &req);
-  meta::Empty resp;
-  Status s = metaCall(kUnlink(), req, &resp);
-  forget(parent, name);
-  return toError(s, entryText(parent, name));
+  return toError(metaRemove(callerOf(who), parent, name, false), entryText(parent, name));
 }
 
 Error ClientImpl::rmdirAt(const Credentials& who, uint64_t parent, const std::string& name) {
-  meta::RemoveReq req;
-  *req.mutable_caller() = callerOf(who);
-  req.set_parent(parent);
-  req.set_name(name);
-  stamp(*this, &req);
-  meta::Empty resp;
-  Status s = metaCall(kRmdir(), req, &resp);
-  forget(parent, name);
-  return toError(s, entryText(parent, name));
+  return toError(metaRemove(callerOf(who), parent, name, true), entryText(parent, name));
 }
 
 Error ClientImpl::renameAt(const Credentials& who, uint64_t parent, const std::string& name,
                            uint64_t new_parent, const std::string& new_name, unsigned flags) {
-  meta::RenameReq req;
-  *req.mutable_caller() = callerOf(who);
-  req.set_src_parent(parent);
-  req.set_src_name(name);
-  req.set_dst_parent(new_parent);
-  req.set_dst_name(new_name);
-  req.set_flags(flags);
-  stamp(*this, &req);
-  meta::Empty resp;
-  Status s = metaCall(kRename(), req, &resp);
-  forget(parent, name);
-  forget(new_parent, new_name);
-  return toError(s, entryText(parent, name));
+  return toError(metaRename(callerOf(who), parent, name, new_parent, new_name, flags),
+                 entryText(parent, name));
 }
 
 Error ClientImpl::readlinkAt(uint64_t ino, std::string* target) {

@@ -85,27 +85,17 @@ Error ClientImpl::mkdir(const std::string& path, uint32_t mode, bool parents) {
       }
       if (existing.status().code() != ErrorCode::kNotFound) return toError(existing.status(), path);
     }
-    meta::MkdirReq req;
-    *req.mutable_caller() = caller();
-    req.set_parent(parent);
-    req.set_name(name);
-    req.set_mode(mode & 07777);
-    req.set_client(client_id_);
-    req.set_seq(nextSeq());
-    meta::InodeResp resp;
-    Status s = metaCall(kMkdir(), req, &resp);
-    if (!s.ok() && parents && s.code() == ErrorCode::kAlreadyExists) {
-      forget(parent, name);
+    auto made = metaMkdir(caller(), parent, name, mode);
+    if (!made.ok() && parents && made.code() == ErrorCode::kAlreadyExists) {
       auto again = lookup(parent, name);  // made by someone else meanwhile
       if (!again.ok()) return toError(again.status(), path);
       if (again->type() != meta::DIRECTORY) return toError(Status(ErrorCode::kNotDirectory), path);
       parent = again->ino();
       continue;
     }
-    if (!s.ok()) return toError(s, path);
-    forget(parent, name);
-    remember(parent, name, resp.inode());
-    parent = resp.inode().ino();
+    if (!made.ok()) return toError(made.status(), path);
+    remember(parent, name, *made);
+    parent = made->ino();
   }
   return {};
 }
@@ -120,18 +110,7 @@ Error ClientImpl::rename(const std::string& from, const std::string& to) {
   if (!pa.ok()) return toError(pa.status(), from);
   auto pb = resolve(*b, b->size() - 1);
   if (!pb.ok()) return toError(pb.status(), to);
-  meta::RenameReq req;
-  *req.mutable_caller() = caller();
-  req.set_src_parent(pa->ino());
-  req.set_src_name(a->back());
-  req.set_dst_parent(pb->ino());
-  req.set_dst_name(b->back());
-  req.set_client(client_id_);
-  req.set_seq(nextSeq());
-  meta::Empty resp;
-  Status s = metaCall(kRename(), req, &resp);
-  forget(pa->ino(), a->back());
-  forget(pb->ino(), b->back());
+  Status s = metaRename(caller(), pa->ino(), a->back(), pb->ino(), b->back(), 0);
   if (!s.ok()) {
     // Name the side the error is about.
     bool dst = s.code() == ErrorCode::kNotEmpty || s.code() == ErrorCode::kIsDirectory ||
@@ -151,16 +130,7 @@ Error ClientImpl::removeName(const std::string& path, bool dir) {
   }
   auto p = resolve(*parts, parts->size() - 1);
   if (!p.ok()) return toError(p.status(), path);
-  meta::RemoveReq req;
-  *req.mutable_caller() = caller();
-  req.set_parent(p->ino());
-  req.set_name(parts->back());
-  req.set_client(client_id_);
-  req.set_seq(nextSeq());
-  meta::Empty resp;
-  Status s = metaCall(dir ? kRmdir() : kUnlink(), req, &resp);
-  forget(p->ino(), parts->back());
-  return toError(s, path);
+  return toError(metaRemove(caller(), p->ino(), parts->back(), dir), path);
 }
 
 Error ClientImpl::unlink(const std::string& path) { return removeName(path, false); }
@@ -280,19 +250,7 @@ Error ClientImpl::mknod(const std::string& path, uint32_t mode, uint64_t rdev) {
   if (parts->empty()) return toError(Status(ErrorCode::kAlreadyExists), path);
   auto p = resolveParent(*parts);
   if (!p.ok()) return toError(p.status(), path);
-  meta::MknodReq req;
-  *req.mutable_caller() = caller();
-  req.set_parent(p->ino());
-  req.set_name(parts->back());
-  req.set_type(type);
-  req.set_mode(mode & 07777);
-  req.set_rdev(rdev);
-  req.set_client(clientId());
-  req.set_seq(nextSeq());
-  meta::InodeResp resp;
-  Status s = metaCall(kMknod(), req, &resp);
-  forget(p->ino(), parts->back());
-  return toError(s, path);
+  return toError(metaMknod(caller(), p->ino(), parts->back(), mode, rdev).status(), path);
 }
 
 Error ClientImpl::symlink(const std::string& target, const std::string& path) {
@@ -301,17 +259,7 @@ Error ClientImpl::symlink(const std::string& target, const std::string& path) {
   if (parts->empty()) return toError(Status(ErrorCode::kAlreadyExists), path);
   auto p = resolveParent(*parts);
   if (!p.ok()) return toError(p.status(), path);
-  meta::SymlinkReq req;
-  *req.mutable_caller() = caller();
-  req.set_parent(p->ino());
-  req.set_name(parts->back());
-  req.set_target(target);
-  req.set_client(clientId());
-  req.set_seq(nextSeq());
-  meta::InodeResp resp;
-  Status s = metaCall(kSymlink(), req, &resp);
-  forget(p->ino(), parts->back());
-  return toError(s, path);
+  return toError(metaSymlink(caller(), p->ino(), parts->back(), target).status(), path);
 }
 
 // A symlink's target never changes, so the inode the path resolves to (from
