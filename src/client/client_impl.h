@@ -189,6 +189,11 @@ class ClientImpl final : public Client {
   }
 
   // --- used by the FUSE mount (src/fuse), which speaks inodes, not paths ---
+  // setattr() as `who`, where the cut of a smaller size also reaches past
+  // `local_size`: bytes this process wrote to storage and has not recorded
+  // (an open file's buffers written out just before). Returns the inode.
+  Result<meta::Inode> setattrAs(const meta::Caller& who, uint64_t ino, const AttrChanges& changes,
+                                uint64_t local_size = 0);
   // A metadata RPC with retries of transient errors (mutations carry (client, seq)).
   Status metaCall(const net::Method& method, const google::protobuf::Message& req,
                   google::protobuf::Message* resp);

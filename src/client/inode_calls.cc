@@ -62,10 +62,10 @@ Error ClientImpl::getattr(uint64_t ino, FileInfo* out) {
   return answer(metaCall(kGetattr(), req, &resp), resp, out, inodeText(ino));
 }
 
-Error ClientImpl::setattr(const Credentials& who, uint64_t ino, const AttrChanges& changes,
-                          FileInfo* out) {
+Result<meta::Inode> ClientImpl::setattrAs(const meta::Caller& who, uint64_t ino,
+                                          const AttrChanges& changes, uint64_t local_size) {
   meta::SetattrReq req;
-  *req.mutable_caller() = callerOf(who);
+  *req.mutable_caller() = who;
   req.set_ino(ino);
   if (changes.mode) req.set_mode(*changes.mode & 07777);
   if (changes.uid) req.set_uid(*changes.uid);
@@ -79,15 +79,20 @@ Error ClientImpl::setattr(const Credentials& who, uint64_t ino, const AttrChange
   Status s;
   if (changes.size) {
     // Cut first, commit second (docs/client.md, "Truncate").
-    auto cut = cutForTruncate(req.caller(), ino, W_OK, *changes.size);
-    if (!cut.ok()) return toError(cut.status(), inodeText(ino));
+    RETURN_ON_ERROR(cutForTruncate(who, ino, W_OK, *changes.size, local_size).status());
     req.set_size(*changes.size);
     s = setattrSize(&req, &resp);
   } else {
     s = metaCall(kSetattr(), req, &resp);
   }
   forgetAttrs(ino);
-  return answer(s, resp, out, inodeText(ino));
+  RETURN_ON_ERROR(s);
+  return std::move(*resp.mutable_inode());
+}
+
+Error ClientImpl::setattr(const Credentials& who, uint64_t ino, const AttrChanges& changes,
+                          FileInfo* out) {
+  return answer(setattrAs(callerOf(who), ino, changes), out, inodeText(ino));
 }
 
 Result<meta::Inode> ClientImpl::metaMkdir(const meta::Caller& who, uint64_t parent,

@@ -17,7 +17,7 @@ constexpr uint32_t kSeenMax = 1 << 16;
 
 // The meta methods open files still call directly (the rest go through the
 // inode API of include/cistern/client.h).
-const char* const kMetaMethods[] = {"Create", "Open", "Setattr"};
+const char* const kMetaMethods[] = {"Create", "Open"};
 
 }  // namespace
 

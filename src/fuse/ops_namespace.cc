@@ -110,54 +110,51 @@ void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
   CISTERN_FUSE_OP("setattr");
   FuseFs& f = fs(req);
-  meta::SetattrReq in;
-  *in.mutable_caller() = f.caller(req);
-  in.set_ino(ino);
+  meta::Caller who = f.caller(req);
+  AttrChanges changes;
   if (to_set & FUSE_SET_ATTR_MODE) {
-    in.set_mode(attr->st_mode & 07777);
-    if (in.caller().uid() != 0 && killsPrivilegesOnly(f, ino, in.caller().uid(), in.mode()))
-      in.mutable_caller()->set_uid(0);
+    changes.mode = attr->st_mode & 07777;
+    if (who.uid() != 0 && killsPrivilegesOnly(f, ino, who.uid(), *changes.mode)) who.set_uid(0);
   }
-  if (to_set & FUSE_SET_ATTR_UID) in.set_uid(attr->st_uid);
-  if (to_set & FUSE_SET_ATTR_GID) in.set_gid(attr->st_gid);
+  if (to_set & FUSE_SET_ATTR_UID) changes.uid = attr->st_uid;
+  if (to_set & FUSE_SET_ATTR_GID) changes.gid = attr->st_gid;
   if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
-    in.set_atime_now(true);
+    changes.atime_now = true;
   } else if (to_set & FUSE_SET_ATTR_ATIME) {
-    in.set_atime_ns(toNs(attr->st_atim));
+    changes.atime_ns = toNs(attr->st_atim);
   }
   if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
-    in.set_mtime_now(true);
+    changes.mtime_now = true;
   } else if (to_set & FUSE_SET_ATTR_MTIME) {
-    in.set_mtime_ns(toNs(attr->st_mtim));
+    changes.mtime_ns = toNs(attr->st_mtim);
   }
+  // A truncate of a file open here: its buffered bytes go out first, and
+  // the cut reaches past the length it has not recorded yet.
   std::shared_ptr<OpenInode> node;
+  uint64_t local_size = 0;
   if (to_set & FUSE_SET_ATTR_SIZE) {
     if (attr->st_size < 0) {
       replyErr(req, EINVAL);
       return;
     }
-    in.set_size(static_cast<uint64_t>(attr->st_size));
-    // Cut first, commit second; a size past the end cuts nothing.
-    if (int err = f.prepareTruncate(ino, in.caller(), W_OK, in.size(), &node)) {
-      replyErr(req, err);
-      return;
+    changes.size = static_cast<uint64_t>(attr->st_size);
+    if ((node = f.findOpen(ino))) {
+      if (Error e = node->file->flushBuffers()) {
+        replyErr(req, e.errno_value);
+        return;
+      }
+      local_size = node->file->size();
     }
   }
-  stamp(f, &in);
-  meta::InodeResp out;
-  if (in.has_size()) {
-    if (Status s = f.client().setattrSize(&in, &out); !s.ok()) {
-      replyErr(req, replyErrno(s));
-      return;
-    }
-  } else if (!f.call(req, "Setattr", in, &out)) {
+  auto done = f.client().setattrAs(who, ino, changes, local_size);
+  if (!done.ok()) {
+    replyErr(req, replyErrno(done.status()));
     return;
   }
-  if (in.has_size() && node) node->file->setSize(in.size());
-  if (auto open = f.findOpen(ino)) open->mode = out.inode().mode();
-  f.client().forgetAttrs(ino);
+  if (changes.size && node) node->file->setSize(*changes.size);
+  if (auto open = f.findOpen(ino)) open->mode = done->mode();
   f.dropDirAttrs(ino);
-  f.replyAttr(req, client::toInfo(out.inode()));
+  f.replyAttr(req, client::toInfo(*done));
 }
 
 void readlink(fuse_req_t req, fuse_ino_t ino) {
