@@ -1,7 +1,7 @@
 // FUSE operations on names and attributes: each is one call of libcistern's
 // inode API with the caller's credentials (the meta service checks
-// permissions and names). A truncate also cuts storage and this mount's open
-// file, through the client's internals (FuseFs::prepareTruncate).
+// permissions and names). A truncate of a file open here also writes out its
+// buffers first and cuts past the length it has not recorded (setattrAs).
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
