@@ -318,8 +318,8 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
   RETURN_ON_ERROR(mgmtd::publish(*c.kv, c.layout()).status().withContext("routing table"));
   uint16_t mport = options.metrics_port;
   ASSIGN_OR_RETURN(c.metrics, MetricsHttp::start(options.listen_host, mport));
-  c.remover = std::make_unique<GcRemover>(client::RemoteChunkRemover(
-      c.gc_client, [&c](uint32_t chain) -> Result<net::Endpoint> {
+  c.remover = std::make_unique<GcRemover>(
+      client::RemoteChunkRemover(c.gc_client, [&c](uint32_t chain) -> Result<net::Endpoint> {
         if (chain == 0 || chain > c.targets.size())
           return Status(ErrorCode::kNotFound, fmt::format("no chain {}", chain));
         return c.targets[chain - 1].server->endpoint();

@@ -420,7 +420,7 @@ class ChunkEngine {
   std::unique_ptr<IoBackend> page_io_;   // psync: logged writes into the page cache
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<kv::LoggedRocks> meta_log_;  // null: RocksDB's WAL
-  uint64_t meta_version_ = 0;                // last batch logged; by the stage-1 leader
+  uint64_t meta_version_ = 0;                  // last batch logged; by the stage-1 leader
   // Last batch in RocksDB's memtable; with the log, every batch up to it
   // has its data and record durable.
   std::atomic<uint64_t> meta_applied_{0};

@@ -631,7 +631,8 @@ TEST_F(E2E, TheInodeApiActsAsItsCallerOnInodeNumbers) {
   EXPECT_EQ(info.uid, 1000u);
   ASSERT_FALSE(c.mknodAt(alice, dir.ino, "p", S_IFIFO | 0600, 0, &info));
   EXPECT_EQ(info.mode, uint32_t{S_IFIFO | 0600});
-  EXPECT_EQ(c.mknodAt(alice, dir.ino, "c", S_IFCHR | 0600, makedev(1, 3), &info).errno_value, EPERM);
+  EXPECT_EQ(c.mknodAt(alice, dir.ino, "c", S_IFCHR | 0600, makedev(1, 3), &info).errno_value,
+            EPERM);
   ASSERT_FALSE(c.symlinkAt(alice, dir.ino, "l", "f", &info));
   std::string target;
   ASSERT_FALSE(c.readlinkAt(info.ino, &target));

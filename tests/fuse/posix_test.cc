@@ -6,9 +6,9 @@
 #include <linux/falloc.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
-#include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <sys/xattr.h>
