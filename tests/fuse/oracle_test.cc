@@ -4,7 +4,8 @@
 // sees afterwards). Cases: each file type (regular, directory, symlink, FIFO,
 // socket, character and block device) under each operation, as root, as the
 // node's owner and as someone else; sticky directories; utimensat's rules;
-// size limits; and the order of ENOENT / ENOTDIR / EACCES along a path.
+// size limits; the order of ENOENT / ENOTDIR / EACCES along a path; and
+// directory edge cases (renames, rmdir, links, trailing slashes).
 // Known differences that FUSE or the design imposes are listed in
 // docs/fuse.md ("Where the mount differs from ext4") and kept out of here.
 #include <dirent.h>
@@ -475,8 +476,91 @@ void addSizeCases(std::vector<OracleCase>* out) {
   }
 }
 
+// Directory edge cases: renames into a subtree or over non-empty
+// directories, "." and "..", trailing slashes, links of directories,
+// exclusive creates through symlinks, opens of directories for writing.
+void addDirCases(std::vector<OracleCase>* out) {
+  auto setup = [](const std::string& d) {
+    for (const char* dir : {"a", "a/sub", "b", "full", "empty"})
+      ASSERT_EQ(::mkdir((d + "/" + dir).c_str(), 0777), 0);
+    makeNode(d + "/full/x", Kind::kReg, 0644, 0, 0);
+    makeNode(d + "/file", Kind::kReg, 0666, 0, 0);
+    ASSERT_EQ(::symlink("nowhere", (d + "/dangling").c_str()), 0);
+    ASSERT_EQ(::symlink("a", (d + "/todir").c_str()), 0);
+  };
+  struct Step {
+    const char* name;
+    std::function<long(const std::string&)> call;
+  } steps[] = {
+      {"RenameIntoOwnSubtree",
+       [](const std::string& d) { return ::rename((d + "/a").c_str(), (d + "/a/sub/a").c_str()); }},
+      {"RenameOverNonEmptyDir",
+       [](const std::string& d) { return ::rename((d + "/a").c_str(), (d + "/full").c_str()); }},
+      {"RenameOverEmptyDir",
+       [](const std::string& d) { return ::rename((d + "/a").c_str(), (d + "/empty").c_str()); }},
+      {"RenameDirOverFile",
+       [](const std::string& d) { return ::rename((d + "/a").c_str(), (d + "/file").c_str()); }},
+      {"RenameFileOverDir",
+       [](const std::string& d) {
+         return ::rename((d + "/file").c_str(), (d + "/empty").c_str());
+       }},
+      {"RenameDot",
+       [](const std::string& d) { return ::rename((d + "/a/.").c_str(), (d + "/c").c_str()); }},
+      {"RenameOntoDotDot",
+       [](const std::string& d) { return ::rename((d + "/b").c_str(), (d + "/a/..").c_str()); }},
+      {"RenameToSelf",
+       [](const std::string& d) { return ::rename((d + "/a").c_str(), (d + "/a").c_str()); }},
+      {"ExchangeDirAndFile",
+       [](const std::string& d) {
+         return static_cast<long>(::renameat2(AT_FDCWD, (d + "/a").c_str(), AT_FDCWD,
+                                              (d + "/file").c_str(), RENAME_EXCHANGE));
+       }},
+      {"RmdirNonEmpty", [](const std::string& d) { return ::rmdir((d + "/full").c_str()); }},
+      {"RmdirDot", [](const std::string& d) { return ::rmdir((d + "/a/.").c_str()); }},
+      {"RmdirDotDot", [](const std::string& d) { return ::rmdir((d + "/a/sub/..").c_str()); }},
+      {"RmdirSymlinkToDir", [](const std::string& d) { return ::rmdir((d + "/todir").c_str()); }},
+      {"UnlinkDir", [](const std::string& d) { return ::unlink((d + "/empty").c_str()); }},
+      {"LinkDir",
+       [](const std::string& d) { return ::link((d + "/a").c_str(), (d + "/a2").c_str()); }},
+      {"MkdirTrailingSlash",
+       [](const std::string& d) { return ::mkdir((d + "/new/").c_str(), 0755); }},
+      {"MkdirExisting", [](const std::string& d) { return ::mkdir((d + "/a").c_str(), 0755); }},
+      {"CreateTrailingSlash",
+       [](const std::string& d) {
+         return static_cast<long>(openClose(d + "/newf/", O_WRONLY | O_CREAT));
+       }},
+      {"ExclCreateOnDanglingSymlink",
+       [](const std::string& d) {
+         return static_cast<long>(openClose(d + "/dangling", O_WRONLY | O_CREAT | O_EXCL));
+       }},
+      {"CreateThroughDanglingSymlink",
+       [](const std::string& d) {
+         return static_cast<long>(openClose(d + "/dangling", O_WRONLY | O_CREAT));
+       }},
+      {"OpenDirWrite",
+       [](const std::string& d) { return static_cast<long>(openClose(d + "/a", O_WRONLY)); }},
+      {"OpenDirCreat",
+       [](const std::string& d) {
+         return static_cast<long>(openClose(d + "/a", O_RDONLY | O_CREAT));
+       }},
+      {"SymlinkOverDir", [](const std::string& d) { return ::symlink("x", (d + "/a").c_str()); }},
+      {"SymlinkEmptyTarget",
+       [](const std::string& d) { return ::symlink("", (d + "/e").c_str()); }},
+  };
+  for (const Who& who : {kRootWho, kOtherWho}) {
+    for (const Step& step : steps) {
+      out->push_back({fmt::format("Tree_{}_{}", step.name, who.name), setup, who,
+                      [call = step.call](const std::string& d) {
+                        std::string r = outcome(call(d));
+                        return r + " a:" + describe(d + "/a") + " file:" + describe(d + "/file");
+                      }});
+    }
+  }
+}
+
 std::vector<OracleCase> allCases() {
   std::vector<OracleCase> out;
+  addDirCases(&out);
   addNodeCases(&out);
   addStickyCases(&out);
   addUtimeCases(&out);
