@@ -199,6 +199,13 @@ class ClientImpl final : public Client {
                   google::protobuf::Message* resp);
   meta::Caller caller() const { return caller_; }
   uint64_t nextSeq() { return seq_.fetch_add(1) + 1; }
+  // The (client, seq) of a mutation: a retry after a lost reply returns the
+  // first outcome instead of acting twice.
+  template <typename Req>
+  void stamp(Req* r) {
+    r->set_client(client_id_);
+    r->set_seq(nextSeq());
+  }
   const std::string& clientId() const { return client_id_; }
 
   // Runs one piece (with retries); public for the coroutine worker.
@@ -320,6 +327,9 @@ class ClientImpl final : public Client {
   Status metaRemove(const meta::Caller& who, uint64_t parent, const std::string& name, bool dir);
   Status metaRename(const meta::Caller& who, uint64_t parent, const std::string& name,
                     uint64_t new_parent, const std::string& new_name, uint32_t flags);
+  // One page of a listing as `who`, for list() and readdirAt().
+  Result<DirPage> readdirAs(const meta::Caller& who, uint64_t ino, const std::string& cookie,
+                            uint32_t limit, bool attributes);
   Status runPieces(bool write, const meta::Inode& inode, std::vector<Piece>& pieces);
   std::unique_ptr<PendingIo> start(bool write, const meta::Inode& inode, std::vector<Piece> pieces);
   std::vector<Piece> cut(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* data) const;
@@ -372,6 +382,8 @@ class ClientImpl final : public Client {
 Error toError(const Status& s, const std::string& path);
 // The public attributes of an inode (FileInfo).
 FileInfo toInfo(const meta::Inode& inode);
+// Credentials as the meta service takes them.
+meta::Caller callerOf(const Credentials& who);
 
 // Worth another try after a backoff: unreachable or busy peers, lost
 // transaction races, a server shutting down.

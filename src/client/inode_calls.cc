@@ -11,24 +11,9 @@
 namespace cistern::client {
 namespace {
 
-meta::Caller callerOf(const Credentials& who) {
-  meta::Caller c;
-  c.set_uid(who.uid);
-  c.set_gid(who.gid);
-  for (uint32_t g : who.groups) c.add_groups(g);
-  return c;
-}
-
 std::string inodeText(uint64_t ino) { return fmt::format("inode {}", ino); }
 std::string entryText(uint64_t parent, const std::string& name) {
   return fmt::format("inode {}/{}", parent, name);
-}
-
-// The (client, seq) of a mutation: a retry after a lost reply returns the first outcome.
-template <typename Req>
-void stamp(ClientImpl& c, Req* r) {
-  r->set_client(c.clientId());
-  r->set_seq(c.nextSeq());
 }
 
 // `out`, when given, becomes the inode's attributes.
@@ -44,6 +29,14 @@ Error answer(const Result<meta::Inode>& r, FileInfo* out, const std::string& wha
 }
 
 }  // namespace
+
+meta::Caller callerOf(const Credentials& who) {
+  meta::Caller c;
+  c.set_uid(who.uid);
+  c.set_gid(who.gid);
+  for (uint32_t g : who.groups) c.add_groups(g);
+  return c;
+}
 
 Error ClientImpl::lookup(const Credentials& who, uint64_t parent, const std::string& name,
                          FileInfo* out) {
@@ -74,7 +67,7 @@ Result<meta::Inode> ClientImpl::setattrAs(const meta::Caller& who, uint64_t ino,
   if (changes.mtime_ns) req.set_mtime_ns(*changes.mtime_ns);
   req.set_atime_now(changes.atime_now);
   req.set_mtime_now(changes.mtime_now);
-  stamp(*this, &req);
+  stamp(&req);
   meta::InodeResp resp;
   Status s;
   if (changes.size) {
@@ -102,7 +95,7 @@ Result<meta::Inode> ClientImpl::metaMkdir(const meta::Caller& who, uint64_t pare
   req.set_parent(parent);
   req.set_name(name);
   req.set_mode(mode & 07777);
-  stamp(*this, &req);
+  stamp(&req);
   meta::InodeResp resp;
   Status s = metaCall(kMkdir(), req, &resp);
   forget(parent, name);
@@ -122,7 +115,7 @@ Result<meta::Inode> ClientImpl::metaMknod(const meta::Caller& who, uint64_t pare
     req.set_name(name);
     req.set_mode(mode & 07777);
     req.set_exclusive(true);
-    stamp(*this, &req);
+    stamp(&req);
     s = metaCall(kCreate(), req, &resp);
   } else {
     meta::MknodReq req;
@@ -132,7 +125,7 @@ Result<meta::Inode> ClientImpl::metaMknod(const meta::Caller& who, uint64_t pare
     req.set_type(type);
     req.set_mode(mode & 07777);
     req.set_rdev(rdev);
-    stamp(*this, &req);
+    stamp(&req);
     s = metaCall(kMknod(), req, &resp);
   }
   forget(parent, name);
@@ -147,7 +140,7 @@ Result<meta::Inode> ClientImpl::metaSymlink(const meta::Caller& who, uint64_t pa
   req.set_parent(parent);
   req.set_name(name);
   req.set_target(target);
-  stamp(*this, &req);
+  stamp(&req);
   meta::InodeResp resp;
   Status s = metaCall(kSymlink(), req, &resp);
   forget(parent, name);
@@ -161,7 +154,7 @@ Status ClientImpl::metaRemove(const meta::Caller& who, uint64_t parent, const st
   *req.mutable_caller() = who;
   req.set_parent(parent);
   req.set_name(name);
-  stamp(*this, &req);
+  stamp(&req);
   meta::Empty resp;
   Status s = metaCall(dir ? kRmdir() : kUnlink(), req, &resp);
   forget(parent, name);
@@ -177,7 +170,7 @@ Status ClientImpl::metaRename(const meta::Caller& who, uint64_t parent, const st
   req.set_dst_parent(new_parent);
   req.set_dst_name(new_name);
   req.set_flags(flags);
-  stamp(*this, &req);
+  stamp(&req);
   meta::Empty resp;
   Status s = metaCall(kRename(), req, &resp);
   forget(parent, name);
@@ -207,7 +200,7 @@ Error ClientImpl::linkAt(const Credentials& who, uint64_t ino, uint64_t new_pare
   req.set_ino(ino);
   req.set_new_parent(new_parent);
   req.set_new_name(new_name);
-  stamp(*this, &req);
+  stamp(&req);
   meta::InodeResp resp;
   Status s = metaCall(kLink(), req, &resp);
   forget(new_parent, new_name);
@@ -229,15 +222,13 @@ Error ClientImpl::renameAt(const Credentials& who, uint64_t parent, const std::s
                  entryText(parent, name));
 }
 
+// A symlink's target never changes: the cached inode has it.
 Error ClientImpl::readlinkAt(uint64_t ino, std::string* target) {
-  meta::GetattrReq req;
-  req.set_ino(ino);
-  meta::InodeResp resp;
-  Status s = metaCall(kGetattr(), req, &resp);
-  if (!s.ok()) return toError(s, inodeText(ino));
-  if (resp.inode().type() != meta::SYMLINK)
+  auto n = getattr(ino);
+  if (!n.ok()) return toError(n.status(), inodeText(ino));
+  if (n->type() != meta::SYMLINK)
     return toError(Status(ErrorCode::kInvalidArgument, "not a symlink"), inodeText(ino));
-  *target = resp.inode().symlink_target();
+  *target = n->symlink_target();
   return {};
 }
 
@@ -250,30 +241,38 @@ Error ClientImpl::access(const Credentials& who, uint64_t ino, int mask) {
   return toError(metaCall(kAccess(), req, &resp), inodeText(ino));
 }
 
-Error ClientImpl::readdirAt(const Credentials& who, uint64_t ino, const std::string& cookie,
-                            uint32_t limit, bool attributes, DirPage* out) {
-  out->entries.clear();
-  out->next_cookie.clear();
+Result<DirPage> ClientImpl::readdirAs(const meta::Caller& who, uint64_t ino,
+                                      const std::string& cookie, uint32_t limit, bool attributes) {
   meta::ReaddirReq req;
-  *req.mutable_caller() = callerOf(who);
+  *req.mutable_caller() = who;
   req.set_ino(ino);
   req.set_cookie(cookie);
   req.set_limit(limit);
   req.set_plus(attributes);
   meta::ReaddirResp resp;
-  if (Status s = metaCall(kReaddir(), req, &resp); !s.ok()) return toError(s, inodeText(ino));
+  RETURN_ON_ERROR(metaCall(kReaddir(), req, &resp));
+  DirPage out;
+  out.entries.reserve(static_cast<size_t>(resp.names_size()));
   for (int i = 0; i < resp.names_size(); ++i) {
     DirEntry e;
     e.name = resp.names(i);
     if (i < resp.inodes_size() && resp.inodes(i).ino() != 0) {
       e.info = toInfo(resp.inodes(i));
-    } else if (i < resp.entries_size()) {  // removed between the listing and its attributes
+    } else if (i < resp.entries_size()) {  // no attributes asked, or removed meanwhile
       e.info.ino = resp.entries(i).ino();
       e.info.mode = meta::typeBits(resp.entries(i).type());
     }
-    out->entries.push_back(std::move(e));
+    out.entries.push_back(std::move(e));
   }
-  out->next_cookie = resp.names_size() == 0 ? std::string() : resp.next_cookie();
+  if (resp.names_size() > 0) out.next_cookie = resp.next_cookie();
+  return out;
+}
+
+Error ClientImpl::readdirAt(const Credentials& who, uint64_t ino, const std::string& cookie,
+                            uint32_t limit, bool attributes, DirPage* out) {
+  auto page = readdirAs(callerOf(who), ino, cookie, limit, attributes);
+  if (!page.ok()) return toError(page.status(), inodeText(ino));
+  *out = std::move(page).value();
   return {};
 }
 
@@ -285,7 +284,7 @@ Error ClientImpl::setxattr(const Credentials& who, uint64_t ino, const std::stri
   req.set_name(name);
   req.set_value(value);
   req.set_flags(static_cast<uint32_t>(flags));  // XATTR_CREATE / XATTR_REPLACE, as in meta
-  stamp(*this, &req);
+  stamp(&req);
   meta::Empty resp;
   Status s = metaCall(kSetXattr(), req, &resp);
   forgetAttrs(ino);
@@ -319,7 +318,7 @@ Error ClientImpl::removexattr(const Credentials& who, uint64_t ino, const std::s
   *req.mutable_caller() = callerOf(who);
   req.set_ino(ino);
   req.set_name(name);
-  stamp(*this, &req);
+  stamp(&req);
   meta::Empty resp;
   Status s = metaCall(kRemoveXattr(), req, &resp);
   forgetAttrs(ino);

@@ -38,24 +38,13 @@ Error ClientImpl::list(const std::string& path, std::vector<DirEntry>* out) {
   auto dir = resolvePath(path);
   if (!dir.ok()) return toError(dir.status(), path);
   if (dir->type() != meta::DIRECTORY) return toError(Status(ErrorCode::kNotDirectory), path);
-  meta::ReaddirReq req;
-  *req.mutable_caller() = caller();
-  req.set_ino(dir->ino());
-  req.set_limit(1000);
-  req.set_plus(true);
-  for (;;) {
-    meta::ReaddirResp resp;
-    Status s = metaCall(kReaddir(), req, &resp);
-    if (!s.ok()) return toError(s, path);
-    for (int i = 0; i < resp.names_size(); ++i) {
-      DirEntry e;
-      e.name = resp.names(i);
-      if (i < resp.inodes_size()) e.info = toInfo(resp.inodes(i));
-      out->push_back(std::move(e));
-    }
-    if (resp.next_cookie().empty() || resp.names_size() == 0) break;
-    req.set_cookie(resp.next_cookie());
-  }
+  std::string cookie;
+  do {
+    auto page = readdirAs(caller(), dir->ino(), cookie, 1000, /*attributes=*/true);
+    if (!page.ok()) return toError(page.status(), path);
+    for (auto& e : page->entries) out->push_back(std::move(e));
+    cookie = std::move(page->next_cookie);
+  } while (!cookie.empty());
   return {};
 }
 
@@ -139,20 +128,9 @@ Error ClientImpl::rmdir(const std::string& path) { return removeName(path, true)
 Error ClientImpl::truncate(const std::string& path, uint64_t size) {
   auto n = resolvePath(path);
   if (!n.ok()) return toError(n.status(), path);
-  // Cut first, commit second: a truncate that stops between them leaves no
-  // old byte past the new end (cutForTruncate).
-  auto fresh = cutForTruncate(caller(), n->ino(), W_OK, size);
-  if (!fresh.ok()) return toError(fresh.status(), path);
-  meta::SetattrReq req;
-  *req.mutable_caller() = caller();
-  req.set_ino(fresh->ino());
-  req.set_size(size);
-  req.set_client(client_id_);
-  req.set_seq(nextSeq());
-  meta::InodeResp resp;
-  Status s = setattrSize(&req, &resp);
-  forgetAttrs(fresh->ino());
-  return toError(s, path);
+  // Cut first, commit second (setattrAs): a truncate that stops between them
+  // leaves no old byte past the new end.
+  return toError(setattrAs(caller(), n->ino(), {.size = size}).status(), path);
 }
 
 Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
@@ -175,8 +153,7 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
     req.set_name(parts->back());
     req.set_mode(mode & 07777);
     req.set_exclusive((flags & O_EXCL) != 0);
-    req.set_client(client_id_);
-    req.set_seq(nextSeq());
+    stamp(&req);
     req.set_open_write(write);
     meta::InodeResp resp;
     Status s = metaCall(kCreate(), req, &resp);
@@ -217,8 +194,7 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
   req.set_read(read);
   req.set_write(write);
   req.set_truncate(trunc);
-  req.set_client(client_id_);
-  req.set_seq(nextSeq());
+  stamp(&req);
   meta::OpenResp resp;
   Status s = metaCall(kOpen(), req, &resp);
   forgetAttrs(inode.ino());
@@ -235,12 +211,7 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
 
 Error ClientImpl::mknod(const std::string& path, uint32_t mode, uint64_t rdev) {
   const meta::FileType type = meta::typeOfMode(mode);
-  if (type == meta::REGULAR) {
-    std::unique_ptr<File> f;
-    if (Error e = open(path, O_WRONLY | O_CREAT | O_EXCL, mode & 07777, &f)) return e;
-    return f->close();
-  }
-  if (!meta::isSpecial(type)) {
+  if (type != meta::REGULAR && !meta::isSpecial(type)) {
     return toError(Status(ErrorCode::kInvalidArgument,
                           fmt::format("mknod mode {:o} names no FIFO, socket or device", mode)),
                    path);

@@ -37,8 +37,7 @@ Result<meta::Inode> ClientImpl::metaClose(uint64_t ino, uint64_t session, uint64
   req.set_length(length);
   req.set_wrote(wrote);
   if (inline_data) req.set_inline_data(*inline_data);
-  req.set_client(client_id_);
-  req.set_seq(nextSeq());
+  stamp(&req);
   meta::InodeResp resp;
   Status s = metaCall(kClose(), req, &resp);
   forgetAttrs(ino);
@@ -57,8 +56,7 @@ Status ClientImpl::convertInline(uint64_t ino) {
     meta::UninlineReq begin;
     *begin.mutable_caller() = caller_;
     begin.set_ino(ino);
-    begin.set_client(client_id_);
-    begin.set_seq(nextSeq());
+    stamp(&begin);
     meta::UninlineResp held;
     Status s = metaCall(kUninline(), begin, &held);
     if (s.code() == ErrorCode::kInodeBusy && Clock::now() + backoff < deadline) {

@@ -120,14 +120,7 @@ Credentials FuseFs::who(fuse_req_t req) const {
   return c;
 }
 
-meta::Caller FuseFs::caller(fuse_req_t req) const {
-  Credentials w = who(req);
-  meta::Caller c;
-  c.set_uid(w.uid);
-  c.set_gid(w.gid);
-  for (uint32_t g : w.groups) c.add_groups(g);
-  return c;
-}
+meta::Caller FuseFs::caller(fuse_req_t req) const { return client::callerOf(who(req)); }
 
 Status FuseFs::meta(const char* method, const google::protobuf::Message& in,
                     google::protobuf::Message* out) {
@@ -239,14 +232,20 @@ Status FuseFs::release(Handle* h) {
   return result;
 }
 
+int FuseFs::flushForTruncate(uint64_t ino, std::shared_ptr<OpenInode>* node, uint64_t* local_size) {
+  *node = findOpen(ino);
+  *local_size = 0;
+  if (!*node) return 0;
+  if (Error e = (*node)->file->flushBuffers()) return e.errno_value;
+  *local_size = (*node)->file->size();
+  return 0;
+}
+
 int FuseFs::prepareTruncate(uint64_t ino, const meta::Caller& caller, int mask, uint64_t new_size,
                             std::shared_ptr<OpenInode>* node) {
-  *node = findOpen(ino);
-  if (*node) {
-    if (Error e = (*node)->file->flushBuffers()) return e.errno_value;
-  }
-  auto cut =
-      client_->cutForTruncate(caller, ino, mask, new_size, *node ? (*node)->file->size() : 0);
+  uint64_t local_size = 0;
+  if (int err = flushForTruncate(ino, node, &local_size)) return err;
+  auto cut = client_->cutForTruncate(caller, ino, mask, new_size, local_size);
   return cut.ok() ? 0 : replyErrno(cut.status());
 }
 
@@ -263,8 +262,7 @@ void FuseFs::holdIfOpen(fuse_req_t req, uint64_t ino) {
   in.set_ino(ino);
   in.set_read(true);
   in.set_hold(true);
-  in.set_client(client_->clientId());
-  in.set_seq(client_->nextSeq());
+  client_->stamp(&in);
   meta::OpenResp out;
   if (!meta("Open", in, &out).ok()) return;
   std::unique_lock lock(open_mu_);

@@ -109,6 +109,10 @@ class FuseFs {
   std::shared_ptr<OpenInode> acquire(const meta::Inode& inode, bool write);
   // Drops one handle; the last one flushes, records the length and frees the file.
   Status release(Handle* h);
+  // Before a truncate of `ino`: if it is open here (`node`), its buffered
+  // bytes go to storage and `local_size` becomes the length this mount has
+  // not recorded yet (0 otherwise). Returns 0 or the errno to reply.
+  int flushForTruncate(uint64_t ino, std::shared_ptr<OpenInode>* node, uint64_t* local_size);
   // Before a truncate of `ino` to `new_size` by `caller` (who must have
   // `mask`, R_OK | W_OK, on it): writes this mount's buffered bytes, then
   // cuts storage first (ClientImpl::cutForTruncate, with this mount's

@@ -30,13 +30,6 @@ class OpScope {
   static OpStats& op_stats_ = opStats(name); \
   OpScope op_scope_(op_stats_)
 
-// The (client, seq) of a mutating meta request: a retry returns the first result.
-template <typename Req>
-void stamp(FuseFs& f, Req* r) {
-  r->set_client(f.client().clientId());
-  r->set_seq(f.client().nextSeq());
-}
-
 // fuse_reply_err that counts errors (err != 0) for the current operation.
 void replyErr(fuse_req_t req, int err);
 

@@ -42,7 +42,7 @@ bool openExisting(fuse_req_t req, FuseFs& f, uint64_t ino, int flags, meta::Inod
   in.set_read(acc != O_WRONLY);
   in.set_write(write);
   in.set_truncate(trunc);
-  stamp(f, &in);
+  f.client().stamp(&in);
   meta::OpenResp out;
   if (!f.call(req, "Open", in, &out)) return false;
   if (trunc && node) node->file->setSize(0);
@@ -168,7 +168,7 @@ void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   in.set_mode(mode & 07777);
   in.set_exclusive((fi->flags & O_EXCL) != 0);
   in.set_open_write(write);
-  stamp(f, &in);
+  f.client().stamp(&in);
   meta::InodeResp out;
   if (!f.call(req, "Create", in, &out)) return;
   meta::Inode inode = out.inode();
@@ -330,7 +330,7 @@ void fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
   *in.mutable_caller() = f.caller(req);
   in.set_ino(ino);
   in.set_size(end);
-  stamp(f, &in);
+  f.client().stamp(&in);
   meta::InodeResp out;
   if (Status s = f.client().setattrSize(&in, &out); !s.ok()) {
     replyErr(req, replyErrno(s));

@@ -138,12 +138,9 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
       return;
     }
     changes.size = static_cast<uint64_t>(attr->st_size);
-    if ((node = f.findOpen(ino))) {
-      if (Error e = node->file->flushBuffers()) {
-        replyErr(req, e.errno_value);
-        return;
-      }
-      local_size = node->file->size();
+    if (int err = f.flushForTruncate(ino, &node, &local_size)) {
+      replyErr(req, err);
+      return;
     }
   }
   auto done = f.client().setattrAs(who, ino, changes, local_size);

@@ -66,7 +66,4 @@ inline bool isSpecial(FileType t) {
   return t == FIFO || t == SOCKET || t == CHAR_DEVICE || t == BLOCK_DEVICE;
 }
 
-// The d_type of readdir(3) (DT_* is S_IF* >> 12 on Linux).
-inline uint8_t direntType(FileType t) { return static_cast<uint8_t>(typeBits(t) >> 12); }
-
 }  // namespace cistern::meta
