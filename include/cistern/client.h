@@ -32,9 +32,11 @@
 //
 // Thread-safety: a Client may be used from many threads. A File may be used
 // from many threads for pread/pwrite; its buffers are guarded.
-// Memory: bounded by open files × (two chunks of write buffer + the larger
-// of write_behind_bytes and a chunk + two read-ahead windows). Lifetime: destroy every File before
-// its Client.
+// Memory: bounded by buffered_files_max × (two chunks of write buffer + the
+// larger of write_behind_bytes and a chunk + two read-ahead windows): the
+// handles of one inode share its buffers, and inodes past that many open
+// read and write straight through. Lifetime: destroy every File before its
+// Client.
 #pragma once
 
 #include <fcntl.h>
@@ -151,10 +153,43 @@ class File {
   // every other write of this client to the same targets), the length is
   // recorded by meta.
   virtual Error fsync() = 0;
+  // What close(2) of one of several descriptors does: this client's writes
+  // of the file become visible to other clients (buffered bytes to storage,
+  // synced, the length recorded) and a write error learnt since is
+  // reported; the handle stays open. `end_session`: the caller means to
+  // write no more through it (the FUSE mount's flush of an inode's only
+  // handle), so its write session ends in the same commit; a write after
+  // all still lands and is recorded at close(), but until then the file is
+  // not held against another client's unlink.
+  virtual Error flush(bool end_session = false) = 0;
   // fsync() and end the file's session. Further calls fail with EBADF.
   virtual Error close() = 0;
   // The length as this handle knows it (including its own buffered writes).
   virtual uint64_t size() const = 0;
+  virtual uint64_t ino() const = 0;
+  // The attributes as this client knows them: the open's (or, after
+  // flush(), fsync() or close(), meta's answer to it), with this client's
+  // own length and mode changes since.
+  virtual FileInfo info() const = 0;
+  // posix_fallocate(3) without reserving space (cistern allocates chunks as
+  // they are written): the length becomes at least `end`, never less.
+  virtual Error allocate(uint64_t end) = 0;
+  // Handles of this file open through this client, this one included.
+  virtual uint32_t openHandles() const = 0;
+};
+
+// Memory shared with the storage servers on this host (3FS's "iov"): a read
+// of a File opened with O_DIRECT into it is filled by a same-host server
+// itself, without a copy through a socket. Give it back by destroying it.
+class SharedBuffer {
+ public:
+  virtual ~SharedBuffer() = default;
+  virtual uint8_t* data() = 0;
+  virtual size_t size() const = 0;
+  // False when a read into it ended (an error, a timeout) while a server may
+  // still write into it: its bytes cannot be trusted (read again into other
+  // memory), and it is never lent again.
+  virtual bool intact() = 0;
 };
 
 class Client {
@@ -211,6 +246,11 @@ class Client {
     // would, so a client that dies leaves no file held open. 0: never (for
     // clients that open no file for long).
     uint32_t session_renew_ms = 20000;
+    // Inodes open through this client that get a write buffer and
+    // read-ahead (docs/client.md, "Open files"); handles of the others read
+    // and write straight through, which bounds the memory of a client with
+    // many files open.
+    uint32_t buffered_files_max = 256;
   };
 
   static std::pair<std::unique_ptr<Client>, Error> connect(const Options& options);
@@ -242,6 +282,9 @@ class Client {
   // device, EINVAL for a symlink (resolve it with readlink()).
   virtual Error open(const std::string& path, int flags, uint32_t mode,
                      std::unique_ptr<File>* out) = 0;
+  // A buffer of `n` bytes in the client's shared memory (SharedBuffer);
+  // null when shared memory is off or none of that size is free.
+  virtual std::unique_ptr<SharedBuffer> borrowSharedBuffer(size_t n) = 0;
   virtual Error statfs(SpaceInfo* out) = 0;
   // --- The inode API: the namespace by inode number, for the FUSE mount
   // and the Python module. Each call acts as `who`; errors are errnos as
@@ -269,6 +312,21 @@ class Client {
   virtual Error renameAt(const Credentials& who, uint64_t parent, const std::string& name,
                          uint64_t new_parent, const std::string& new_name, unsigned flags) = 0;
   virtual Error readlinkAt(uint64_t ino, std::string* target) = 0;
+  // open(2) of regular file `ino` as `who`. flags: O_RDONLY / O_WRONLY /
+  // O_RDWR with O_TRUNC, O_APPEND and O_DIRECT (no write buffer and no
+  // read-ahead: parallel I/O straight to storage, as for fio's direct=1).
+  // Every handle of one inode opened through one client shares its buffers,
+  // so a read through one sees a write through another at once, and a file
+  // unlinked or renamed over by this client while open here stays readable
+  // until its last handle closes. `info`: the file's attributes.
+  virtual Error openAt(const Credentials& who, uint64_t ino, int flags, std::unique_ptr<File>* out,
+                       FileInfo* info = nullptr) = 0;
+  // open(2) with O_CREAT of `name` in `parent` (`mode`: permission bits):
+  // O_EXCL fails with EEXIST on an existing name, else an existing file is
+  // opened as openAt() does. `created`: whether this call made the file.
+  virtual Error createAt(const Credentials& who, uint64_t parent, const std::string& name,
+                         uint32_t mode, int flags, std::unique_ptr<File>* out, FileInfo* info,
+                         bool* created = nullptr) = 0;
   // access(2): `mask` of R_OK, W_OK, X_OK (0: exists).
   virtual Error access(const Credentials& who, uint64_t ino, int mask) = 0;
   // Up to `limit` entries (at most 1000) after `cookie` ("" first), with

@@ -5,7 +5,6 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
-#include "client/client_impl.h"
 #include "fuse/fuse_fs.h"
 #include "server/metrics_http.h"
 
@@ -46,8 +45,7 @@ int mountAndServe(const std::string& cluster, const std::string& mountpoint,
     metrics = std::move(*m);
     fmt::print("cistern mount: metrics http://127.0.0.1:{}/metrics\n", metrics->port());
   }
-  auto* impl = static_cast<client::ClientImpl*>(c.get());
-  Status s = fuse::serve(impl, mc.mount, [&] {
+  Status s = fuse::serve(c.get(), mc.mount, [&] {
     fmt::print("cistern mount: {} mounted at {}; unmount with Ctrl-C or `fusermount3 -u {}`\n",
                co.cluster.empty() ? "cluster" : co.cluster, mountpoint, mountpoint);
     std::fflush(stdout);

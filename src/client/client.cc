@@ -11,6 +11,7 @@
 
 #include "client/client_impl.h"
 #include "client/methods.h"
+#include "client/open_files.h"
 #include "common/host.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -120,6 +121,7 @@ ClientImpl::~ClientImpl() {
 Status ClientImpl::init(const Options& options) {
   options_ = options;
   if (options_.io_parallel_max == 0) options_.io_parallel_max = 1;
+  open_files_ = std::make_unique<OpenFiles>(options_.buffered_files_max);
   ASSIGN_OR_RETURN(cluster_, net::Endpoint::parse(options_.cluster));
   caller_.set_uid(options_.uid == ~0u ? ::getuid() : options_.uid);
   caller_.set_gid(options_.gid == ~0u ? ::getgid() : options_.gid);

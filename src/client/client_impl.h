@@ -52,6 +52,8 @@ struct Piece {
 };
 
 class ClientImpl;
+class OpenFiles;
+struct OpenInode;
 
 // Chunk I/O in flight: the pieces run on the client's driver thread. The
 // destructor waits for them (the buffers they use must outlive it).
@@ -101,6 +103,11 @@ class ClientImpl final : public Client {
   Error readlink(const std::string& path, std::string* target) override;
   Error open(const std::string& path, int flags, uint32_t mode,
              std::unique_ptr<File>* out) override;
+  std::unique_ptr<SharedBuffer> borrowSharedBuffer(size_t n) override;
+  Error openAt(const Credentials& who, uint64_t ino, int flags, std::unique_ptr<File>* out,
+               FileInfo* info) override;
+  Error createAt(const Credentials& who, uint64_t parent, const std::string& name, uint32_t mode,
+                 int flags, std::unique_ptr<File>* out, FileInfo* info, bool* created) override;
   Error lookup(const Credentials& who, uint64_t parent, const std::string& name,
                FileInfo* out) override;
   Error getattr(uint64_t ino, FileInfo* out) override;
@@ -188,12 +195,19 @@ class ClientImpl final : public Client {
     return short_circuit_ && !short_circuit_->anyRefused() ? nullptr : shm_.get();
   }
 
-  // --- used by the FUSE mount (src/fuse), which speaks inodes, not paths ---
-  // setattr() as `who`, where the cut of a smaller size also reaches past
-  // `local_size`: bytes this process wrote to storage and has not recorded
-  // (an open file's buffers written out just before). Returns the inode.
-  Result<meta::Inode> setattrAs(const meta::Caller& who, uint64_t ino, const AttrChanges& changes,
-                                uint64_t local_size = 0);
+  // --- open files (open_files.cc) ---
+  OpenFiles& openFiles() { return *open_files_; }
+  // One handle of `node` closes, ending its `session` (0: none); the last
+  // one records what this client has not and ends the inode's hold.
+  Error releaseHandle(OpenInode& node, uint64_t session);
+  // The attributes of `inode` with this client's unrecorded length if it is
+  // open here.
+  FileInfo infoOf(const meta::Inode& inode);
+
+  // setattr() as `who`. A truncate of a file open here writes its buffered
+  // bytes first, and the cut reaches past the length this client has not
+  // recorded yet. Returns the inode.
+  Result<meta::Inode> setattrAs(const meta::Caller& who, uint64_t ino, const AttrChanges& changes);
   // A metadata RPC with retries of transient errors (mutations carry (client, seq)).
   Status metaCall(const net::Method& method, const google::protobuf::Message& req,
                   google::protobuf::Message* resp);
@@ -313,6 +327,28 @@ class ClientImpl final : public Client {
   void forget(uint64_t parent, const std::string& name);
 
   Error removeName(const std::string& path, bool dir);
+  // The answer of an inode API call: `out`, when given, becomes the
+  // inode's attributes (infoOf).
+  Error answer(const Status& s, const meta::InodeResp& resp, FileInfo* out,
+               const std::string& what);
+  Error answer(const Result<meta::Inode>& r, FileInfo* out, const std::string& what);
+  // Opens the regular file `inode` as `who` for `flags` (a meta Open; O_TRUNC
+  // cuts storage first): a handle on the inode's entry in open_files_.
+  // `name` names the file in errors.
+  Error openInode(const meta::Caller& who, const meta::Inode& inode, int flags,
+                  const std::string& name, std::unique_ptr<File>* out, FileInfo* info);
+  // open(2) with O_CREAT of `entry` in `parent`.
+  Error createIn(const meta::Caller& who, uint64_t parent, const std::string& entry, uint32_t mode,
+                 int flags, const std::string& name, std::unique_ptr<File>* out, FileInfo* info,
+                 bool* created);
+  // A new handle on `inode`, opened with `session` (`fresh`: made by this open).
+  Error attachHandle(const meta::Inode& inode, uint64_t session, int flags, bool fresh,
+                     std::string inline_data, const std::string& name, std::unique_ptr<File>* out,
+                     FileInfo* info);
+  // Before this client removes or replaces `name` in `parent`: if that file
+  // is open here, it takes a hold (a session) so it stays readable until its
+  // last handle closes.
+  void holdIfOpen(uint64_t parent, const std::string& name);
   // One meta mutation each, shared by the path calls and the inode API
   // (inode_calls.cc): the request stamped with (client, seq), the caches
   // dropping the names it changes.
@@ -354,6 +390,7 @@ class ClientImpl final : public Client {
   std::unique_ptr<asio::thread_pool> local_pool_;
   std::unique_ptr<ShmSlots> shm_;                // null: off
   std::unique_ptr<ShortCircuit> short_circuit_;  // null: off
+  std::unique_ptr<OpenFiles> open_files_;
   // Chains written unsynced (syncWrites): written/synced count
   // acknowledged writes and how many of them a finished Sync covers.
   struct UnsyncedChain {

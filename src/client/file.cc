@@ -32,20 +32,11 @@ Status clipToMaxSize(uint64_t offset, size_t* n) {
 }
 }  // namespace
 
-FileImpl::FileImpl(ClientImpl* client, std::string path, const meta::Inode& inode, uint64_t session,
-                   bool read, bool write, bool append, std::string inline_data)
-    : client_(client),
-      path_(std::move(path)),
-      inode_(chunked(inode)),
-      session_(session),
-      can_read_(read),
-      can_write_(write),
-      append_(append) {
+FileImpl::FileImpl(ClientImpl* client, std::string name, const meta::Inode& inode)
+    : client_(client), path_(std::move(name)), inode_(chunked(inode)) {
   size_ = inode_.size();
   meta_size_ = size_;
   last_inode_ = inode;
-  has_inline_ = inode.data_inline();
-  if (has_inline_) inline_ = std::move(inline_data);
 }
 
 void FileImpl::setFresh() {
@@ -53,16 +44,28 @@ void FileImpl::setFresh() {
   fresh_ = true;
 }
 
-void FileImpl::adoptInline(const meta::Inode& inode, std::string data) {
+void FileImpl::adoptOpen(const meta::Inode& inode, std::string data) {
   std::lock_guard lock(mu_);
-  // A handle written through since is past any inline state an open that
-  // raced with its writer reports: the writer moved the bytes to chunks.
-  if (wrote_ || wbuf_len_ > 0 || !behind_.empty()) return;
+  const bool changed =
+      inode.mtime_ns() != last_inode_.mtime_ns() || inode.size() != last_inode_.size();
+  last_inode_ = inode;
+  // Written through since the last recorded length: this client's bytes
+  // are past any inline state an open that raced with its writes reports
+  // (the writer moved the bytes to chunks), and its length stands unless
+  // another client made the file longer.
+  if (wrote_ || wbuf_len_ > 0 || !behind_.empty()) {
+    size_ = std::max(size_, inode.size());
+    return;
+  }
+  // Close-to-open: what this open found is what every handle of the inode
+  // reads from now on.
   has_inline_ = inode.data_inline();
   inline_ = has_inline_ ? std::move(data) : std::string();
-  if (has_inline_) {
-    size_ = inode.size();
-    meta_size_ = size_;
+  size_ = inode.size();
+  meta_size_ = size_;
+  if (changed) {
+    rbuf_len_ = 0;
+    dropPrefetch();
   }
 }
 
@@ -105,12 +108,19 @@ bool FileImpl::closeInlineLocked(uint64_t session) {
 }
 
 FileImpl::~FileImpl() {
-  if (!closed_) (void)close();
+  std::lock_guard lock(mu_);
+  (void)drainLocked();  // buffers written behind must not outlive their memory
   dropPrefetch();
 }
 
 uint64_t FileImpl::size() const {
   std::lock_guard lock(mu_);
+  return size_;
+}
+
+std::optional<uint64_t> FileImpl::unrecordedSize() const {
+  std::lock_guard lock(mu_);
+  if (!wrote_ && wbuf_len_ == 0 && behind_.empty() && size_ == meta_size_) return std::nullopt;
   return size_;
 }
 
@@ -241,11 +251,10 @@ void FileImpl::growBufferLocked(size_t need) {
   wbuf_.grow(std::min<size_t>(cap, chunkSize()), wbuf_len_);
 }
 
-Error FileImpl::pwrite(const void* buf, size_t n, uint64_t offset, size_t* done) {
+Error FileImpl::pwrite(const void* buf, size_t n, uint64_t offset, size_t* done, bool append) {
   *done = 0;
   std::lock_guard lock(mu_);
-  if (closed_ || !can_write_) return Error{EBADF, path_ + ": Bad file descriptor"};
-  if (append_) offset = size_;
+  if (append) offset = size_;
   if (Status s = clipToMaxSize(offset, &n); !s.ok()) return toError(s, path_);
   wrote_ = true;
   Status s = writeLocked(static_cast<const uint8_t*>(buf), n, offset);
@@ -365,7 +374,6 @@ Status FileImpl::readLocked(uint8_t* p, size_t n, uint64_t offset) {
 
 Error FileImpl::startReadLocked(size_t n, uint64_t offset, size_t* len) {
   *len = 0;
-  if (closed_ || !can_read_) return Error{EBADF, path_ + ": Bad file descriptor"};
   if (wbuf_len_ > 0 || !behind_.empty()) {
     Status s = flushLocked();
     if (!s.ok()) return toError(s, path_);
@@ -403,12 +411,16 @@ Error FileImpl::preadDirect(void* buf, size_t n, uint64_t offset, size_t* done) 
   return {};
 }
 
-Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t* done) {
+Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t* done,
+                             bool append) {
   *done = 0;
-  if (Status s = clipToMaxSize(offset, &n); !s.ok()) return toError(s, path_);
   {
     std::lock_guard lock(mu_);
-    if (closed_ || !can_write_) return Error{EBADF, path_ + ": Bad file descriptor"};
+    // O_APPEND with O_DIRECT: at the end as it is now (writes racing past
+    // it may overlap, as two appending direct writers on a network file
+    // system do).
+    if (append) offset = size_;
+    if (Status s = clipToMaxSize(offset, &n); !s.ok()) return toError(s, path_);
     if (Status c = ensureChunkedLocked(); !c.ok()) return toError(c, path_);
     fresh_ = false;
     // Buffered bytes first, so that they cannot land over this write later.
@@ -426,15 +438,15 @@ Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t*
   return {};
 }
 
-Status FileImpl::settleLocked(bool sync) {
+Status FileImpl::settleLocked() {
   RETURN_ON_ERROR(flushLocked());
   if (!sticky_error_.ok()) return sticky_error_;
-  return sync ? client_->syncWrites() : Status::OK();
+  return wrote_ ? client_->syncWrites() : Status::OK();
 }
 
 Status FileImpl::syncLocked() {
   // The bytes on the servers' disks before the length that covers them.
-  RETURN_ON_ERROR(settleLocked(/*sync=*/true));
+  RETURN_ON_ERROR(settleLocked());
   if (wrote_ || size_ > meta_size_) {
     ASSIGN_OR_RETURN(last_inode_, client_->metaClose(inode_.ino(), 0, size_, wrote_));
     meta_size_ = size_;
@@ -443,19 +455,18 @@ Status FileImpl::syncLocked() {
   return Status::OK();
 }
 
-Error FileImpl::fsync() {
+Error FileImpl::sync() {
   std::lock_guard lock(mu_);
-  if (closed_) return Error{EBADF, path_ + ": Bad file descriptor"};
   return toError(syncLocked(), path_);
 }
 
-Error FileImpl::flushBuffers() {
+Status FileImpl::flushBuffers() {
   std::lock_guard lock(mu_);
   Status s = flushLocked();
   rbuf_len_ = 0;
   dropPrefetch();
   if (s.ok()) s = sticky_error_;
-  return toError(s, path_);
+  return s;
 }
 
 void FileImpl::setSize(uint64_t size) {
@@ -470,9 +481,8 @@ void FileImpl::setSize(uint64_t size) {
 
 Error FileImpl::syncAndEnd(uint64_t session) {
   std::lock_guard lock(mu_);
-  if (closed_) return Error{EBADF, path_ + ": Bad file descriptor"};
   if (closeInlineLocked(session)) return {};
-  Status s = settleLocked(/*sync=*/can_write_);
+  Status s = settleLocked();
   if (!s.ok()) {
     if (session != 0) (void)client_->metaClose(inode_.ino(), session, meta_size_, false);
     return toError(s, path_);
@@ -486,28 +496,28 @@ Error FileImpl::syncAndEnd(uint64_t session) {
   return {};
 }
 
+Error FileImpl::extendTo(uint64_t end) {
+  std::lock_guard lock(mu_);
+  if (end <= size_) return {};
+  if (end > meta::kMaxFileBytes) return toError(Status(ErrorCode::kFileTooLarge), path_);
+  Status s = ensureChunkedLocked();
+  if (s.ok()) s = settleLocked();
+  if (!s.ok()) return toError(s, path_);
+  fresh_ = false;  // the file is no longer its creator's small write alone
+  auto n = client_->metaClose(inode_.ino(), 0, end, true);
+  if (!n.ok()) return toError(n.status(), path_);
+  last_inode_ = *n;
+  wrote_ = false;
+  meta_size_ = n->size();
+  size_ = std::max(size_, meta_size_);
+  rbuf_len_ = 0;
+  dropPrefetch();
+  return {};
+}
+
 meta::Inode FileImpl::lastInode() const {
   std::lock_guard lock(mu_);
   return last_inode_;
-}
-
-Error FileImpl::close() {
-  std::lock_guard lock(mu_);
-  if (closed_) return Error{EBADF, path_ + ": Bad file descriptor"};
-  closed_ = true;
-  Status flushed, closed;
-  if (!closeInlineLocked(session_)) {
-    flushed = settleLocked(/*sync=*/can_write_);
-    uint64_t length = flushed.ok() ? size_ : meta_size_;
-    if (session_ != 0 || wrote_)
-      closed = client_->metaClose(inode_.ino(), session_, length, wrote_).status();
-  }
-  dropPrefetch();
-  wbuf_ = {};
-  rbuf_ = {};
-  pbuf_ = {};
-  if (!flushed.ok()) return toError(flushed, path_);
-  return toError(closed, path_);
 }
 
 }  // namespace cistern::client

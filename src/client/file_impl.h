@@ -1,17 +1,19 @@
-// FileImpl: an open file of libcistern — its write buffer (at most one
+// FileImpl: an inode open in libcistern — its write buffer (at most one
 // chunk, always within one chunk so a flush is one chunk write; a full one is
 // written behind, see Client::Options::write_behind_bytes) and its
 // read-ahead (a window that doubles on each sequential read, from 128 KiB up
 // to Options::readahead_max_bytes; a random read resets it). While the caller
 // consumes one window the next is already being read (double buffering). The
-// buffers are allocated once per handle and reused: memory per handle is at
-// most two chunks + max(write_behind_bytes, one chunk) + 2 ×
-// readahead_max_bytes. All calls on one handle are serialized by its mutex.
+// buffers are allocated once per open inode and reused: memory per inode is
+// at most two chunks + max(write_behind_bytes, one chunk) + 2 ×
+// readahead_max_bytes. Calls are serialized by its mutex (direct I/O holds it
+// only to order itself after buffered bytes).
 #pragma once
 
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,46 +23,59 @@
 
 namespace cistern::client {
 
-class FileImpl final : public File {
+// One per inode open through a client (OpenFiles): every handle of the
+// inode (FileHandle, open_files.h) shares it, and checks its own access
+// mode; the meta sessions are the handles'.
+class FileImpl {
  public:
-  // `inline_data`: the bytes of a data_inline inode (from its open), which
-  // reads are then served from.
-  FileImpl(ClientImpl* client, std::string path, const meta::Inode& inode, uint64_t session,
-           bool read, bool write, bool append, std::string inline_data = {});
-  ~FileImpl() override;
+  // `name`: how errors name the file (its path, or "inode N").
+  FileImpl(ClientImpl* client, std::string name, const meta::Inode& inode);
+  ~FileImpl();
+  FileImpl(const FileImpl&) = delete;
+  FileImpl& operator=(const FileImpl&) = delete;
 
-  Error pread(void* buf, size_t n, uint64_t offset, size_t* done) override;
-  Error pwrite(const void* buf, size_t n, uint64_t offset, size_t* done) override;
-  Error fsync() override;
-  Error close() override;
-  uint64_t size() const override;
+  Error pread(void* buf, size_t n, uint64_t offset, size_t* done);
+  // `append`: at the end of the file as this client knows it (O_APPEND).
+  Error pwrite(const void* buf, size_t n, uint64_t offset, size_t* done, bool append = false);
+  // fsync(2): every buffered byte in storage and synced, the length recorded.
+  Error sync();
+  uint64_t size() const;
+  // The length if this client wrote the file since it last recorded one
+  // (nullopt: meta's length is the file's as far as this client knows).
+  std::optional<uint64_t> unrecordedSize() const;
 
-  // --- for the FUSE mount, which shares one FileImpl among the kernel's
-  // handles of an inode and keeps the meta sessions itself ---
   // Writes buffered bytes and drops read-ahead (before a truncate).
-  Error flushBuffers();
+  Status flushBuffers();
   // The file's length is now `size` (after a truncate through meta).
   void setSize(uint64_t size);
-  // Flushes, then one meta Close that records the length and ends `session`
-  // (0: none). The handle stays usable.
+  // Flushes (synced when this client wrote the file since the last length
+  // it recorded), then one meta Close that records the length and ends
+  // `session` (0: none; nothing to record and no session: no call).
   Error syncAndEnd(uint64_t session);
-  // The last meta Close answered with this inode (for close-to-open checks).
+  // fallocate(2) that extends: buffered bytes to storage (synced), then the
+  // recorded length raised to `end` if it is less (never lowered: another
+  // client may have made the file longer).
+  Error extendTo(uint64_t end);
+  // The inode as the last meta Close (or the open) answered.
   meta::Inode lastInode() const;
   // O_DIRECT-style I/O: no read-ahead and no write buffer, and concurrent
-  // calls run in parallel (the handle's lock is held only to order them
-  // after buffered bytes). A write raises the length when it completes.
+  // calls run in parallel (the lock is held only to order them after
+  // buffered bytes). A write raises the length when it completes.
   Error preadDirect(void* buf, size_t n, uint64_t offset, size_t* done);
-  Error pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t* done);
-  // This handle's session created the file: if everything it writes fits
-  // Options::inline_max_bytes and stays in the write buffer until the
+  Error pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t* done, bool append = false);
+  // A session that created the file holds it: if everything written fits
+  // Options::inline_max_bytes and stays in the write buffer until that
   // session ends, the bytes go to the metadata service with the close
   // instead of to a chunk (docs/client.md, "Inline files").
   void setFresh();
-  // What an open of the inode said about inline bytes: reads are served from
-  // `data` when inode.data_inline(), from storage otherwise.
-  void adoptInline(const meta::Inode& inode, std::string data);
+  // What another open of the inode found (close-to-open): its length, and
+  // its inline bytes — reads are served from `data` when
+  // inode.data_inline(), from storage otherwise. Read-ahead of a file
+  // changed since is dropped. A length this client has not recorded yet
+  // stands.
+  void adoptOpen(const meta::Inode& inode, std::string data);
   // No write buffer and no read-ahead: writes go to storage as they come and
-  // reads fetch what is asked. Keeps the memory of a mount with many open
+  // reads fetch what is asked. Keeps the memory of a client with many open
   // files bounded. Call before the first read or write.
   void setUnbuffered() { buffered_ = false; }
 
@@ -77,12 +92,14 @@ class FileImpl final : public File {
   // Waits for every buffer written behind; a failure first learnt here is
   // the result (one already sticky is not reported again).
   Status drainLocked();
-  // Checks a read of n bytes at offset and flushes buffered writes first;
-  // *len: how many bytes the file has there (0: none).
+  // Flushes buffered writes before a read of n bytes at offset; *len: how
+  // many bytes the file has there (0: none).
   Error startReadLocked(size_t n, uint64_t offset, size_t* len);
-  // flushLocked(), then a failure learnt earlier, then (`sync`) the
-  // client's unsynced writes made durable (ClientImpl::syncWrites).
-  Status settleLocked(bool sync);
+  // flushLocked(), then a failure learnt earlier, then, when this file was
+  // written since the last recorded length, the client's unsynced writes
+  // made durable (ClientImpl::syncWrites): bytes reach the disks before the
+  // length that covers them.
+  Status settleLocked();
   Status syncLocked();
   // The close of a fresh file with its bytes inline; false when it does not
   // apply or the service refused (the bytes are still buffered then).
@@ -105,12 +122,9 @@ class FileImpl final : public File {
   ClientImpl* const client_;
   const std::string path_;
   const meta::Inode inode_;  // as opened (layout, ino)
-  const uint64_t session_;
-  const bool can_read_, can_write_, append_;
   bool buffered_ = true;
 
   mutable std::mutex mu_;
-  bool closed_ = false;
   bool wrote_ = false;       // since the last length update
   uint64_t size_ = 0;        // length including buffered bytes
   uint64_t meta_size_ = 0;   // length the meta service has

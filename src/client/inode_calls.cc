@@ -6,29 +6,44 @@
 
 #include "client/client_impl.h"
 #include "client/methods.h"
+#include "client/open_files.h"
 #include "proto/file_type.h"
 
 namespace cistern::client {
 namespace {
+
+constexpr uint32_t kRenameExchange = 2;  // RENAME_EXCHANGE (renameat2(2))
 
 std::string inodeText(uint64_t ino) { return fmt::format("inode {}", ino); }
 std::string entryText(uint64_t parent, const std::string& name) {
   return fmt::format("inode {}/{}", parent, name);
 }
 
+}  // namespace
+
 // `out`, when given, becomes the inode's attributes.
-Error answer(const Status& s, const meta::InodeResp& resp, FileInfo* out, const std::string& what) {
+Error ClientImpl::answer(const Status& s, const meta::InodeResp& resp, FileInfo* out,
+                         const std::string& what) {
   if (!s.ok()) return toError(s, what);
-  if (out) *out = toInfo(resp.inode());
+  if (out) *out = infoOf(resp.inode());
   return {};
 }
-Error answer(const Result<meta::Inode>& r, FileInfo* out, const std::string& what) {
+Error ClientImpl::answer(const Result<meta::Inode>& r, FileInfo* out, const std::string& what) {
   if (!r.ok()) return toError(r.status(), what);
-  if (out) *out = toInfo(*r);
+  if (out) *out = infoOf(*r);
   return {};
 }
 
-}  // namespace
+FileInfo ClientImpl::infoOf(const meta::Inode& inode) {
+  FileInfo info = toInfo(inode);
+  if (inode.type() == meta::REGULAR) {
+    // This client's own writes may not have reached meta yet.
+    if (auto node = open_files_->find(inode.ino())) {
+      if (auto size = node->file->unrecordedSize()) info.size = *size;
+    }
+  }
+  return info;
+}
 
 meta::Caller callerOf(const Credentials& who) {
   meta::Caller c;
@@ -56,7 +71,7 @@ Error ClientImpl::getattr(uint64_t ino, FileInfo* out) {
 }
 
 Result<meta::Inode> ClientImpl::setattrAs(const meta::Caller& who, uint64_t ino,
-                                          const AttrChanges& changes, uint64_t local_size) {
+                                          const AttrChanges& changes) {
   meta::SetattrReq req;
   *req.mutable_caller() = who;
   req.set_ino(ino);
@@ -70,7 +85,15 @@ Result<meta::Inode> ClientImpl::setattrAs(const meta::Caller& who, uint64_t ino,
   stamp(&req);
   meta::InodeResp resp;
   Status s;
+  std::shared_ptr<OpenInode> open_here = open_files_->find(ino);
   if (changes.size) {
+    // A file open here: its buffered bytes go out first, and the cut
+    // reaches past the length it has not recorded yet.
+    uint64_t local_size = 0;
+    if (open_here) {
+      RETURN_ON_ERROR(open_here->file->flushBuffers());
+      local_size = open_here->file->size();
+    }
     // Cut first, commit second (docs/client.md, "Truncate").
     RETURN_ON_ERROR(cutForTruncate(who, ino, W_OK, *changes.size, local_size).status());
     req.set_size(*changes.size);
@@ -80,6 +103,10 @@ Result<meta::Inode> ClientImpl::setattrAs(const meta::Caller& who, uint64_t ino,
   }
   forgetAttrs(ino);
   RETURN_ON_ERROR(s);
+  if (open_here) {
+    if (changes.size) open_here->file->setSize(*changes.size);
+    open_here->mode = meta::typeBits(resp.inode().type()) | (resp.inode().mode() & 07777);
+  }
   return std::move(*resp.mutable_inode());
 }
 
@@ -150,6 +177,7 @@ Result<meta::Inode> ClientImpl::metaSymlink(const meta::Caller& who, uint64_t pa
 
 Status ClientImpl::metaRemove(const meta::Caller& who, uint64_t parent, const std::string& name,
                               bool dir) {
+  if (!dir) holdIfOpen(parent, name);
   meta::RemoveReq req;
   *req.mutable_caller() = who;
   req.set_parent(parent);
@@ -163,6 +191,7 @@ Status ClientImpl::metaRemove(const meta::Caller& who, uint64_t parent, const st
 
 Status ClientImpl::metaRename(const meta::Caller& who, uint64_t parent, const std::string& name,
                               uint64_t new_parent, const std::string& new_name, uint32_t flags) {
+  if (!(flags & kRenameExchange)) holdIfOpen(new_parent, new_name);  // replaced if it exists
   meta::RenameReq req;
   *req.mutable_caller() = who;
   req.set_src_parent(parent);
@@ -257,7 +286,7 @@ Result<DirPage> ClientImpl::readdirAs(const meta::Caller& who, uint64_t ino,
     DirEntry e;
     e.name = resp.names(i);
     if (i < resp.inodes_size() && resp.inodes(i).ino() != 0) {
-      e.info = toInfo(resp.inodes(i));
+      e.info = infoOf(resp.inodes(i));
     } else if (i < resp.entries_size()) {  // no attributes asked, or removed meanwhile
       e.info.ino = resp.entries(i).ino();
       e.info.mode = meta::typeBits(resp.entries(i).type());

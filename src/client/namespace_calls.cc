@@ -1,10 +1,10 @@
 // libcistern: the namespace calls on paths (stat, list, mkdir, rename,
-// unlink, rmdir, truncate, open, mknod, symlink, readlink).
+// unlink, rmdir, truncate, mknod, symlink, readlink; open is in
+// open_files.cc).
 #include <fmt/format.h>
 #include <sys/stat.h>
 
 #include "client/client_impl.h"
-#include "client/file_impl.h"
 #include "client/methods.h"
 #include "proto/file_type.h"
 
@@ -29,7 +29,7 @@ FileInfo toInfo(const meta::Inode& n) {
 Error ClientImpl::stat(const std::string& path, FileInfo* out) {
   auto n = resolvePath(path);
   if (!n.ok()) return toError(n.status(), path);
-  *out = toInfo(*n);
+  *out = infoOf(*n);
   return {};
 }
 
@@ -131,82 +131,6 @@ Error ClientImpl::truncate(const std::string& path, uint64_t size) {
   // Cut first, commit second (setattrAs): a truncate that stops between them
   // leaves no old byte past the new end.
   return toError(setattrAs(caller(), n->ino(), {.size = size}).status(), path);
-}
-
-Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
-                       std::unique_ptr<File>* out) {
-  out->reset();
-  int acc = flags & O_ACCMODE;
-  bool read = acc == O_RDONLY || acc == O_RDWR;
-  bool write = acc == O_WRONLY || acc == O_RDWR;
-  if (acc == O_ACCMODE) return toError(Status(ErrorCode::kInvalidArgument, "bad flags"), path);
-  auto parts = split(path);
-  if (!parts.ok()) return toError(parts.status(), path);
-  meta::Inode inode;
-  if (flags & O_CREAT) {
-    if (parts->empty()) return toError(Status(ErrorCode::kIsDirectory), path);
-    auto p = resolveParent(*parts);
-    if (!p.ok()) return toError(p.status(), path);
-    meta::CreateReq req;
-    *req.mutable_caller() = caller();
-    req.set_parent(p->ino());
-    req.set_name(parts->back());
-    req.set_mode(mode & 07777);
-    req.set_exclusive((flags & O_EXCL) != 0);
-    stamp(&req);
-    req.set_open_write(write);
-    meta::InodeResp resp;
-    Status s = metaCall(kCreate(), req, &resp);
-    forget(p->ino(), parts->back());
-    if (!s.ok()) return toError(s, path);
-    if (resp.session() != 0) {
-      // A new file, already open for writing: no separate Open.
-      auto file = std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
-                                             (flags & O_APPEND) != 0);
-      file->setFresh();
-      *out = std::move(file);
-      return {};
-    }
-    inode = resp.inode();
-  } else {
-    auto n = resolve(*parts, parts->size());
-    if (!n.ok()) return toError(n.status(), path);
-    inode = *n;
-  }
-  if (inode.type() == meta::DIRECTORY) return toError(Status(ErrorCode::kIsDirectory), path);
-  if (meta::isSpecial(inode.type())) {
-    return Error{ENXIO, path +
-                            ": a FIFO, socket or device moves its data through the kernel: "
-                            "open it through a mount"};
-  }
-  if (inode.type() != meta::REGULAR)
-    return toError(Status(ErrorCode::kInvalidArgument, "not a regular file"), path);
-  bool trunc = write && (flags & O_TRUNC);
-  if (trunc) {
-    // The old bytes leave storage before the open commits the empty file, so
-    // that none shows through a hole of the new contents.
-    auto fresh = cutForTruncate(caller(), inode.ino(), W_OK | (read ? R_OK : 0), 0);
-    if (!fresh.ok()) return toError(fresh.status(), path);
-  }
-  meta::OpenReq req;
-  *req.mutable_caller() = caller();
-  req.set_ino(inode.ino());
-  req.set_read(read);
-  req.set_write(write);
-  req.set_truncate(trunc);
-  stamp(&req);
-  meta::OpenResp resp;
-  Status s = metaCall(kOpen(), req, &resp);
-  forgetAttrs(inode.ino());
-  if (!s.ok()) return toError(s, path);
-  if (write) {
-    // Writes go to chunks: an inline file's bytes move there first.
-    if (Status c = prepareWrites(&resp); !c.ok()) return toError(c, path);
-  }
-  *out =
-      std::make_unique<FileImpl>(this, path, resp.inode(), resp.session(), read, write,
-                                 (flags & O_APPEND) != 0, std::move(*resp.mutable_inline_data()));
-  return {};
 }
 
 Error ClientImpl::mknod(const std::string& path, uint32_t mode, uint64_t rdev) {

@@ -15,10 +15,6 @@ namespace {
 
 constexpr uint32_t kSeenMax = 1 << 16;
 
-// The meta methods open files still call directly (the rest go through the
-// inode API of include/cistern/client.h).
-const char* const kMetaMethods[] = {"Create", "Open"};
-
 }  // namespace
 
 namespace ops {
@@ -69,11 +65,6 @@ void replyErr(fuse_req_t req, int err) {
 
 }  // namespace ops
 
-int replyErrno(const Status& s) {
-  int e = s.toErrno();
-  return e == 0 ? EIO : e;
-}
-
 void infoToStat(const FileInfo& n, struct stat* st) {
   std::memset(st, 0, sizeof(*st));
   st->st_ino = n.ino;
@@ -96,14 +87,13 @@ void infoToStat(const FileInfo& n, struct stat* st) {
   st->st_ctim = ts(n.ctime_ns);
 }
 
-FuseFs::FuseFs(client::ClientImpl* client, MountOptions options)
+FuseFs::FuseFs(Client* client, MountOptions options)
     : client_(client),
       options_(std::move(options)),
       no_xattrs_(std::make_unique<NoXattrs[]>(kNoXattrSlots)),
-      dir_attrs_(std::make_unique<DirAttrs[]>(kDirAttrSlots)) {
-  for (const char* m : kMetaMethods)
-    methods_.emplace(m, net::Method::of(std::string("cistern.meta.MetaService.") + m));
-}
+      no_caps_(std::make_unique<NoCaps[]>(kNoCapsSlots)),
+      caps_gen_(std::make_unique<uint64_t[]>(kNoCapsSlots)),
+      dir_attrs_(std::make_unique<DirAttrs[]>(kDirAttrSlots)) {}
 
 FuseFs::~FuseFs() = default;
 
@@ -120,36 +110,14 @@ Credentials FuseFs::who(fuse_req_t req) const {
   return c;
 }
 
-meta::Caller FuseFs::caller(fuse_req_t req) const { return client::callerOf(who(req)); }
-
-Status FuseFs::meta(const char* method, const google::protobuf::Message& in,
-                    google::protobuf::Message* out) {
-  return client_->metaCall(methods_.at(method), in, out);
-}
-
-bool FuseFs::call(fuse_req_t req, const char* method, const google::protobuf::Message& in,
-                  google::protobuf::Message* out) {
-  Status s = meta(method, in, out);
-  if (s.ok()) return true;
-  ops::replyErr(req, replyErrno(s));
-  return false;
-}
-
 bool FuseFs::answered(fuse_req_t req, const Error& e) {
   if (!e) return true;
   ops::replyErr(req, e.errno_value);
   return false;
 }
 
-void FuseFs::fillStat(const FileInfo& info, struct stat* st) {
-  infoToStat(info, st);
-  if (!info.isRegular()) return;
-  // This mount's own writes may not have reached meta yet.
-  if (auto node = findOpen(info.ino); node && node->file) {
-    st->st_size = static_cast<off_t>(node->file->size());
-    st->st_blocks = (st->st_size + 511) / 512;
-  }
-}
+// (The client's answers carry this mount's own unrecorded lengths.)
+void FuseFs::fillStat(const FileInfo& info, struct stat* st) { infoToStat(info, st); }
 
 fuse_entry_param FuseFs::entryOf(const FileInfo& info) {
   fuse_entry_param e;
@@ -173,111 +141,10 @@ void FuseFs::replyAttr(fuse_req_t req, const FileInfo& info) {
   fuse_reply_attr(req, &st, options_.attr_timeout_s);
 }
 
-std::shared_ptr<OpenInode> FuseFs::findOpen(uint64_t ino) {
-  std::lock_guard lock(open_mu_);
-  auto it = open_.find(ino);
-  return it == open_.end() ? nullptr : it->second;
-}
-
-uint32_t FuseFs::handles(const OpenInode& node) {
-  std::lock_guard lock(open_mu_);
-  return node.handles;
-}
-
-bool FuseFs::anyOpen() {
-  std::lock_guard lock(open_mu_);
-  return !open_.empty();
-}
-
-std::shared_ptr<OpenInode> FuseFs::acquire(const meta::Inode& inode, bool write) {
-  std::lock_guard lock(open_mu_);
-  auto& node = open_[inode.ino()];
-  if (!node) {
-    node = std::make_shared<OpenInode>();
-    node->ino = inode.ino();
-    node->file = std::make_unique<client::FileImpl>(client_, fmt::format("inode {}", inode.ino()),
-                                                    inode, 0, true, true, false);
-    if (buffered_open_ < options_.buffered_files_max) {
-      node->buffered = true;
-      ++buffered_open_;
-    } else {
-      node->file->setUnbuffered();
-    }
-  }
-  ++node->handles;
-  if (write) ++node->writers;
-  node->mode = inode.mode();
-  return node;
-}
-
-Status FuseFs::release(Handle* h) {
-  auto node = h->node;
-  Status result;
-  if (uint64_t session = h->session.exchange(0); session != 0) {
-    Error e = node->file->syncAndEnd(session);
-    if (e) result = Status(ErrorCode::kIOError, e.message);
-  }
-  std::unique_lock lock(open_mu_);
-  if (h->write) --node->writers;
-  if (--node->handles > 0) return result;
-  open_.erase(node->ino);
-  if (node->buffered) --buffered_open_;
-  uint64_t hold = node->hold_session;
-  lock.unlock();
-  Error e = node->file->syncAndEnd(hold);
-  if (e && result.ok()) result = Status(ErrorCode::kIOError, e.message);
-  remember(node->file->lastInode());
-  // The FileImpl goes with the last reference: a concurrent open or setattr
-  // may still hold this node from findOpen().
-  return result;
-}
-
-int FuseFs::flushForTruncate(uint64_t ino, std::shared_ptr<OpenInode>* node, uint64_t* local_size) {
-  *node = findOpen(ino);
-  *local_size = 0;
-  if (!*node) return 0;
-  if (Error e = (*node)->file->flushBuffers()) return e.errno_value;
-  *local_size = (*node)->file->size();
-  return 0;
-}
-
-int FuseFs::prepareTruncate(uint64_t ino, const meta::Caller& caller, int mask, uint64_t new_size,
-                            std::shared_ptr<OpenInode>* node) {
-  uint64_t local_size = 0;
-  if (int err = flushForTruncate(ino, node, &local_size)) return err;
-  auto cut = client_->cutForTruncate(caller, ino, mask, new_size, local_size);
-  return cut.ok() ? 0 : replyErrno(cut.status());
-}
-
-void FuseFs::holdIfOpen(fuse_req_t req, uint64_t ino) {
-  auto node = findOpen(ino);
-  if (!node) return;
-  {
-    std::lock_guard lock(open_mu_);
-    if (node->hold_session != 0) return;
-  }
-  meta::OpenReq in;
-  *in.mutable_caller() = caller(req);
-  in.mutable_caller()->set_uid(0);  // the mount keeps what its users opened
-  in.set_ino(ino);
-  in.set_read(true);
-  in.set_hold(true);
-  client_->stamp(&in);
-  meta::OpenResp out;
-  if (!meta("Open", in, &out).ok()) return;
-  std::unique_lock lock(open_mu_);
-  if (node->hold_session == 0 && open_.count(ino)) {
-    node->hold_session = out.session();
-    return;
-  }
-  lock.unlock();
-  (void)client_->metaClose(ino, out.session(), 0, false);  // raced with the last release
-}
-
-bool FuseFs::unchangedSinceLastSeen(const meta::Inode& inode) {
+bool FuseFs::unchangedSinceLastSeen(const FileInfo& info) {
   std::lock_guard lock(seen_mu_);
-  auto it = seen_.find(inode.ino());
-  return it != seen_.end() && it->second == std::make_pair(inode.mtime_ns(), inode.size());
+  auto it = seen_.find(info.ino);
+  return it != seen_.end() && it->second == std::make_pair(info.mtime_ns, info.size);
 }
 
 void FuseFs::invalidateAttrs(uint64_t ino) {
@@ -305,16 +172,32 @@ bool FuseFs::knownNoXattrs(uint64_t ino) {
   return e.ino == ino && std::chrono::steady_clock::now() < e.until;
 }
 
-void FuseFs::noteNoCaps(OpenInode& node, uint64_t gen) {
-  if (options_.attr_timeout_s <= 0) return;
-  node.no_caps_until_ns = attrDeadline(options_).time_since_epoch() / std::chrono::nanoseconds(1);
-  node.no_caps_at = gen + 1;
+uint64_t FuseFs::capsGen(uint64_t ino) {
+  std::lock_guard lock(no_caps_mu_);
+  return caps_gen_[ino % kNoCapsSlots];
 }
 
-bool FuseFs::knownNoCaps(const OpenInode& node) const {
-  const int64_t now =
-      std::chrono::steady_clock::now().time_since_epoch() / std::chrono::nanoseconds(1);
-  return node.no_caps_at.load() == node.xattr_gen.load() + 1 && now < node.no_caps_until_ns.load();
+void FuseFs::noteNoCaps(uint64_t ino, uint64_t gen) {
+  if (options_.attr_timeout_s <= 0) return;
+  auto until = attrDeadline(options_);
+  std::lock_guard lock(no_caps_mu_);
+  const size_t slot = ino % kNoCapsSlots;
+  // An odd count: a change is under way; a moved one: a change began since.
+  if (gen % 2 != 0 || caps_gen_[slot] != gen) return;
+  no_caps_[slot] = {ino, gen, until};
+}
+
+bool FuseFs::knownNoCaps(uint64_t ino) {
+  auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(no_caps_mu_);
+  const size_t slot = ino % kNoCapsSlots;
+  const NoCaps& e = no_caps_[slot];
+  return e.ino == ino && e.gen == caps_gen_[slot] && now < e.until;
+}
+
+void FuseFs::xattrChange(uint64_t ino) {
+  std::lock_guard lock(no_caps_mu_);
+  ++caps_gen_[ino % kNoCapsSlots];
 }
 
 void FuseFs::forgetNoXattrs(uint64_t ino) {
@@ -357,11 +240,11 @@ void FuseFs::dropAllDirAttrs() {
   for (size_t i = 0; i < kDirAttrSlots; ++i) dir_attrs_[i] = DirAttrs{.dropped = now};
 }
 
-void FuseFs::remember(const meta::Inode& inode) {
-  if (inode.ino() == 0) return;
+void FuseFs::remember(const FileInfo& info) {
+  if (info.ino == 0) return;
   std::lock_guard lock(seen_mu_);
   if (seen_.size() >= kSeenMax) seen_.clear();
-  seen_[inode.ino()] = {inode.mtime_ns(), inode.size()};
+  seen_[info.ino] = {info.mtime_ns, info.size};
 }
 
 }  // namespace cistern::fuse

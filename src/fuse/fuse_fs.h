@@ -1,24 +1,22 @@
 // The FUSE mount: cistern as a POSIX file system (docs/fuse.md).
 //
 // The kernel speaks inodes; cistern inode numbers are used as FUSE node ids
-// (the root is 1 in both). Every request is answered by calls to the meta
-// service with the caller's credentials (uid, gid, supplementary groups from
-// the request), and the meta service checks every permission. Names,
-// attributes, directories and xattrs go through libcistern's public inode
-// API (include/cistern/client.h); open files still use its internals
-// (FileImpl, sessions) until that API has handles. The kernel
-// checks mode bits too (default_permissions), also on the paths it walks
-// from its dentry cache without asking us. File
-// bytes go through libcistern's FileImpl: one per open inode, shared by all
-// of the kernel's handles of that inode, so a read through one descriptor
-// sees a write through another at once.
+// (the root is 1 in both). Every request is answered through libcistern's
+// public inode and handle API (include/cistern/client.h) with the caller's
+// credentials (uid, gid, supplementary groups from the request), and the
+// meta service checks every permission. The kernel checks mode bits too
+// (default_permissions), also on the paths it walks from its dentry cache
+// without asking us.
 //
-// Sessions: a write open holds a meta write session per handle (its length
-// and mtime are recorded on flush and release). A file open only for reading
-// takes a session ("hold") only when this mount unlinks or renames over it,
-// so that it stays readable until the last close — the common case costs no
-// commit. Memory: at most `buffered_files_max` open inodes get a write buffer
-// and read-ahead; the rest read and write straight through.
+// Open files: each kernel handle is a File of the client (Client::openAt,
+// createAt). The client shares one set of buffers among the handles of an
+// inode, so a read through one descriptor sees a write through another at
+// once; a handle that can write holds a meta write session (its length and
+// mtime are recorded on flush and release); a file this mount unlinks or
+// renames over while open stays readable until its last close. Memory: at
+// most `buffered_files_max` open inodes get a write buffer and read-ahead
+// (Client::Options::buffered_files_max); the rest read and write straight
+// through.
 #pragma once
 
 #define FUSE_USE_VERSION 312
@@ -32,41 +30,15 @@
 #include <string>
 #include <unordered_map>
 
-#include "client/client_impl.h"
-#include "client/file_impl.h"
+#include "cistern/client.h"
 #include "fuse/mount_options.h"
 
 namespace cistern::fuse {
 
-// An inode open through the mount: one FileImpl for all its kernel handles.
-struct OpenInode {
-  uint64_t ino = 0;
-  std::unique_ptr<client::FileImpl> file;
-  uint32_t handles = 0;
-  uint32_t writers = 0;
-  uint64_t hold_session = 0;  // taken before this mount unlinks the file
-  bool buffered = false;
-  // The mode as this mount last saw it (open, setattr): a write through a
-  // handle the kernel sends past its page cache clears S_ISUID/S_ISGID from
-  // it here, as the kernel's own privilege check would (Handle::kernel_direct).
-  std::atomic<uint32_t> mode{0};
-  // The kernel asks for security.capability before every write through its
-  // page cache (to drop file capabilities), and the mount before every write
-  // past it; while the inode is open here, meta's "none" is remembered for
-  // attr_timeout (FuseFs::noteNoCaps, knownNoCaps).
-  // xattr_gen counts this mount's xattr changes of the inode (bumped before
-  // and after each); no_caps_at is gen + 1 of the getxattr that found none,
-  // and holds only while xattr_gen is still that gen.
-  std::atomic<uint64_t> xattr_gen{0};
-  std::atomic<uint64_t> no_caps_at{0};
-  std::atomic<int64_t> no_caps_until_ns{0};  // steady clock
-};
-
 // fi->fh of an open file.
 struct Handle {
-  std::shared_ptr<OpenInode> node;
-  std::atomic<uint64_t> session = 0;  // this handle's write session (0: none or ended)
-  bool write = false;
+  std::unique_ptr<File> file;
+  bool write = false;   // opened for writing: flush() records what it wrote
   bool direct = false;  // O_DIRECT: parallel I/O past the page cache and read-ahead
   // The kernel sends this handle's writes past its page cache
   // (FOPEN_DIRECT_IO: O_DIRECT or write-only, see attach in ops_file.cc), so they skip
@@ -77,22 +49,15 @@ struct Handle {
 
 class FuseFs {
  public:
-  FuseFs(client::ClientImpl* client, MountOptions options);
+  FuseFs(Client* client, MountOptions options);
   ~FuseFs();
 
   static const fuse_lowlevel_ops& ops();
   const MountOptions& options() const { return options_; }
-  client::ClientImpl& client() { return *client_; }
+  Client& client() { return *client_; }
 
   // Credentials of the request (groups read from /proc for non-root callers).
   Credentials who(fuse_req_t req) const;
-  meta::Caller caller(fuse_req_t req) const;
-  // A meta call by short method name ("Lookup").
-  Status meta(const char* method, const google::protobuf::Message& in,
-              google::protobuf::Message* out);
-  // A meta call whose status is the reply on error; true when it succeeded.
-  bool call(fuse_req_t req, const char* method, const google::protobuf::Message& in,
-            google::protobuf::Message* out);
   // The kernel's entry for an inode (a lookup reply, create, readdirplus).
   fuse_entry_param entryOf(const FileInfo& info);
   void replyEntry(fuse_req_t req, const FileInfo& info);
@@ -101,30 +66,10 @@ class FuseFs {
   // The reply of an inode API call: the attributes, or its errno as the reply.
   bool answered(fuse_req_t req, const Error& e);
 
-  // Open-inode table.
-  std::shared_ptr<OpenInode> findOpen(uint64_t ino);
-  bool anyOpen();
-  // Kernel handles open on the inode of `node`.
-  uint32_t handles(const OpenInode& node);
-  std::shared_ptr<OpenInode> acquire(const meta::Inode& inode, bool write);
-  // Drops one handle; the last one flushes, records the length and frees the file.
-  Status release(Handle* h);
-  // Before a truncate of `ino`: if it is open here (`node`), its buffered
-  // bytes go to storage and `local_size` becomes the length this mount has
-  // not recorded yet (0 otherwise). Returns 0 or the errno to reply.
-  int flushForTruncate(uint64_t ino, std::shared_ptr<OpenInode>* node, uint64_t* local_size);
-  // Before a truncate of `ino` to `new_size` by `caller` (who must have
-  // `mask`, R_OK | W_OK, on it): writes this mount's buffered bytes, then
-  // cuts storage first (ClientImpl::cutForTruncate, with this mount's
-  // unrecorded length too); the caller commits the size. `node`: the file
-  // if open here. Returns 0 or the errno to reply.
-  int prepareTruncate(uint64_t ino, const meta::Caller& caller, int mask, uint64_t new_size,
-                      std::shared_ptr<OpenInode>* node);
-  // Before this mount unlinks or replaces `ino`: readers open here take a hold.
-  void holdIfOpen(fuse_req_t req, uint64_t ino);
-  // Close-to-open: true when the inode is unchanged since this mount last saw it.
-  bool unchangedSinceLastSeen(const meta::Inode& inode);
-  void remember(const meta::Inode& inode);
+  // Close-to-open: true when the file is unchanged (mtime and size) since
+  // this mount last saw it closed.
+  bool unchangedSinceLastSeen(const FileInfo& info);
+  void remember(const FileInfo& info);
   // Tells the kernel its cached attributes of `ino` are stale (attributes
   // only: safe inside an open of that inode).
   void invalidateAttrs(uint64_t ino);
@@ -138,12 +83,18 @@ class FuseFs {
   // kNoXattrSlots entries; a colliding entry is overwritten (then the meta
   // service answers).
   void noteNoXattrs(uint64_t ino);
-  // An open inode's "no security.capability" from meta, read when its
-  // xattr_gen was `gen`: answered here for attr_timeout, unless this mount
-  // changes its xattrs meanwhile. Another client's setxattr shows after
-  // that time, as its attribute changes do.
-  void noteNoCaps(OpenInode& node, uint64_t gen);
-  bool knownNoCaps(const OpenInode& node) const;
+  // The kernel asks for security.capability before every write through its
+  // page cache (to drop file capabilities), and the mount before every
+  // write past it: meta's "none" is remembered for attr_timeout, unless
+  // this mount changes the inode's xattrs meanwhile (another client's
+  // setxattr shows after that time, as its attribute changes do). Take
+  // capsGen() before asking meta; noteNoCaps() keeps the answer only if no
+  // change of this mount began since. xattrChange() is called before and
+  // after each setxattr and removexattr. A fixed table of kNoCapsSlots.
+  uint64_t capsGen(uint64_t ino);
+  void noteNoCaps(uint64_t ino, uint64_t gen);
+  bool knownNoCaps(uint64_t ino);
+  void xattrChange(uint64_t ino);
   bool knownNoXattrs(uint64_t ino);
   void forgetNoXattrs(uint64_t ino);
 
@@ -165,12 +116,8 @@ class FuseFs {
   void dropAllDirAttrs();
 
  private:
-  client::ClientImpl* const client_;
+  Client* const client_;
   const MountOptions options_;
-  std::unordered_map<std::string, net::Method> methods_;  // meta methods by short name
-  std::mutex open_mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<OpenInode>> open_;
-  uint32_t buffered_open_ = 0;
   fuse_session* session_ = nullptr;
   std::mutex seen_mu_;
   std::unordered_map<uint64_t, std::pair<int64_t, uint64_t>> seen_;  // ino -> (mtime, size)
@@ -181,6 +128,15 @@ class FuseFs {
   static constexpr size_t kNoXattrSlots = 4096;
   std::mutex no_xattrs_mu_;
   std::unique_ptr<NoXattrs[]> no_xattrs_;
+  struct NoCaps {
+    uint64_t ino = 0;  // 0: empty
+    uint64_t gen = 0;  // the slot's change count the answer was read at
+    std::chrono::steady_clock::time_point until;
+  };
+  static constexpr size_t kNoCapsSlots = 4096;
+  std::mutex no_caps_mu_;
+  std::unique_ptr<NoCaps[]> no_caps_;
+  std::unique_ptr<uint64_t[]> caps_gen_;  // per slot: xattr changes begun and ended
   struct DirAttrs {
     uint64_t ino = 0;  // 0: empty
     std::chrono::steady_clock::time_point until;
@@ -195,12 +151,8 @@ class FuseFs {
 
 // Fills `st` from an inode's attributes (exposed for tests).
 void infoToStat(const FileInfo& info, struct stat* st);
-// The errno a status becomes in a FUSE reply.
-int replyErrno(const Status& s);
-
 // Mounts and serves until SIGINT/SIGTERM (blocked in every thread by the
 // caller, taken here with sigwait), then unmounts. `ready` runs once mounted.
-Status serve(client::ClientImpl* client, const MountOptions& options,
-             const std::function<void()>& ready);
+Status serve(Client* client, const MountOptions& options, const std::function<void()>& ready);
 
 }  // namespace cistern::fuse

@@ -95,8 +95,7 @@ void abortConnection(int connection) {
 
 }  // namespace
 
-Status serve(client::ClientImpl* client, const MountOptions& options,
-             const std::function<void()>& ready) {
+Status serve(Client* client, const MountOptions& options, const std::function<void()>& ready) {
   struct stat mp;
   if (::stat(options.mountpoint.c_str(), &mp) != 0)
     return Status(ErrorCode::kNotFound,

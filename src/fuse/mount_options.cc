@@ -113,6 +113,7 @@ Client::Options MountConfig::clientOptions(const std::string& cluster) const {
   co.retry_ms = timeout_ms;
   co.call_timeout_ms = std::max<uint32_t>(timeout_ms, 1000);
   co.local_calls = !mount.socket_calls;
+  co.buffered_files_max = mount.buffered_files_max;
   return co;
 }
 

@@ -115,6 +115,7 @@ TEST(MountConfig, AFileSetsEveryKeyAndTheClientGetsItsTimeouts) {
   EXPECT_DOUBLE_EQ(c.mount.entry_timeout_s, 0);
   EXPECT_DOUBLE_EQ(c.mount.negative_timeout_s, 30);
   EXPECT_EQ(c.mount.buffered_files_max, 8u);
+  EXPECT_EQ(c.clientOptions("127.0.0.1:9").buffered_files_max, 8u);
   EXPECT_EQ(c.mount.max_idle_threads, 4u);
   Client::Options co = c.clientOptions("127.0.0.1:9");
   EXPECT_EQ(co.cluster, "127.0.0.1:9");

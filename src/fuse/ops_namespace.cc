@@ -21,31 +21,20 @@ constexpr uint32_t kRenameExchange = 2;   // RENAME_EXCHANGE
 
 int64_t toNs(const timespec& t) { return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; }
 
-// Around a setxattr or removexattr: an open inode's remembered "no
-// security.capability" stops holding when the change starts, and an answer
-// read while it was under way does not hold afterwards either.
-// (The inode may be opened meanwhile: it is looked up again at the end.)
+// Around a setxattr or removexattr: a remembered "no security.capability"
+// stops holding when the change starts, and an answer read while it was
+// under way does not hold afterwards either.
 class XattrChange {
  public:
-  XattrChange(FuseFs& f, fuse_ino_t ino) : f_(f), ino_(ino) { bump(); }
-  ~XattrChange() { bump(); }
+  XattrChange(FuseFs& f, fuse_ino_t ino) : f_(f), ino_(ino) { f_.xattrChange(ino_); }
+  ~XattrChange() { f_.xattrChange(ino_); }
   XattrChange(const XattrChange&) = delete;
   XattrChange& operator=(const XattrChange&) = delete;
 
  private:
-  void bump() {
-    if (auto node = f_.findOpen(ino_)) ++node->xattr_gen;
-  }
   FuseFs& f_;
   fuse_ino_t ino_;
 };
-
-// Looks `name` up in `parent` as the mount (for holds before a removal); 0 when missing.
-uint64_t inoOf(FuseFs& f, fuse_ino_t parent, const char* name) {
-  FileInfo info;
-  if (f.client().lookup(Credentials{}, parent, name, &info)) return 0;
-  return info.ino;
-}
 
 // A write or truncate by someone who is not the owner makes the kernel clear
 // the file's setuid/setgid bits with a chmod of its own; with
@@ -110,11 +99,11 @@ void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
   CISTERN_FUSE_OP("setattr");
   FuseFs& f = fs(req);
-  meta::Caller who = f.caller(req);
+  Credentials who = f.who(req);
   AttrChanges changes;
   if (to_set & FUSE_SET_ATTR_MODE) {
     changes.mode = attr->st_mode & 07777;
-    if (who.uid() != 0 && killsPrivilegesOnly(f, ino, who.uid(), *changes.mode)) who.set_uid(0);
+    if (who.uid != 0 && killsPrivilegesOnly(f, ino, who.uid, *changes.mode)) who.uid = 0;
   }
   if (to_set & FUSE_SET_ATTR_UID) changes.uid = attr->st_uid;
   if (to_set & FUSE_SET_ATTR_GID) changes.gid = attr->st_gid;
@@ -128,30 +117,19 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   } else if (to_set & FUSE_SET_ATTR_MTIME) {
     changes.mtime_ns = toNs(attr->st_mtim);
   }
-  // A truncate of a file open here: its buffered bytes go out first, and
-  // the cut reaches past the length it has not recorded yet.
-  std::shared_ptr<OpenInode> node;
-  uint64_t local_size = 0;
+  // (A truncate of a file open here: the client writes its buffered bytes
+  // first, and the cut reaches past the length it has not recorded yet.)
   if (to_set & FUSE_SET_ATTR_SIZE) {
     if (attr->st_size < 0) {
       replyErr(req, EINVAL);
       return;
     }
     changes.size = static_cast<uint64_t>(attr->st_size);
-    if (int err = f.flushForTruncate(ino, &node, &local_size)) {
-      replyErr(req, err);
-      return;
-    }
   }
-  auto done = f.client().setattrAs(who, ino, changes, local_size);
-  if (!done.ok()) {
-    replyErr(req, replyErrno(done.status()));
-    return;
-  }
-  if (changes.size && node) node->file->setSize(*changes.size);
-  if (auto open = f.findOpen(ino)) open->mode = done->mode();
+  FileInfo info;
+  if (!f.answered(req, f.client().setattr(who, ino, changes, &info))) return;
   f.dropDirAttrs(ino);
-  f.replyAttr(req, client::toInfo(*done));
+  f.replyAttr(req, info);
 }
 
 void readlink(fuse_req_t req, fuse_ino_t ino) {
@@ -186,9 +164,7 @@ namespace {
 
 void removeName(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
   FuseFs& f = fs(req);
-  if (!dir && f.anyOpen()) {
-    if (uint64_t ino = inoOf(f, parent, name)) f.holdIfOpen(req, ino);
-  }
+  // (A file open here that this removes stays readable: the client holds it.)
   const Credentials who = f.who(req);
   Error e = dir ? f.client().rmdirAt(who, parent, name) : f.client().unlinkAt(who, parent, name);
   if (!f.answered(req, e)) return;
@@ -225,9 +201,6 @@ void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
   if (flags & ~(kRenameNoReplace | kRenameExchange)) {
     replyErr(req, EINVAL);  // RENAME_WHITEOUT: no overlay support
     return;
-  }
-  if (!(flags & kRenameExchange) && f.anyOpen()) {
-    if (uint64_t ino = inoOf(f, newparent, newname)) f.holdIfOpen(req, ino);
   }
   if (!f.answered(req, f.client().renameAt(f.who(req), parent, name, newparent, newname, flags)))
     return;
@@ -290,15 +263,14 @@ void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     return;
   }
   const bool caps = std::strcmp(name, "security.capability") == 0;
-  std::shared_ptr<OpenInode> node = caps ? f.findOpen(ino) : nullptr;
-  if (node && f.knownNoCaps(*node)) {
+  if (caps && f.knownNoCaps(ino)) {
     replyErr(req, ENODATA);
     return;
   }
-  const uint64_t gen = node ? node->xattr_gen.load() : 0;
+  const uint64_t gen = caps ? f.capsGen(ino) : 0;
   std::string value;
   if (Error e = f.client().getxattr(f.who(req), ino, name, &value)) {
-    if (node && e.errno_value == ENODATA) f.noteNoCaps(*node, gen);
+    if (caps && e.errno_value == ENODATA) f.noteNoCaps(ino, gen);
     replyErr(req, e.errno_value);
     return;
   }

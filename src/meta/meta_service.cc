@@ -79,15 +79,14 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
                 out.mutable_inode());
   });
   add<CreateReq, InodeResp>("Create", [&s](const CreateReq& r, InodeResp& out) -> Status {
-    if (!r.open_write()) {
-      return into(s.create(r.caller(), r.parent(), r.name(), r.mode(), r.exclusive(),
-                           rid(r.client(), r.seq())),
-                  out.mutable_inode());
-    }
-    ASSIGN_OR_RETURN(auto o, s.createOpen(r.caller(), r.parent(), r.name(), r.mode(), r.exclusive(),
-                                          r.client(), rid(r.client(), r.seq())));
+    const RequestId id = rid(r.client(), r.seq());
+    ASSIGN_OR_RETURN(auto o, r.open_write() ? s.createOpen(r.caller(), r.parent(), r.name(),
+                                                           r.mode(), r.exclusive(), r.client(), id)
+                                            : s.createFile(r.caller(), r.parent(), r.name(),
+                                                           r.mode(), r.exclusive(), id));
     *out.mutable_inode() = std::move(o.inode);
     out.set_session(o.session);
+    out.set_created(o.created);
     return Status::OK();
   });
   add<RemoveReq, Empty>("Unlink", [&s](const RemoveReq& r, Empty&) {

@@ -121,9 +121,13 @@ class MetaStore {
     Inode inode;
     uint64_t session = 0;     // 0 for read-only opens
     std::string inline_data;  // the bytes of a data_inline file
+    bool created = false;     // create: this call made the file
   };
   // create() that also opens a file it creates for writing, in the same
   // transaction: `session` is 0 when the file already existed (open it).
+  // create() that says whether it made the file (Opened::created; no session).
+  Result<Opened> createFile(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
+                            bool exclusive, const RequestId& rid = {});
   Result<Opened> createOpen(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,
                             bool exclusive, std::string_view client, const RequestId& rid = {});
   Status unlink(const Caller& c, uint64_t parent, std::string_view name, const RequestId& rid = {});

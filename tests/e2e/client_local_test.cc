@@ -5,8 +5,10 @@
 // bytes as a client that goes through the sockets. A failed write is reported.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -497,6 +499,193 @@ TEST_F(LocalClient, FsckFindsAndRemovesChunksOfNoFile) {
   EXPECT_EQ(r.orphan_chunks, 0u);
   EXPECT_TRUE(r.problems.empty());
   EXPECT_EQ(testing::readFile(*local_, "/f"), std::make_pair(crc, 3 * kChunk));
+}
+
+// The handle API (Client::openAt, createAt): every handle of one inode in
+// one client shares its buffers, so a read through one sees a write through
+// another before any flush, and stat in that client sees the length it has
+// not recorded; another client sees it once a handle flushes.
+TEST_F(LocalClient, HandlesOfOneInodeShareItsBuffersAndOthersSeeThemAtFlush) {
+  const Credentials root;
+  FileInfo dir;
+  ASSERT_FALSE(local_->mkdirAt(root, Client::kRootIno, "d", 0755, &dir));
+  std::unique_ptr<File> a, b;
+  FileInfo info;
+  bool created = false;
+  ASSERT_FALSE(local_->createAt(root, dir.ino, "f", 0644, O_RDWR, &a, &info, &created));
+  EXPECT_TRUE(created);
+  EXPECT_TRUE(info.isRegular());
+  EXPECT_EQ(a->ino(), info.ino);
+  ASSERT_FALSE(local_->createAt(root, dir.ino, "f", 0644, O_RDWR, &b, &info, &created));
+  EXPECT_FALSE(created) << "the second create opened the file the first made";
+  EXPECT_EQ(b->ino(), a->ino());
+  EXPECT_EQ(a->openHandles(), 2u);
+  Error e = local_->createAt(root, dir.ino, "f", 0644, O_RDWR | O_EXCL, &b, &info, &created);
+  EXPECT_EQ(e.errno_value, EEXIST) << e.message;
+  ASSERT_FALSE(local_->openAt(root, a->ino(), O_RDWR, &b, &info));
+
+  std::vector<uint8_t> data(100000);
+  fill(data.data(), data.size(), 0, 3);
+  size_t done = 0;
+  ASSERT_FALSE(a->pwrite(data.data(), data.size(), 0, &done));
+  std::vector<uint8_t> got(data.size());
+  ASSERT_FALSE(b->pread(got.data(), got.size(), 0, &done));
+  EXPECT_EQ(done, data.size());
+  EXPECT_EQ(got, data);
+  ASSERT_FALSE(local_->stat("/d/f", &info));
+  EXPECT_EQ(info.size, data.size()) << "this client's own unrecorded length";
+  ASSERT_FALSE(socket_->getattr(a->ino(), &info));
+  EXPECT_EQ(info.size, 0u) << "nothing recorded yet";
+  ASSERT_FALSE(b->flush());
+  ASSERT_FALSE(socket_->getattr(a->ino(), &info));
+  EXPECT_EQ(info.size, data.size());
+  EXPECT_EQ(readAll(*connect(false), "/d/f"), data);
+  EXPECT_EQ(b->info().size, data.size());
+  EXPECT_EQ(b->info().mode, S_IFREG | 0644u);
+
+  // A chmod through the client is what its handles report.
+  ASSERT_FALSE(local_->setattr(root, a->ino(), {.mode = 0600}, &info));
+  EXPECT_EQ(a->info().mode, S_IFREG | 0600u);
+  // A truncate through the client cuts what its handles hold too.
+  ASSERT_FALSE(a->pwrite("tail", 4, 200000, &done));
+  ASSERT_FALSE(local_->setattr(root, a->ino(), {.size = 10}, &info));
+  EXPECT_EQ(b->size(), 10u);
+  ASSERT_FALSE(b->pread(got.data(), got.size(), 0, &done));
+  EXPECT_EQ(done, 10u);
+  EXPECT_FALSE(a->close());
+  EXPECT_EQ(b->openHandles(), 1u);
+  EXPECT_EQ(a->close().errno_value, EBADF);
+  EXPECT_FALSE(b->close());
+  ASSERT_FALSE(socket_->getattr(b->ino(), &info));
+  EXPECT_EQ(info.size, 10u);
+}
+
+// Each handle keeps its access mode and its errors, with an errno and the
+// file's name in the message.
+TEST_F(LocalClient, HandlesRefuseWhatTheirOpenDidNotAllow) {
+  const Credentials root;
+  writeFile(*local_, "/f", 1000, 1);
+  FileInfo f, d;
+  ASSERT_FALSE(local_->stat("/f", &f));
+  ASSERT_FALSE(local_->mkdirAt(root, Client::kRootIno, "d", 0755, &d));
+  std::unique_ptr<File> r, w;
+  ASSERT_FALSE(local_->openAt(root, f.ino, O_RDONLY, &r));
+  ASSERT_FALSE(local_->openAt(root, f.ino, O_WRONLY, &w));
+  size_t done = 0;
+  uint8_t byte = 0;
+  Error e = r->pwrite("x", 1, 0, &done);
+  EXPECT_EQ(e.errno_value, EBADF);
+  EXPECT_NE(e.message.find("inode"), std::string::npos) << e.message;
+  EXPECT_EQ(w->pread(&byte, 1, 0, &done).errno_value, EBADF);
+  EXPECT_EQ(r->allocate(5000).errno_value, EBADF);
+  std::unique_ptr<File> x;
+  EXPECT_EQ(local_->openAt(root, d.ino, O_RDONLY, &x).errno_value, EISDIR);
+  EXPECT_EQ(local_->openAt(root, f.ino, O_ACCMODE, &x).errno_value, EINVAL);
+  EXPECT_EQ(local_->openAt(root, 987654321, O_RDONLY, &x).errno_value, ENOENT);
+  FileInfo fifo;
+  ASSERT_FALSE(local_->mknodAt(root, Client::kRootIno, "p", S_IFIFO | 0644, 0, &fifo));
+  EXPECT_EQ(local_->openAt(root, fifo.ino, O_RDONLY, &x).errno_value, ENXIO);
+  // Another user: the file's mode decides (0644: read, not write).
+  const Credentials user{.uid = 1000, .gid = 1000};
+  EXPECT_FALSE(local_->openAt(user, f.ino, O_RDONLY, &x));
+  EXPECT_EQ(local_->openAt(user, f.ino, O_WRONLY, &x).errno_value, EACCES);
+  EXPECT_EQ(local_->openAt(user, f.ino, O_RDONLY | O_TRUNC, &x).errno_value, EACCES)
+      << "O_TRUNC needs write permission, as on Linux";
+  // A file created by a call opens whatever its mode says (open(2) with
+  // O_CREAT and mode 0); an existing one does not.
+  FileInfo pub;
+  ASSERT_FALSE(local_->mkdirAt(root, Client::kRootIno, "pub", 0777, &pub));
+  bool created = false;
+  FileInfo info;
+  EXPECT_FALSE(local_->createAt(user, pub.ino, "mine", 0, O_WRONLY, &x, &info, &created));
+  EXPECT_TRUE(created);
+  EXPECT_FALSE(x->pwrite("ok", 2, 0, &done));
+  EXPECT_FALSE(x->close());
+  EXPECT_EQ(local_->createAt(user, pub.ino, "mine", 0, O_WRONLY, &x, &info, &created).errno_value,
+            EACCES);
+  EXPECT_FALSE(r->close());
+  EXPECT_FALSE(w->close());
+}
+
+// A file this client unlinks or renames over while it is open here stays
+// readable through its handles until the last one closes; then it goes.
+TEST_F(LocalClient, AFileRemovedWhileOpenHereStaysReadableUntilItsLastClose) {
+  writeFile(*local_, "/gone", 3 * kChunk, 5);
+  writeFile(*local_, "/over", 1000, 6);
+  writeFile(*local_, "/new", 2000, 7);
+  std::unique_ptr<File> f, g;
+  ASSERT_FALSE(local_->open("/gone", O_RDONLY, 0, &f));
+  ASSERT_FALSE(local_->open("/over", O_RDONLY, 0, &g));
+  const uint64_t gone = f->ino(), over = g->ino();
+  ASSERT_FALSE(local_->unlink("/gone"));
+  ASSERT_FALSE(local_->rename("/new", "/over"));
+  FileInfo info;
+  EXPECT_EQ(local_->stat("/gone", &info).errno_value, ENOENT);
+  std::vector<uint8_t> want(3 * kChunk), got(3 * kChunk);
+  fill(want.data(), want.size(), 0, 5);
+  size_t done = 0;
+  ASSERT_FALSE(f->pread(got.data(), got.size(), 0, &done));
+  EXPECT_EQ(done, got.size());
+  EXPECT_EQ(got, want);
+  want.resize(1000);
+  fill(want.data(), want.size(), 0, 6);
+  ASSERT_FALSE(g->pread(got.data(), 1000, 0, &done));
+  EXPECT_EQ(std::vector<uint8_t>(got.begin(), got.begin() + 1000), want);
+  EXPECT_FALSE(local_->getattr(gone, &info)) << "held while open";
+  EXPECT_FALSE(f->close());
+  EXPECT_FALSE(g->close());
+  EXPECT_EQ(local_->getattr(gone, &info).errno_value, ENOENT);
+  EXPECT_EQ(local_->getattr(over, &info).errno_value, ENOENT);
+  CheckReport report;
+  ASSERT_FALSE(local_->fsck(&report));
+  EXPECT_EQ(report.sessions, 0u);
+  EXPECT_TRUE(report.problems.empty()) << report.problems.front();
+}
+
+// allocate() (fallocate): the length grows to at least the end asked for,
+// holes read as zeros, and a file another client made longer keeps its
+// length.
+TEST_F(LocalClient, AllocateExtendsTheLengthAndNeverShrinksIt) {
+  std::unique_ptr<File> f, other;
+  ASSERT_FALSE(local_->open("/a", O_CREAT | O_RDWR, 0644, &f));
+  size_t done = 0;
+  ASSERT_FALSE(f->pwrite("abc", 3, 0, &done));
+  ASSERT_FALSE(f->allocate(3 * kChunk + 5));
+  EXPECT_EQ(f->size(), 3 * kChunk + 5);
+  FileInfo info;
+  ASSERT_FALSE(socket_->getattr(f->ino(), &info));
+  EXPECT_EQ(info.size, 3 * kChunk + 5) << "recorded at once";
+  std::vector<uint8_t> want(3 * kChunk + 5, 0);
+  std::memcpy(want.data(), "abc", 3);
+  EXPECT_EQ(readAll(*socket_, "/a"), want);
+  ASSERT_FALSE(socket_->open("/a", O_WRONLY, 0, &other));
+  ASSERT_FALSE(other->pwrite("z", 1, 5 * kChunk, &done));
+  ASSERT_FALSE(other->close());
+  ASSERT_FALSE(f->allocate(4 * kChunk));
+  ASSERT_FALSE(socket_->getattr(f->ino(), &info));
+  EXPECT_EQ(info.size, 5 * kChunk + 1);
+  EXPECT_EQ(f->allocate(uint64_t{1} << 50).errno_value, EFBIG);
+  EXPECT_FALSE(f->close());
+}
+
+// O_DIRECT handles read into memory shared with same-host servers
+// (borrowSharedBuffer) and give the bytes a buffered read gives.
+TEST_F(LocalClient, DirectReadsIntoSharedMemoryGiveTheFilesBytes) {
+  writeFile(*local_, "/d", 2 * kChunk + 77, 8);
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(local_->open("/d", O_RDONLY | O_DIRECT, 0, &f));
+  auto buf = local_->borrowSharedBuffer(kChunk);
+  ASSERT_NE(buf, nullptr) << "shared memory is on by default";
+  EXPECT_EQ(buf->size(), kChunk);
+  std::vector<uint8_t> want(kChunk);
+  fill(want.data(), want.size(), kChunk + 77, 8);
+  size_t done = 0;
+  ASSERT_FALSE(f->pread(buf->data(), kChunk, kChunk + 77, &done));
+  EXPECT_EQ(done, kChunk);
+  EXPECT_TRUE(buf->intact());
+  EXPECT_EQ(std::vector<uint8_t>(buf->data(), buf->data() + kChunk), want);
+  EXPECT_EQ(local_->borrowSharedBuffer(uint64_t{1} << 40), nullptr) << "larger than any window";
+  EXPECT_FALSE(f->close());
 }
 
 }  // namespace

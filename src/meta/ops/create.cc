@@ -40,6 +40,12 @@ Result<Inode> MetaStore::create(const Caller& c, uint64_t parent, std::string_vi
   return std::move(o.inode);
 }
 
+Result<MetaStore::Opened> MetaStore::createFile(const Caller& c, uint64_t parent,
+                                                std::string_view name, uint32_t mode,
+                                                bool exclusive, const RequestId& rid) {
+  return createImpl(c, parent, name, mode, exclusive, nullptr, rid);
+}
+
 Result<MetaStore::Opened> MetaStore::createOpen(const Caller& c, uint64_t parent,
                                                 std::string_view name, uint32_t mode,
                                                 bool exclusive, std::string_view client,
@@ -73,6 +79,7 @@ Result<MetaStore::Opened> MetaStore::createImpl(const Caller& c, uint64_t parent
                      }
                      RETURN_ON_ERROR(checkAccess(dir, c, kMayWrite));
                      InodeResp r;
+                     r.set_created(true);
                      Inode& n = *r.mutable_inode();
                      n = newInode(ino, REGULAR, mode, c, dir, nowNs());
                      ASSIGN_OR_RETURN(*n.mutable_layout(), chooseLayout(t, options_, dir, ino));
@@ -91,7 +98,7 @@ Result<MetaStore::Opened> MetaStore::createImpl(const Caller& c, uint64_t parent
   InodeResp r;
   if (!r.ParseFromString(bytes))
     return Status(ErrorCode::kCorruption, fmt::format("create result of {} does not parse", name));
-  return Opened{std::move(*r.mutable_inode()), r.session()};
+  return Opened{std::move(*r.mutable_inode()), r.session(), {}, r.created()};
 }
 
 }  // namespace cistern::meta
