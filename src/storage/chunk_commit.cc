@@ -17,96 +17,51 @@ namespace cistern::storage {
 
 using namespace engine_detail;
 
-// Group commit in two pipelined stages, each led by one thread at a time.
-// With the metadata log (the default), stage 1 appends the batch's records
-// to the log and stage 2 makes them durable and applies them to RocksDB's
-// memtable. A batch that wrote group files has its record go out with
-// O_DIRECT unsynced: stage 2's fdatasync of those files is a device cache
-// flush that makes the data and the record durable at once (one flush per
-// batch instead of two; see docs/chunk_format.md, "Write protocol"). A
+// Group commit in two pipelined stages (common/group_commit.h, led by the
+// writers). With the metadata log (the default), stage 1 appends the batch's
+// records to the log and stage 2 makes them durable and applies them to
+// RocksDB's memtable. A batch that wrote group files has its record go out
+// with O_DIRECT unsynced: stage 2's fdatasync of those files is a device
+// cache flush that makes the data and the record durable at once (one flush
+// per batch instead of two; see docs/chunk_format.md, "Write protocol"). A
 // batch without group files (removes, logged writes) has its record synced
 // in stage 1. Without the log, stage 1 fdatasyncs the group files and stage
 // 2 writes the records to RocksDB with a synced WAL write. Batches enter
-// stage 2 in the order they left stage 1, and a write is acknowledged only
-// when its batch has left stage 2, so every earlier record is durable then.
-// A writer leads whichever stage has work and no leader (stage 2 first once
-// its own batch is past stage 1, since that is what it waits for) and
-// otherwise sleeps on its own condition variable: a finished stage wakes its
-// batch's writers and, for each stage left with work and no leader, one
-// writer queued there — never every waiting writer.
+// stage 2 in the order they left stage 1 (several that left it during one
+// stage 2 share the next), and a write is acknowledged only when its batch
+// has left stage 2, so every earlier record is durable then.
 Status ChunkEngine::commit(PendingCommit& p) {
-  std::unique_lock lock(commit_mu_);
-  stage1_queue_.push_back(&p);
-  // Wakes one writer queued at each stage that has work and no leader: not
-  // the caller (it looks for work itself before it sleeps) and not one that
-  // is leading the other stage (it is not asleep).
-  auto wakeOne = [&](const std::vector<PendingCommit*>& queue) {
-    for (PendingCommit* q : queue) {
-      if (q != &p && !q->leading) {
-        q->cv.notify_one();
-        return;
-      }
-    }
-  };
-  auto wakeIdleStages = [&] {
-    if (!stage1_led_) wakeOne(stage1_queue_);
-    // A caller whose batch left stage 1 leads stage 2 itself next.
-    if (!stage2_led_ && (p.done || !p.past_stage1)) wakeOne(stage2_queue_);
-  };
-  auto finish = [&](const std::vector<PendingCommit*>& batch, const Status& s) {
-    for (PendingCommit* q : batch) {
-      q->status = s;
-      q->done = true;
-      if (q != &p) q->cv.notify_one();
-    }
-  };
-  while (!p.done) {
-    std::vector<PendingCommit*> batch;
-    const bool stage2_free = !stage2_queue_.empty() && !stage2_led_;
-    if (!stage1_queue_.empty() && !stage1_led_ && !(stage2_free && p.past_stage1)) {
-      stage1_led_ = true;
-      p.leading = true;
-      // One log record per batch: logged data bounds how many go at once.
-      size_t take = 0;
-      uint64_t bytes = 0;
-      for (; take < stage1_queue_.size(); ++take) {
-        bytes += stage1_queue_[take]->logged.size();
-        if (take > 0 && bytes > log_batch_bytes_max_) break;
-      }
-      batch.assign(stage1_queue_.begin(),
-                   stage1_queue_.begin() + static_cast<std::ptrdiff_t>(take));
-      stage1_queue_.erase(stage1_queue_.begin(),
-                          stage1_queue_.begin() + static_cast<std::ptrdiff_t>(take));
-      lock.unlock();
-      Status s = meta_log_ ? logRecords(batch) : syncData(&batch);
-      lock.lock();
-      p.leading = false;
-      if (s.ok()) {
-        for (PendingCommit* q : batch) q->past_stage1 = true;
-        stage2_queue_.insert(stage2_queue_.end(), batch.begin(), batch.end());
-      } else {
-        finish(batch, s);
-      }
-      stage1_led_ = false;
-      wakeIdleStages();
-      continue;
-    }
-    if (!stage2_free) {
-      p.cv.wait(lock);
-      continue;
-    }
-    stage2_led_ = true;
-    p.leading = true;
-    batch.swap(stage2_queue_);
-    lock.unlock();
-    Status s = meta_log_ ? syncAndApply(batch) : writeRecords(batch);
-    lock.lock();
-    p.leading = false;
-    finish(batch, s);
-    stage2_led_ = false;
-    wakeIdleStages();
+  p.entry.item = &p;
+  return group_commit_->commit(p.entry);
+}
+
+std::vector<ChunkEngine::PendingCommit*> ChunkEngine::CommitStages::pendingOf(
+    const std::vector<GroupCommit::Entry*>& batch) {
+  std::vector<PendingCommit*> out;
+  out.reserve(batch.size());
+  for (GroupCommit::Entry* e : batch) out.push_back(static_cast<PendingCommit*>(e->item));
+  return out;
+}
+
+// One log record per batch: logged data bounds how many go at once.
+size_t ChunkEngine::CommitStages::take(const std::deque<GroupCommit::Entry*>& queued) {
+  size_t take = 0;
+  uint64_t bytes = 0;
+  for (; take < queued.size(); ++take) {
+    bytes += static_cast<PendingCommit*>(queued[take]->item)->logged.size();
+    if (take > 0 && bytes > engine_->log_batch_bytes_max_) break;
   }
-  return p.status;
+  return take;
+}
+
+Status ChunkEngine::CommitStages::stage1(const std::vector<GroupCommit::Entry*>& batch) {
+  std::vector<PendingCommit*> pending = pendingOf(batch);
+  return engine_->meta_log_ ? engine_->logRecords(pending) : engine_->syncData(&pending);
+}
+
+Status ChunkEngine::CommitStages::stage2(const std::vector<GroupCommit::Entry*>& batch) {
+  std::vector<PendingCommit*> pending = pendingOf(batch);
+  return engine_->meta_log_ ? engine_->syncAndApply(pending) : engine_->writeRecords(pending);
 }
 
 namespace {

@@ -40,6 +40,8 @@ ChunkEngine::ChunkEngine(ChunkEngineOptions options, std::unique_ptr<rocksdb::DB
   if (ec || abs_path_.empty()) abs_path_ = options_.path;
   for (uint32_t c = 0; c < kClassCount; ++c)
     allocators_.emplace_back(slotsPerGroup(options_, c), options_.groups_max);
+  commit_stages_ = std::make_unique<CommitStages>(this);
+  group_commit_ = std::make_unique<GroupCommit>(commit_stages_.get(), GroupCommit::Options{});
 }
 
 bool ChunkEngine::bounceFor(const uint8_t* p, size_t n) const {

@@ -67,7 +67,8 @@ class LoggedRocks;
 
 namespace cistern {
 class ConfigBinder;
-}
+class GroupCommit;
+}  // namespace cistern
 
 namespace cistern::storage {
 
@@ -436,11 +437,9 @@ class ChunkEngine {
       files_;
   std::list<uint64_t> lru_;  // front: most recent
   std::array<std::mutex, 64> chunk_locks_;
-  std::mutex commit_mu_;
-  std::vector<PendingCommit*> stage1_queue_;  // waiting for stage 1
-  std::vector<PendingCommit*> stage2_queue_;  // past stage 1, waiting for stage 2
-  bool stage1_led_ = false;
-  bool stage2_led_ = false;
+  class CommitStages;
+  std::unique_ptr<CommitStages> commit_stages_;
+  std::unique_ptr<GroupCommit> group_commit_;
   std::atomic<bool> failed_{false};
   // Slots handed out to copy-on-write and new chunks (read() checks it).
   std::atomic<uint64_t> slot_allocations_{0};

@@ -22,6 +22,7 @@
 
 #include "common/assert.h"
 #include "common/endian.h"
+#include "common/group_commit.h"
 #include "common/io_memory.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -171,19 +172,28 @@ struct ChunkEngine::PendingCommit {
   std::shared_ptr<File> file;  // to fdatasync; null for record-only and logged writes
   std::string key;
   std::string value;
-  bool erase = false;    // delete the record instead of putting `value`
-  std::string logged;    // encodeLoggedWrite: the data goes in the log record
-  uint64_t version = 0;  // of the batch, once logged
-  Status status;
+  bool erase = false;        // delete the record instead of putting `value`
+  std::string logged;        // encodeLoggedWrite: the data goes in the log record
+  uint64_t version = 0;      // of the batch, once logged
   bool lazy = false;         // unsynced write; false once its batch turned out durable
-  bool past_stage1 = false;  // its batch left stage 1
-  bool leading = false;      // its writer is leading a stage
-  bool done = false;
-  std::condition_variable cv;  // its writer waits here (under commit_mu_)
+  GroupCommit::Entry entry;  // its place in the engine's group commit
 
   // The batch's chunk records as one RocksDB batch: puts, and deletes of
   // removed chunks.
   static rocksdb::WriteBatch recordsBatch(const std::vector<PendingCommit*>& batch);
+};
+
+// The engine's two commit stages (chunk_commit.cc, ChunkEngine::commit).
+class ChunkEngine::CommitStages final : public GroupCommit::Stages {
+ public:
+  explicit CommitStages(ChunkEngine* engine) : engine_(engine) {}
+  size_t take(const std::deque<GroupCommit::Entry*>& queued) override;
+  Status stage1(const std::vector<GroupCommit::Entry*>& batch) override;
+  Status stage2(const std::vector<GroupCommit::Entry*>& batch) override;
+
+ private:
+  static std::vector<PendingCommit*> pendingOf(const std::vector<GroupCommit::Entry*>& batch);
+  ChunkEngine* const engine_;
 };
 
 // One range read of readRange or startRead/finishRead: the plan, the
