@@ -107,12 +107,8 @@ struct EngineOptions {
   uint32_t txn_lifetime_ms_max = 10'000;
   // fsync each commit (group-committed) before acknowledging. Default: true.
   bool sync_commits = true;
-  // Commit batches whose log writes may be in flight at once; the next batch
-  // forms while earlier ones sync. 1 = one batch at a time. Default: 1 (on
-  // this VM's disk concurrent syncs lose to fewer, larger grouped ones).
-  uint32_t commit_pipeline_depth = 1;
   // Who applies a logged batch while later transactions wait to be logged
-  // (synced commits, depth 1, a store with its own log): kAuto chooses per
+  // (synced commits, a store with its own log): kAuto chooses per
   // batch from the measured times of an apply and of a hand-off
   // (docs/kv.md); kWriter: always the log writer; kHandoff: always a thread
   // of the batch's own transactions. Default: kAuto.

@@ -16,7 +16,9 @@
 
 int main(int argc, char** argv) {
   if (argc != 3 && argc != 4 && argc != 6) {
-    std::fprintf(stderr, "usage: kv_crash_child DB_DIR FIRST_TXN [THREADS [DEPTH SEGMENT_KIB]]\n");
+    std::fprintf(stderr,
+                 "usage: kv_crash_child DB_DIR FIRST_TXN [THREADS [APPLIER SEGMENT_KIB]]\n"
+                 "  APPLIER: auto, writer or handoff (who applies a logged batch)\n");
     return 2;
   }
   cistern::kv::RocksEngineOptions o;
@@ -24,7 +26,11 @@ int main(int argc, char** argv) {
   o.block_cache_bytes = 8 << 20;
   int threads = argc >= 4 ? std::atoi(argv[3]) : 1;
   if (argc == 6) {
-    o.engine.commit_pipeline_depth = static_cast<uint32_t>(std::atoi(argv[4]));
+    const std::string applier = argv[4];
+    o.engine.batch_applier = applier == "writer" ? cistern::kv::EngineOptions::BatchApplier::kWriter
+                             : applier == "handoff"
+                                 ? cistern::kv::EngineOptions::BatchApplier::kHandoff
+                                 : cistern::kv::EngineOptions::BatchApplier::kAuto;
     o.log_segment_bytes = static_cast<uint64_t>(std::atol(argv[5])) << 10;
     o.log_segments_max = 3;
     o.write_buffer_bytes = 1 << 20;  // RocksDB flushes on its own as well

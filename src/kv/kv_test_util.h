@@ -60,11 +60,9 @@ inline std::vector<EngineFactory> allEngines() {
       rocksEngine("rocksdb"),
       // RocksDB's own WAL instead of the commit log.
       rocksEngine("rocksdb_wal", [](RocksEngineOptions* o) { o->commit_log = false; }),
-      // Four batches in flight and small log segments, so that tests cross
-      // segment reuse and checkpoints.
-      rocksEngine("rocksdb_pipelined",
+      // Small log segments, so that tests cross segment reuse and checkpoints.
+      rocksEngine("rocksdb_small_log",
                   [](RocksEngineOptions* o) {
-                    o->engine.commit_pipeline_depth = 4;
                     o->log_segment_bytes = 256 << 10;
                     o->log_segments_max = 3;
                   }),

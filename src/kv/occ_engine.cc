@@ -1,10 +1,6 @@
 #include "kv/occ_engine.h"
 
 #include <fmt/format.h>
-#include <linux/futex.h>
-#include <pthread.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -378,81 +374,55 @@ Result<RangeResult> TxnImpl::getRange(std::string_view begin, std::string_view e
 // ---------------------------------------------------------------------------
 // OccEngine
 
-namespace {
-
-static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
-              std::atomic<uint32_t>::is_always_lock_free);
-
-// Sleeps while `*word` holds `expected` (returns early on any wake-up or signal).
-void futexWait(std::atomic<uint32_t>* word, uint32_t expected) {
-  (void)::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
-                  nullptr, nullptr, 0);
-}
-
-// Wakes a thread sleeping on `word`. Only the address is used: the waiter
-// may see its new value, return and free it before this runs; a wake-up at
-// an address reused meanwhile is a spurious one for whoever sleeps there,
-// which every futex user (glibc's locks, futexWait's callers) checks for.
-void futexWake(const void* word) {
-  (void)::syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-}
-
-}  // namespace
-
-// A committing thread's transaction, as the threads carrying its batch see it.
+// A committing thread's transaction, in the group commit.
 struct OccEngine::Pending {
-  enum : uint32_t { kWaiting = 0, kApply = 1, kDone = 2, kSleeping = 4 /* a bit, with kWaiting */ };
   TxnImpl* txn;
-  bool batched = false;  // in a batch that another thread carries
-  // kDone once `status` is set, kApply once `apply` is; stored under mu_.
-  // With the log writer the thread waits for a change without mu_ (a futex
-  // on this word): woken, it need not queue for the engine mutex behind the
-  // writer and the applier before it can return. It adds kSleeping before it
-  // sleeps, and only then is a wake-up (a system call) sent.
-  std::atomic<uint32_t> state{kWaiting};
-  Status status;
-  std::condition_variable cv;               // without the writer: done, or may lead
-  std::unique_ptr<OccEngine::Batch> apply;  // logged by the writer; this thread applies it
-  bool done() const { return state.load(std::memory_order_acquire) == kDone; }
-  // Stores `s` (kApply or kDone) and wakes the thread if it sleeps. Once it
-  // sees kDone the thread may return and free this: nothing of it is used
-  // after the exchange but its address.
-  void post(uint32_t s) {
-    const void* word = &state;
-    if (state.exchange(s, std::memory_order_acq_rel) & kSleeping) futexWake(word);
-  }
+  GroupCommit::Entry entry;
 };
 
-void OccEngine::finish(Pending* p, Status status) {
-  p->status = std::move(status);
-  if (writer_.joinable()) {
-    p->post(Pending::kDone);  // *p may be gone already
-  } else {
-    p->state.store(Pending::kDone, std::memory_order_release);
-    p->cv.notify_one();  // its thread needs mu_ to return: *p is still there
+class OccEngine::Stages final : public GroupCommit::Stages {
+ public:
+  explicit Stages(OccEngine* engine) : engine_(engine) {}
+  Status stage1(const std::vector<GroupCommit::Entry*>& batch) override {
+    return engine_->formAndLog(batch);
   }
-}
+  Status stage2(const std::vector<GroupCommit::Entry*>& batch) override {
+    return engine_->applyLogged(batch);
+  }
+
+ private:
+  OccEngine* const engine_;
+};
 
 OccEngine::OccEngine(std::unique_ptr<Store> store, const EngineOptions& options)
     : store_(std::move(store)), options_(options) {
   committed_version_ = assigned_version_ = forgotten_version_ = store_->recoveredVersion();
-  if (options_.commit_pipeline_depth == 0) options_.commit_pipeline_depth = 1;
-  if (options_.sync_commits && options_.commit_pipeline_depth == 1 && store_->hasLog())
-    writer_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "kv-log");  // for top -H and perf
-      writerLoop();
-    });
+  stages_ = std::make_unique<Stages>(this);
+  GroupCommit::Options o;
+  // Synced commits to a store with its own log: a log writer thread.
+  o.stage1_thread = options_.sync_commits && store_->hasLog();
+  o.thread_name = "kv-log";
+  o.handoff_us = &KvMetrics::get().handoff_us;
+  switch (options_.batch_applier) {
+    case EngineOptions::BatchApplier::kAuto:
+      o.stage2_runner = GroupCommit::Stage2Runner::kAuto;
+      break;
+    case EngineOptions::BatchApplier::kWriter:
+      o.stage2_runner = GroupCommit::Stage2Runner::kStage1Thread;
+      break;
+    case EngineOptions::BatchApplier::kHandoff:
+      o.stage2_runner = GroupCommit::Stage2Runner::kHandoff;
+      break;
+  }
+  group_commit_ = std::make_unique<GroupCommit>(stages_.get(), o);
 }
 
 OccEngine::~OccEngine() {
   {
-    std::lock_guard lock(mu_);
     std::lock_guard reads(reads_mu_);
     CISTERN_CHECK(active_reads_.empty(), "kv engine destroyed with live transactions");
-    stop_ = true;
   }
-  writer_cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
+  group_commit_.reset();  // its thread first
 }
 
 // Transactions start without the engine mutex (the commit path holds it).
@@ -516,73 +486,17 @@ void OccEngine::prune() {
 Status OccEngine::commit(TxnImpl& txn) {
   SteadyTime t0 = clock().now();
   Pending p{&txn};
-  std::unique_lock lock(mu_);
-  queue_.push_back(&p);
-  if (writer_.joinable()) {
-    if (writer_idle_ && !leading_ && queue_.size() == 1) {
-      // The writer sleeps and nobody else is queued: carry the batch on this
-      // thread, sparing two wake-ups (the writer's, then this thread's).
-      leading_ = true;
-      Batch b = formBatch();
-      if (b.accepted.empty()) {
-        leading_ = false;  // refused when resolved: nothing to log
-      } else {
-        logBatch(b, lock);
-        leading_ = false;
-        // Whoever queued meanwhile is the writer's (logged after this batch).
-        if (!queue_.empty()) writer_cv_.notify_one();
-        applyBatch(b, lock);
-      }
-    } else if (writer_idle_ && !leading_) {
-      writer_cv_.notify_one();
-    }
-    lock.unlock();
-    for (uint32_t st; (st = p.state.load(std::memory_order_acquire)) != Pending::kDone;) {
-      if (st == Pending::kApply) {
-        lock.lock();
-        std::unique_ptr<Batch> b = std::move(p.apply);
-        const uint64_t waited = micros(b->handed_at, clock().now());
-        KvMetrics::get().handoff_us.observe(waited);
-        handoff_avg_us_ += (static_cast<double>(waited) - handoff_avg_us_) / 8;
-        applyBatch(*b, lock);  // finishes this transaction too
-        lock.unlock();
-        continue;
-      }
-      // Say so before sleeping; a change meanwhile makes the exchange fail.
-      if (st == Pending::kWaiting &&
-          !p.state.compare_exchange_weak(st, Pending::kWaiting | Pending::kSleeping,
-                                         std::memory_order_acq_rel))
-        continue;
-      futexWait(&p.state, Pending::kWaiting | Pending::kSleeping);  // or a spurious wake-up
-    }
-  } else {
-    while (!p.done()) {
-      if (!p.batched && inflight_ < options_.commit_pipeline_depth) {
-        // Lead: resolve everything queued into one batch and carry it through.
-        Batch b = formBatch();
-        if (!b.accepted.empty()) runBatch(b, lock);
-      } else {
-        p.cv.wait(lock);
-      }
-    }
-    // Go on leading while others queued meanwhile and the pipeline has room:
-    // each of them is spared a wake-up (a context switch costs more than a
-    // small batch's whole commit here).
-    while (!queue_.empty() && inflight_ < options_.commit_pipeline_depth) {
-      Batch b = formBatch();
-      if (!b.accepted.empty()) runBatch(b, lock);
-    }
-    lock.unlock();
-  }
+  p.entry.item = &p;
+  Status s = group_commit_->commit(p.entry);
   auto& m = KvMetrics::get();
   m.commit_us.observe(micros(t0, clock().now()));
-  if (p.status.ok())
+  if (s.ok())
     m.commits.inc();
-  else if (p.status.code() == ErrorCode::kTxnConflict)
+  else if (s.code() == ErrorCode::kTxnConflict)
     m.conflicts.inc();
-  else if (p.status.code() == ErrorCode::kTxnTooOld)
+  else if (s.code() == ErrorCode::kTxnTooOld)
     m.too_old.inc();
-  return p.status;
+  return s;
 }
 
 // Turns every kAdd of a batch into a kSet of the resulting value. Runs on the
@@ -627,134 +541,85 @@ Status foldAdds(const std::function<std::shared_ptr<StoreSnapshot>()>& snapshot,
   return Status::OK();
 }
 
-OccEngine::Batch OccEngine::formBatch() {
-  std::deque<Pending*> queued;
-  queued.swap(queue_);
+// Stage 1: under the engine mutex, each transaction of the batch is
+// checked against the history (a refused one is settled with its error) and
+// the accepted ones get consecutive versions, their writes one batch; then,
+// outside it, the batch is logged (durable when synced). A failed log write
+// fails the engine.
+Status OccEngine::formAndLog(const std::vector<GroupCommit::Entry*>& batch) {
   Batch b;
-  b.first = assigned_version_ + 1;
-  for (Pending* p : queued) {
-    Status s = failed_.ok() ? resolve(*p->txn) : failed_;
-    if (!s.ok()) {
-      finish(p, std::move(s));
-      continue;
+  size_t accepted = 0;
+  {
+    std::lock_guard lock(mu_);
+    b.first = assigned_version_ + 1;
+    for (GroupCommit::Entry* e : batch) {
+      TxnImpl* txn = static_cast<Pending*>(e->item)->txn;
+      Status s = failed_.ok() ? resolve(*txn) : failed_;
+      if (!s.ok()) {
+        e->status = std::move(s);
+        e->settled = true;
+        continue;
+      }
+      ++assigned_version_;
+      history_.push_back({assigned_version_, txn->writeRanges(/*adds=*/true)});
+      txn->appendOps(&b.ops);
+      txn->commit_version_ = assigned_version_;
+      ++accepted;
     }
-    ++assigned_version_;
-    history_.push_back({assigned_version_, p->txn->writeRanges(/*adds=*/true)});
-    p->txn->appendOps(&b.ops);
-    p->txn->commit_version_ = assigned_version_;
-    p->batched = true;
-    b.accepted.push_back(p);
+    b.last = assigned_version_;
   }
-  b.last = assigned_version_;
-  if (!b.accepted.empty()) {
-    ++inflight_;
-    KvMetrics::get().batch_size.observe(b.accepted.size());
-  }
-  return b;
-}
-
-// Two stages. The log write runs concurrently with the batches before and
-// after this one (up to commit_pipeline_depth of them), so one batch's sync
-// overlaps the next one's; then the batch waits for its turn and is applied
-// and published in version order. Nothing is visible before it is durable.
-void OccEngine::runBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
-  logBatch(b, lock);
-  applyBatch(b, lock);
-}
-
-// Writes the batch to the store's log (outside the mutex); a failure fails
-// the engine.
-void OccEngine::logBatch(const Batch& b, std::unique_lock<std::mutex>& lock) {
-  lock.unlock();
+  if (accepted == 0) return Status::OK();
+  KvMetrics::get().batch_size.observe(accepted);
   SteadyTime t0 = clock().now();
   Status s = CISTERN_FAULT("kv.commit.before_apply");
   if (s.ok()) s = store_->log(b.ops, b.first, b.last, options_.sync_commits);
   KvMetrics::get().log_us.observe(micros(t0, clock().now()));
-  lock.lock();
-  if (!s.ok()) setFailed(s);
+  std::lock_guard lock(mu_);
+  if (!s.ok()) {
+    setFailed(s);
+    return failed_;
+  }
+  logged_.push_back(std::move(b));
+  return Status::OK();
 }
 
-// Waits for the batch's turn, applies and publishes it, and wakes its
-// transactions.
-void OccEngine::applyBatch(Batch& b, std::unique_lock<std::mutex>& lock) {
-  Status s;
-  bool applied = false;
-  while (failed_.ok() && committed_version_ != b.first - 1) turn_cv_.wait(lock);
-  if (failed_.ok()) {
-    lock.unlock();
-    SteadyTime t0 = clock().now();
-    s = foldAdds([this] { return store_->snapshot(); }, &b.ops);
-    if (s.ok()) s = store_->apply(b.ops, b.last, options_.sync_commits);
-    const uint64_t took = micros(t0, clock().now());
-    KvMetrics::get().apply_us.observe(took);
-    lock.lock();
-    apply_avg_us_ += (static_cast<double>(took) - apply_avg_us_) / 8;
-    if (s.ok()) {
-      committed_version_.store(b.last, std::memory_order_release);
-      applied = true;
-    } else {
-      setFailed(s);
+// Stage 2: the batches logged up to the newest version among `batch`
+// (every batch that left stage 1 since the last stage 2, in version order),
+// merged: their atomic adds folded, applied to the store, their last
+// version published. Nothing is visible before it is durable.
+Status OccEngine::applyLogged(const std::vector<GroupCommit::Entry*>& batch) {
+  uint64_t last = 0;
+  for (GroupCommit::Entry* e : batch)
+    last = std::max(last, static_cast<Pending*>(e->item)->txn->commit_version_);
+  WriteBatch ops;
+  {
+    std::lock_guard lock(mu_);
+    if (!failed_.ok()) return failed_;
+    while (!logged_.empty() && logged_.front().last <= last) {
+      if (ops.empty()) {
+        ops = std::move(logged_.front().ops);
+      } else {
+        auto& more = logged_.front().ops;
+        ops.insert(ops.end(), std::make_move_iterator(more.begin()),
+                   std::make_move_iterator(more.end()));
+      }
+      logged_.pop_front();
     }
+  }
+  SteadyTime t0 = clock().now();
+  Status s = foldAdds([this] { return store_->snapshot(); }, &ops);
+  if (s.ok()) s = store_->apply(ops, last, options_.sync_commits);
+  KvMetrics::get().apply_us.observe(micros(t0, clock().now()));
+  std::lock_guard lock(mu_);
+  if (!s.ok()) {
+    setFailed(s);
+    return failed_;
   }
   // A batch durable and applied has committed, even if a later batch failed
-  // the engine while this one was being applied.
-  for (Pending* p : b.accepted) finish(p, applied ? Status::OK() : failed_);
-  // The slot is held until the batch is applied: a batch formed while this
-  // one applies would hold only the transactions that arrived meanwhile.
-  --inflight_;
+  // the engine meanwhile.
+  committed_version_.store(last, std::memory_order_release);
   prune();
-  turn_cv_.notify_all();
-}
-
-void OccEngine::writerLoop() {
-  std::unique_lock lock(mu_);
-  while (true) {
-    if (queue_.empty() || leading_) {  // a leader notifies when it is done logging
-      if (stop_ && queue_.empty()) return;
-      writer_idle_ = true;
-      writer_cv_.wait(lock);
-      continue;
-    }
-    writer_idle_ = false;
-    auto b = std::make_unique<Batch>(formBatch());
-    if (b->accepted.empty()) continue;
-    logBatch(*b, lock);  // sync_commits holds for the writer
-    if (queue_.empty() || applyOnWriter(b->accepted.size(), queue_.size())) {
-      // Nothing waits to be logged (applying here costs the disk nothing),
-      // or the wait is worth it: the batch is spared a hand-off.
-      applyBatch(*b, lock);
-      continue;
-    }
-    since_handoff_ = 0;
-    Pending* applier = b->accepted.front();
-    b->handed_at = clock().now();
-    applier->apply = std::move(b);
-    applier->post(Pending::kApply);  // it stays until it has applied the batch
-  }
-}
-
-// Applying a batch on the writer holds up the log write of the `queued`
-// transactions by an apply; handing it to a thread of its own `batch`
-// transactions holds those up by that thread's wake-up, and lets the writer
-// log the next batch meanwhile. The writer applies when the wake-ups would
-// cost more than twice the applies (twice: an apply on the writer also
-// delays every batch behind the queued one while the writer is the
-// bottleneck). With idle cores a wake-up takes about as long as an apply
-// (~50 µs each here); with both cores busy (a mount of `cistern up --mount`
-// and 16 callers on 2 cores) 180–300 µs against 90–130 µs. Every 16th batch
-// is handed off whatever the averages say, to measure the wake-up again.
-bool OccEngine::applyOnWriter(size_t batch, size_t queued) {
-  switch (options_.batch_applier) {
-    case EngineOptions::BatchApplier::kWriter:
-      return true;
-    case EngineOptions::BatchApplier::kHandoff:
-      return false;
-    case EngineOptions::BatchApplier::kAuto:
-      break;
-  }
-  if (++since_handoff_ >= 16) return false;
-  return handoff_avg_us_ * static_cast<double>(batch) >
-         2 * apply_avg_us_ * static_cast<double>(queued);
+  return Status::OK();
 }
 
 // The store may hold part of a batch or all of it; no later commit can be
@@ -764,7 +629,6 @@ void OccEngine::setFailed(const Status& s) {
   CLOG_ERROR("kv", "{} engine failed committing a batch: {}", store_->name(), s.toString());
   failed_ = Status(ErrorCode::kIOError, fmt::format("kv engine failed: {}", s.toString()));
   store_->fail(failed_);
-  turn_cv_.notify_all();
 }
 
 }  // namespace cistern::kv
