@@ -13,15 +13,6 @@
 namespace cistern::kv {
 namespace {
 
-// Keys from here up belong to the stores (rocks_store.cc: the applied version).
-constexpr std::string_view kReservedKeys = "\xff\xff";
-
-std::string keyAfter(std::string_view key) {
-  std::string s(key);
-  s.push_back('\0');
-  return s;
-}
-
 struct KvMetrics {
   metrics::Counter& commits;
   metrics::Counter& conflicts;
@@ -71,312 +62,12 @@ int64_t decodeCounter(std::string_view bytes) {
   return static_cast<int64_t>(u);
 }
 
-void normalizeRanges(std::vector<KeyRange>* ranges) {
-  auto& r = *ranges;
-  std::sort(r.begin(), r.end(),
-            [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
-  size_t out = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (r[i].begin >= r[i].end) continue;
-    if (out > 0 && r[i].begin <= r[out - 1].end) {
-      if (r[i].end > r[out - 1].end) r[out - 1].end = std::move(r[i].end);
-    } else {
-      if (out != i) r[out] = std::move(r[i]);
-      ++out;
-    }
-  }
-  r.resize(out);
-}
-
-bool rangesIntersect(const std::vector<KeyRange>& a, const std::vector<KeyRange>& b) {
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (a[i].begin < b[j].end && b[j].begin < a[i].end) return true;
-    if (a[i].end <= b[j].end)
-      ++i;
-    else
-      ++j;
-  }
-  return false;
-}
-
-// ---------------------------------------------------------------------------
-// TxnImpl
-
-class TxnImpl final : public Transaction {
- public:
-  TxnImpl(OccEngine* engine, std::shared_ptr<StoreSnapshot> snap, uint64_t read_version,
-          bool read_only)
-      : engine_(engine),
-        snap_(std::move(snap)),
-        read_version_(read_version),
-        read_only_(read_only),
-        start_(engine->clock().now()) {}
-
-  ~TxnImpl() override {
-    if (!read_only_) engine_->releaseRead(read_version_);
-  }
-
-  Result<std::optional<std::string>> get(std::string_view key, bool snapshot) override {
-    if (finished_) return Status(ErrorCode::kTxnFinished, "get after commit");
-    if (auto it = writes_.find(key); it != writes_.end()) return it->second;
-    if (coveredByClear(key)) return std::optional<std::string>();
-    if (!snapshot && !read_only_) reads_.push_back({std::string(key), keyAfter(key)});
-    auto stored = snap_->get(key);
-    if (auto add = adds_.find(key); stored.ok() && add != adds_.end()) {
-      int64_t base = *stored ? decodeCounter(**stored) : 0;
-      return std::optional<std::string>(encodeCounter(base + add->second));
-    }
-    return stored;
-  }
-
-  Result<RangeResult> getRange(std::string_view begin, std::string_view end,
-                               const RangeOptions& opts) override;
-
-  uint64_t readVersion() const override { return read_version_; }
-
-  void set(std::string_view key, std::string_view value) override {
-    if (!checkWritable(key)) return;
-    if (value.size() > engine_->options().value_bytes_max) {
-      fail(Status(ErrorCode::kValueTooLarge,
-                  fmt::format("value of {} bytes exceeds {}", value.size(),
-                              engine_->options().value_bytes_max)));
-      return;
-    }
-    if (!account(key.size() + value.size())) return;
-    writes_.insert_or_assign(std::string(key), std::optional<std::string>(value));
-    eraseAdd(key);
-  }
-
-  void clear(std::string_view key) override {
-    if (!checkWritable(key) || !account(key.size())) return;
-    writes_.insert_or_assign(std::string(key), std::optional<std::string>());
-    eraseAdd(key);
-  }
-
-  void atomicAdd(std::string_view key, int64_t delta) override {
-    if (!checkWritable(key) || !account(key.size() + 8)) return;
-    if (auto it = writes_.find(key); it != writes_.end()) {
-      int64_t base = it->second ? decodeCounter(*it->second) : 0;
-      it->second = encodeCounter(base + delta);
-    } else if (coveredByClear(key)) {
-      writes_.insert_or_assign(std::string(key), std::optional<std::string>(encodeCounter(delta)));
-    } else {
-      adds_[std::string(key)] += delta;
-    }
-  }
-
-  void clearRange(std::string_view begin, std::string_view end) override {
-    // `end` is exclusive: a range may end exactly at the reserved keys.
-    if (!checkWritable(begin) || (end != kReservedKeys && !checkWritable(end))) return;
-    if (begin >= end) return;
-    if (!account(begin.size() + end.size())) return;
-    writes_.erase(writes_.lower_bound(begin), writes_.lower_bound(end));
-    adds_.erase(adds_.lower_bound(begin), adds_.lower_bound(end));
-    clears_.push_back({std::string(begin), std::string(end)});
-  }
-
-  Status commit() override {
-    if (!error_.ok()) {
-      finished_ = true;
-      return error_;
-    }
-    if (finished_) return Status(ErrorCode::kTxnFinished, "commit called twice");
-    finished_ = true;
-    if (writes_.empty() && clears_.empty() && adds_.empty()) {
-      commit_version_ = read_version_;  // a read-only commit has nothing to check
-      return Status::OK();
-    }
-    auto age = engine_->clock().now() - start_;
-    if (age > std::chrono::milliseconds(engine_->options().txn_lifetime_ms_max)) {
-      return Status(ErrorCode::kTxnTooOld, "transaction outlived txn_lifetime_ms_max");
-    }
-    return engine_->commit(*this);
-  }
-
-  uint64_t commitVersion() const override { return commit_version_; }
-
- private:
-  friend class OccEngine;
-
-  bool coveredByClear(std::string_view key) const {
-    for (const auto& r : clears_) {
-      if (r.begin <= key && key < r.end) return true;
-    }
-    return false;
-  }
-
-  void fail(Status s) {
-    if (error_.ok()) error_ = std::move(s);
-  }
-
-  bool checkWritable(std::string_view key) {
-    if (!error_.ok()) return false;
-    if (read_only_) {
-      fail(Status(ErrorCode::kTxnReadOnly, "write in a read-only transaction"));
-      return false;
-    }
-    if (finished_) {
-      fail(Status(ErrorCode::kTxnFinished, "write after commit"));
-      return false;
-    }
-    if (key.starts_with(kReservedKeys)) {
-      fail(Status(ErrorCode::kInvalidArgument, "keys from \\xff\\xff up are reserved"));
-      return false;
-    }
-    if (key.size() > engine_->options().key_bytes_max) {
-      fail(Status(ErrorCode::kKeyTooLarge, fmt::format("key of {} bytes exceeds {}", key.size(),
-                                                       engine_->options().key_bytes_max)));
-      return false;
-    }
-    return true;
-  }
-
-  bool account(size_t n) {
-    bytes_ += n;
-    if (bytes_ > engine_->options().txn_bytes_max) {
-      fail(Status(ErrorCode::kTxnTooLarge, fmt::format("transaction writes exceed {} bytes",
-                                                       engine_->options().txn_bytes_max)));
-      return false;
-    }
-    return true;
-  }
-
-  void eraseAdd(std::string_view key) {
-    if (auto it = adds_.find(key); it != adds_.end()) adds_.erase(it);
-  }
-
-  // Pending adds inside [begin, end) become plain reads and writes, so that a
-  // range read can merge them like any other write.
-  Status materializeAdds(std::string_view begin, std::string_view end) {
-    auto lo = adds_.lower_bound(begin), hi = adds_.lower_bound(end);
-    for (auto it = lo; it != hi; ++it) {
-      reads_.push_back({it->first, keyAfter(it->first)});
-      ASSIGN_OR_RETURN(auto stored, snap_->get(it->first));
-      int64_t base = stored ? decodeCounter(*stored) : 0;
-      writes_.insert_or_assign(it->first,
-                               std::optional<std::string>(encodeCounter(base + it->second)));
-    }
-    adds_.erase(lo, hi);
-    return Status::OK();
-  }
-
-  // The ranges this transaction wrote, normalized; with `adds`, also the
-  // counters it added to (others' reads conflict with those; others' adds do not).
-  std::vector<KeyRange> writeRanges(bool adds) const {
-    std::vector<KeyRange> out = clears_;
-    for (const auto& [k, v] : writes_) out.push_back({k, keyAfter(k)});
-    if (adds) {
-      for (const auto& [k, d] : adds_) out.push_back({k, keyAfter(k)});
-    }
-    normalizeRanges(&out);
-    return out;
-  }
-
-  void appendOps(WriteBatch* batch) const {
-    for (const auto& r : clears_) batch->push_back({WriteOp::kClearRange, r.begin, r.end});
-    for (const auto& [k, v] : writes_) {
-      if (v)
-        batch->push_back({WriteOp::kSet, k, *v});
-      else
-        batch->push_back({WriteOp::kClear, k, {}});
-    }
-    for (const auto& [k, d] : adds_) batch->push_back({WriteOp::kAdd, k, encodeCounter(d)});
-  }
-
-  OccEngine* engine_;
-  std::shared_ptr<StoreSnapshot> snap_;
-  uint64_t read_version_;
-  bool read_only_;
-  SteadyTime start_;
-  std::map<std::string, std::optional<std::string>, std::less<>> writes_;
-  std::vector<KeyRange> clears_;
-  std::vector<KeyRange> reads_;
-  std::map<std::string, int64_t, std::less<>> adds_;
-  uint64_t bytes_ = 0;
-  Status error_;
-  bool finished_ = false;
-  uint64_t commit_version_ = 0;
-};
-
-Result<RangeResult> TxnImpl::getRange(std::string_view begin, std::string_view end,
-                                      const RangeOptions& opts) {
-  if (finished_) return Status(ErrorCode::kTxnFinished, "getRange after commit");
-  RangeResult out;
-  if (begin >= end) return out;
-  RETURN_ON_ERROR(materializeAdds(begin, end));
-  uint32_t limit = opts.limit == 0 ? kRangeLimitMax : std::min(opts.limit, kRangeLimitMax);
-  auto it = snap_->iterate(begin, end);
-  auto lo = writes_.lower_bound(begin);
-  auto hi = writes_.lower_bound(end);
-  bool stopped = false;
-
-  if (!opts.reverse) {
-    it->seek(begin);
-    auto lit = lo;
-    while (true) {
-      bool store_ok = it->valid();
-      bool local_ok = lit != hi;
-      if (!store_ok && !local_ok) break;
-      if (out.kvs.size() >= limit) {
-        stopped = true;
-        break;
-      }
-      int cmp = !store_ok ? 1 : !local_ok ? -1 : it->key().compare(lit->first);
-      if (cmp < 0) {
-        if (!coveredByClear(it->key()))
-          out.kvs.push_back({std::string(it->key()), std::string(it->value())});
-        it->next();
-      } else {
-        if (cmp == 0) it->next();  // the local write shadows the stored row
-        if (lit->second) out.kvs.push_back({lit->first, *lit->second});
-        ++lit;
-      }
-    }
-  } else {
-    it->seekLast();
-    auto lit = hi;
-    while (true) {
-      bool store_ok = it->valid();
-      bool local_ok = lit != lo;
-      if (!store_ok && !local_ok) break;
-      if (out.kvs.size() >= limit) {
-        stopped = true;
-        break;
-      }
-      auto prev = local_ok ? std::prev(lit) : lit;
-      int cmp = !store_ok ? -1 : !local_ok ? 1 : it->key().compare(prev->first);
-      if (cmp > 0) {
-        if (!coveredByClear(it->key()))
-          out.kvs.push_back({std::string(it->key()), std::string(it->value())});
-        it->prev();
-      } else {
-        if (cmp == 0) it->prev();
-        if (prev->second) out.kvs.push_back({prev->first, *prev->second});
-        lit = prev;
-      }
-    }
-  }
-  RETURN_ON_ERROR(it->status());
-  out.more = stopped;
-  if (!opts.snapshot && !read_only_) {
-    if (!stopped) {
-      reads_.push_back({std::string(begin), std::string(end)});
-    } else if (!opts.reverse) {
-      reads_.push_back({std::string(begin), keyAfter(out.kvs.back().key)});
-    } else {
-      reads_.push_back({out.kvs.back().key, std::string(end)});
-    }
-  }
-  return out;
-}
-
 // ---------------------------------------------------------------------------
 // OccEngine
 
 // A committing thread's transaction, in the group commit.
 struct OccEngine::Pending {
-  TxnImpl* txn;
+  BufferedTxn* txn;
   GroupCommit::Entry entry;
 };
 
@@ -437,12 +128,12 @@ std::unique_ptr<Transaction> OccEngine::begin() {
     v = committed_version_.load(std::memory_order_acquire);
     active_reads_.insert(v);
   }
-  return std::make_unique<TxnImpl>(this, store_->snapshot(), v, false);
+  return std::make_unique<BufferedTxn>(this, store_->snapshot(), v, false);
 }
 
 std::unique_ptr<ReadTransaction> OccEngine::beginRead() {
   uint64_t v = committed_version_.load(std::memory_order_acquire);
-  return std::make_unique<TxnImpl>(this, store_->snapshot(), v, true);
+  return std::make_unique<BufferedTxn>(this, store_->snapshot(), v, true);
 }
 
 void OccEngine::releaseRead(uint64_t read_version) {
@@ -452,7 +143,7 @@ void OccEngine::releaseRead(uint64_t read_version) {
   active_reads_.erase(it);
 }
 
-Status OccEngine::resolve(const TxnImpl& txn) const {
+Status OccEngine::resolve(const BufferedTxn& txn) const {
   if (txn.read_version_ < forgotten_version_) {
     return Status(ErrorCode::kTxnTooOld, "conflict history no longer covers the read version");
   }
@@ -483,7 +174,7 @@ void OccEngine::prune() {
   }
 }
 
-Status OccEngine::commit(TxnImpl& txn) {
+Status OccEngine::commit(BufferedTxn& txn) {
   SteadyTime t0 = clock().now();
   Pending p{&txn};
   p.entry.item = &p;
@@ -553,7 +244,7 @@ Status OccEngine::formAndLog(const std::vector<GroupCommit::Entry*>& batch) {
     std::lock_guard lock(mu_);
     b.first = assigned_version_ + 1;
     for (GroupCommit::Entry* e : batch) {
-      TxnImpl* txn = static_cast<Pending*>(e->item)->txn;
+      BufferedTxn* txn = static_cast<Pending*>(e->item)->txn;
       Status s = failed_.ok() ? resolve(*txn) : failed_;
       if (!s.ok()) {
         e->status = std::move(s);

@@ -44,29 +44,18 @@
 
 #include "common/clock.h"
 #include "common/group_commit.h"
+#include "kv/buffered_txn.h"
 #include "kv/engine.h"
 #include "kv/store.h"
 
 namespace cistern::kv {
-
-struct KeyRange {
-  std::string begin;  // inclusive
-  std::string end;    // exclusive
-};
 
 // Turns every kAdd of `ops` into a kSet of the counter's resulting value,
 // read from the store's current state (`snapshot` is called only when the
 // batch has adds). The caller is the only writer.
 Status foldAdds(const std::function<std::shared_ptr<StoreSnapshot>()>& snapshot, WriteBatch* ops);
 
-// Sorts and merges overlapping or touching ranges in place.
-void normalizeRanges(std::vector<KeyRange>* ranges);
-// True when two normalized lists share a key.
-bool rangesIntersect(const std::vector<KeyRange>& a, const std::vector<KeyRange>& b);
-
-class TxnImpl;
-
-class OccEngine final : public Engine {
+class OccEngine final : public Engine, public TxnHost {
  public:
   OccEngine(std::unique_ptr<Store> store, const EngineOptions& options);
   ~OccEngine() override;
@@ -75,11 +64,10 @@ class OccEngine final : public Engine {
   std::unique_ptr<ReadTransaction> beginRead() override;
   std::string_view name() const override { return store_->name(); }
 
-  const EngineOptions& options() const { return options_; }
-  Clock& clock() { return SystemClock::instance(); }
+  const EngineOptions& options() const override { return options_; }
+  Clock& clock() override { return SystemClock::instance(); }
 
  private:
-  friend class TxnImpl;
   struct Pending;
   class Stages;
   struct HistoryEntry {
@@ -92,13 +80,13 @@ class OccEngine final : public Engine {
     uint64_t first = 0, last = 0;  // versions
   };
 
-  Status commit(TxnImpl& txn);
+  Status commit(BufferedTxn& txn) override;
   Status formAndLog(const std::vector<GroupCommit::Entry*>& batch);   // stage 1
   Status applyLogged(const std::vector<GroupCommit::Entry*>& batch);  // stage 2
   void setFailed(const Status& s);                                    // REQUIRES: mu_ held
-  Status resolve(const TxnImpl& txn) const;                           // REQUIRES: mu_ held
+  Status resolve(const BufferedTxn& txn) const;                       // REQUIRES: mu_ held
   void prune();                                                       // REQUIRES: mu_ held
-  void releaseRead(uint64_t read_version);
+  void releaseRead(uint64_t read_version) override;
 
   std::unique_ptr<Store> store_;
   EngineOptions options_;
