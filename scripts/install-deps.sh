@@ -13,7 +13,7 @@ PACKAGES=(
   libasio-dev libprotobuf-dev protobuf-compiler librocksdb-dev libisal-dev
   liburing-dev libfuse3-dev fuse3 libzstd-dev liblz4-dev libxxhash-dev
   libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
-  libcpp-httplib-dev libssl-dev pybind11-dev python3-dev libjemalloc-dev
+  libcpp-httplib-dev libcurl4-openssl-dev libssl-dev pybind11-dev python3-dev libjemalloc-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy fio
   etcd-server iproute2 nftables procps psmisc git

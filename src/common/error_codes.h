@@ -47,6 +47,7 @@
   X(kKeyTooLarge,          206, ENAMETOOLONG, "key too large")                      \
   X(kValueTooLarge,        207, E2BIG,        "value too large")                    \
   X(kKeyDecode,            208, EINVAL,       "malformed key")                      \
+  X(kCommitUnknown,        209, EIO,          "commit outcome unknown")             \
   /* meta */                                                                          \
   X(kNotDirectory,         300, ENOTDIR,      "not a directory")                    \
   X(kIsDirectory,          301, EISDIR,       "is a directory")                     \

@@ -35,6 +35,9 @@ struct EngineFactory {
   // Opens an engine in `dir` (ignored by mem), with `options`.
   std::function<std::unique_ptr<Engine>(const std::string& dir, const EngineOptions&)> open;
   bool durable;
+  // Divides the work of the many-commit tests, for engines whose every
+  // commit costs network round trips and a disk sync (etcd).
+  int scale = 1;
 };
 
 // A RocksDB engine factory; `tune` adjusts the options.
