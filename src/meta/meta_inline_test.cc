@@ -325,7 +325,7 @@ TEST_P(InlineTest, FsckFindsMissingStrayAndMisSizedBytes) {
   EXPECT_EQ(store_->open(kBob, a.ino(), true, false, false, "c2").code(), ErrorCode::kCorruption);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllEngines, InlineTest, ::testing::ValuesIn(kv::allEngines()),
+INSTANTIATE_TEST_SUITE_P(AllEngines, InlineTest, ::testing::ValuesIn(kv::suiteEngines()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -583,7 +583,7 @@ TEST_P(MetaTest, ExtendedAttributes) {
   EXPECT_TRUE(t->getRange(xattrBegin(ino), xattrEnd(ino))->kvs.empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(AllEngines, MetaTest, ::testing::ValuesIn(kv::allEngines()),
+INSTANTIATE_TEST_SUITE_P(AllEngines, MetaTest, ::testing::ValuesIn(kv::suiteEngines()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "kv/kv_test_util.h"
+#include "kv/kv_suite_engines.h"
 #include "meta/fsck.h"
 #include "meta/meta_store.h"
 #include "meta/schema.h"
