@@ -1,0 +1,130 @@
+// Chain placement (placement.h): a greedy choice, replica by replica, of the
+// target that keeps the counts most even.
+#include "mgmtd/placement.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace cistern::mgmtd {
+
+Result<std::vector<PlacedChain>> placeChains(const std::vector<PlacementTarget>& targets,
+                                             uint32_t replication, uint32_t chains) {
+  if (replication < 1 || replication > 5)
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("replication {}: between 1 and 5", replication));
+  if (chains == 0) return Status(ErrorCode::kInvalidArgument, "0 chains asked for");
+  std::set<std::string> nodes;
+  std::set<uint32_t> ids;
+  for (const PlacementTarget& t : targets) {
+    if (t.id == 0) return Status(ErrorCode::kInvalidArgument, "target id 0");
+    if (!ids.insert(t.id).second)
+      return Status(ErrorCode::kInvalidArgument, fmt::format("target {} listed twice", t.id));
+    nodes.insert(t.node);
+  }
+  if (nodes.size() < replication)
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("replication {} needs targets on {} nodes; {} have targets",
+                              replication, replication, nodes.size()));
+
+  const size_t n = targets.size();
+  std::vector<uint32_t> use(n, 0), heads(n, 0);
+  std::map<std::string, uint32_t> node_use;
+  // Chains each pair of nodes shares: what a node's failure puts on the other.
+  std::map<std::pair<std::string, std::string>, uint32_t> shared;
+  auto pairKey = [](const std::string& a, const std::string& b) {
+    return a < b ? std::make_pair(a, b) : std::make_pair(b, a);
+  };
+
+  std::vector<std::vector<size_t>> out_idx;  // indexes into `targets`, head first
+  out_idx.reserve(chains);
+  std::vector<PlacedChain> out;
+  out.reserve(chains);
+  for (uint32_t c = 0; c < chains; ++c) {
+    std::vector<size_t> chosen;
+    std::set<std::string> used_nodes, used_racks;
+    for (uint32_t r = 0; r < replication; ++r) {
+      size_t best = n;
+      std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t> best_key{};
+      for (size_t i = 0; i < n; ++i) {
+        const PlacementTarget& t = targets[i];
+        if (used_nodes.count(t.node)) continue;
+        uint32_t same_rack = !t.rack.empty() && used_racks.count(t.rack) ? 1 : 0;
+        uint32_t pairs = 0;
+        for (size_t j : chosen) pairs += shared[pairKey(t.node, targets[j].node)];
+        auto key = std::make_tuple(same_rack, use[i], pairs, node_use[t.node], t.id);
+        if (best == n || key < best_key) {
+          best = i;
+          best_key = key;
+        }
+      }
+      chosen.push_back(best);
+      used_nodes.insert(targets[best].node);
+      if (!targets[best].rack.empty()) used_racks.insert(targets[best].rack);
+    }
+    for (size_t a = 0; a < chosen.size(); ++a) {
+      ++use[chosen[a]];
+      ++node_use[targets[chosen[a]].node];
+      for (size_t b = a + 1; b < chosen.size(); ++b)
+        ++shared[pairKey(targets[chosen[a]].node, targets[chosen[b]].node)];
+    }
+    // The head: the replica that has led the fewest chains so far.
+    auto head = std::min_element(chosen.begin(), chosen.end(), [&](size_t a, size_t b) {
+      return std::make_pair(heads[a], targets[a].id) < std::make_pair(heads[b], targets[b].id);
+    });
+    std::rotate(chosen.begin(), head, chosen.end());
+    ++heads[chosen.front()];
+    out_idx.push_back(std::move(chosen));
+  }
+  // Heads, evened out: while a target leads two chains more than another
+  // could, the lead moves along a path of chains — each handed from its head
+  // to a replica that leads the next one on the path — ending at a target
+  // that leads fewer (an augmenting path; each move narrows the spread).
+  for (;;) {
+    const uint32_t most = *std::max_element(heads.begin(), heads.end());
+    std::vector<int> via_chain(n, -1);  // chain that reached target i
+    std::vector<size_t> from(n, n);
+    std::vector<size_t> queue;
+    for (size_t i = 0; i < n; ++i) {
+      if (heads[i] == most && use[i] > 0) {
+        queue.push_back(i);
+        from[i] = i;
+      }
+    }
+    size_t end = n;
+    for (size_t q = 0; q < queue.size() && end == n; ++q) {
+      const size_t a = queue[q];
+      for (size_t c = 0; c < out_idx.size() && end == n; ++c) {
+        if (out_idx[c].front() != a) continue;
+        for (size_t b : out_idx[c]) {
+          if (from[b] != n) continue;
+          from[b] = a;
+          via_chain[b] = static_cast<int>(c);
+          if (heads[b] + 2 <= most) {
+            end = b;
+            break;
+          }
+          queue.push_back(b);
+        }
+      }
+    }
+    if (end == n) break;
+    ++heads[end];
+    for (size_t b = end; from[b] != b; b = from[b]) {
+      auto& chosen = out_idx[static_cast<size_t>(via_chain[b])];
+      std::rotate(chosen.begin(), std::find(chosen.begin(), chosen.end(), b), chosen.end());
+      if (from[from[b]] == from[b]) --heads[from[b]];
+    }
+  }
+  for (const auto& chosen : out_idx) {
+    PlacedChain chain;
+    for (size_t i : chosen) chain.targets.push_back(targets[i].id);
+    out.push_back(std::move(chain));
+  }
+  return out;
+}
+
+}  // namespace cistern::mgmtd

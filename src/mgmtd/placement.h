@@ -1,0 +1,37 @@
+// Chain placement: which targets form each chain of a cluster
+// (docs/chain_protocol.md, "Placement").
+//
+// Every chain has `replication` targets on as many different nodes (never
+// two replicas on one node), on different racks where the racks allow it.
+// Targets take part in as equal a number of chains as the count allows, and
+// the replicas of each node's chains spread over the other nodes as evenly
+// as they can, so that when a node fails its chains' reads and the
+// re-replication load fall evenly on the rest. Heads (which take the writes)
+// are spread the same way. Deterministic: the same targets and counts give
+// the same chains.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace cistern::mgmtd {
+
+struct PlacementTarget {
+  uint32_t id = 0;
+  std::string node;  // the machine (a failure domain)
+  std::string rack;  // a larger failure domain; empty: unknown
+};
+
+struct PlacedChain {
+  std::vector<uint32_t> targets;  // head first
+};
+
+// kInvalidArgument when replication is outside 1..5, the chain count is 0,
+// or fewer nodes have targets than the replication needs (naming both).
+Result<std::vector<PlacedChain>> placeChains(const std::vector<PlacementTarget>& targets,
+                                             uint32_t replication, uint32_t chains);
+
+}  // namespace cistern::mgmtd

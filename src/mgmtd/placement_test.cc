@@ -1,0 +1,105 @@
+// Chain placement (placement.h): replicas on distinct nodes (and racks),
+// even use of targets and heads, a failed node's chains spread over the
+// others, clear errors for what cannot be placed.
+#include "mgmtd/placement.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace cistern::mgmtd {
+namespace {
+
+std::vector<PlacementTarget> cluster(int nodes, int per_node, int racks = 0) {
+  std::vector<PlacementTarget> out;
+  uint32_t id = 1;
+  for (int n = 0; n < nodes; ++n) {
+    for (int t = 0; t < per_node; ++t) {
+      out.push_back({id++, "node" + std::to_string(n),
+                     racks ? "rack" + std::to_string(n % racks) : std::string()});
+    }
+  }
+  return out;
+}
+
+template <typename Map>
+std::pair<uint32_t, uint32_t> minMax(const Map& m) {
+  uint32_t lo = UINT32_MAX, hi = 0;
+  for (auto& [k, v] : m) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  return {lo, hi};
+}
+
+void checkSpread(const std::vector<PlacementTarget>& targets, uint32_t replication,
+                 uint32_t chains) {
+  auto placed = placeChains(targets, replication, chains);
+  ASSERT_TRUE(placed.ok()) << placed.status().toString();
+  ASSERT_EQ(placed->size(), chains);
+  std::map<uint32_t, const PlacementTarget*> by_id;
+  for (auto& t : targets) by_id[t.id] = &t;
+  std::map<uint32_t, uint32_t> use, heads;
+  for (auto& t : targets) use[t.id] = heads[t.id] = 0;
+  std::map<std::string, std::map<std::string, uint32_t>> shared;
+  for (auto& c : *placed) {
+    ASSERT_EQ(c.targets.size(), replication);
+    std::set<std::string> nodes;
+    for (uint32_t t : c.targets) {
+      EXPECT_TRUE(nodes.insert(by_id[t]->node).second) << "two replicas on " << by_id[t]->node;
+      ++use[t];
+    }
+    ++heads[c.targets.front()];
+    for (uint32_t a : c.targets)
+      for (uint32_t b : c.targets)
+        if (a != b) ++shared[by_id[a]->node][by_id[b]->node];
+  }
+  auto [lo, hi] = minMax(use);
+  EXPECT_LE(hi - lo, 1u) << "targets unevenly used";
+  auto [hlo, hhi] = minMax(heads);
+  EXPECT_LE(hhi - hlo, 1u) << "heads unevenly spread";
+  // A node's chains share their other replicas evenly among the other nodes.
+  for (auto& [node, others] : shared) {
+    auto [slo, shi] = minMax(others);
+    EXPECT_LE(shi - slo, 2u) << node << "'s chains lean on some nodes";
+  }
+}
+
+TEST(Placement, FourNodesReplicationThree) { checkSpread(cluster(4, 1), 3, 8); }
+TEST(Placement, SixNodesTwoDisksEach) { checkSpread(cluster(6, 2), 3, 24); }
+TEST(Placement, TenNodesFourDisksReplicationTwo) { checkSpread(cluster(10, 4), 2, 80); }
+TEST(Placement, ReplicationOneUsesEveryTargetOnce) { checkSpread(cluster(3, 2), 1, 6); }
+
+TEST(Placement, ReplicasLandOnDistinctRacksWhereThereAreEnough) {
+  auto targets = cluster(6, 1, 3);
+  auto placed = placeChains(targets, 3, 12);
+  ASSERT_TRUE(placed.ok());
+  for (auto& c : *placed) {
+    std::set<std::string> racks;
+    for (uint32_t t : c.targets) racks.insert(targets[t - 1].rack);
+    EXPECT_EQ(racks.size(), 3u);
+  }
+}
+
+TEST(Placement, TheSameInputGivesTheSameChains) {
+  auto a = placeChains(cluster(5, 2), 3, 10), b = placeChains(cluster(5, 2), 3, 10);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < a->size(); ++i) EXPECT_EQ((*a)[i].targets, (*b)[i].targets);
+}
+
+TEST(Placement, WhatCannotBePlacedIsAClearError) {
+  auto few = placeChains(cluster(2, 3), 3, 4);
+  EXPECT_EQ(few.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(few.status().message().find("3 nodes; 2 have targets"), std::string::npos)
+      << few.status().toString();
+  EXPECT_EQ(placeChains(cluster(6, 1), 0, 4).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(placeChains(cluster(6, 1), 6, 4).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(placeChains(cluster(6, 1), 3, 0).code(), ErrorCode::kInvalidArgument);
+  auto dup = cluster(4, 1);
+  dup[1].id = dup[0].id;
+  EXPECT_EQ(placeChains(dup, 3, 4).code(), ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cistern::mgmtd
