@@ -12,5 +12,11 @@ std::string chainBegin() { return KeyWriter(Prefix::kChain).key(); }
 std::string chainEnd() { return strinc(chainBegin()); }
 std::string routingVersionKey() { return KeyWriter(Prefix::kRoutingVersion).key(); }
 std::string clusterConfigKey() { return KeyWriter(Prefix::kClusterConfig).key(); }
+std::string nodeKey(const std::string& name) { return KeyWriter(Prefix::kNode).bytes(name).key(); }
+std::string nodeBegin() { return KeyWriter(Prefix::kNode).key(); }
+std::string nodeEnd() { return strinc(nodeBegin()); }
+std::string targetIdCounterKey() {
+  return KeyWriter(Prefix::kRoutingVersion).bytes("target-ids").key();
+}
 
 }  // namespace cistern::kv

@@ -7,6 +7,8 @@
 //                                      an older version, one target, version 1)
 //   version  (kRoutingVersion)      -> routing version (kv::encodeCounter)
 //   config   (kClusterConfig)       -> mgmt::ClusterConfig
+//   node     (kNode, name)          -> mgmt::Node (a cluster's storage nodes)
+//   ids      (kRoutingVersion, "target-ids") -> the last target id given out
 #pragma once
 
 #include <cstdint>
@@ -22,5 +24,9 @@ std::string chainBegin();
 std::string chainEnd();
 std::string routingVersionKey();
 std::string clusterConfigKey();
+std::string nodeKey(const std::string& name);
+std::string nodeBegin();
+std::string nodeEnd();
+std::string targetIdCounterKey();
 
 }  // namespace cistern::kv

@@ -1,5 +1,6 @@
 #include "mgmtd/mgmt_service.h"
 
+#include "mgmtd/cluster_manager.h"
 #include "mgmtd/routing_table.h"
 #include "net/blocking.h"
 
@@ -25,6 +26,24 @@ MgmtService::MgmtService(kv::Engine& kv, net::RpcServer& server, MgmtHooks hooks
              mgmt::FsckResp& resp) -> asio::awaitable<Status> {
         if (!hooks_.fsck) co_return Status(ErrorCode::kNotSupported, "fsck is not served here");
         co_return co_await net::runBlocking(pool_, [&] { return hooks_.fsck(req, &resp); });
+      });
+  serveCluster(server, "RegisterNode", &ClusterManager::registerNode);
+  serveCluster(server, "Heartbeat", &ClusterManager::heartbeat);
+  serveCluster(server, "CreateChains", &ClusterManager::createChains);
+}
+
+template <typename Req, typename Resp>
+void MgmtService::serveCluster(net::RpcServer& server, const char* method,
+                               Result<Resp> (ClusterManager::*call)(const Req&)) {
+  server.handle<Req, Resp>(
+      net::Method::of(std::string("cistern.mgmt.MgmtService.") + method),
+      [this, call](net::CallContext&, const Req& req, Resp& resp) -> asio::awaitable<Status> {
+        if (!hooks_.cluster)
+          co_return Status(ErrorCode::kNotSupported, "not a cluster's mgmtd (cistern up)");
+        co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          ASSIGN_OR_RETURN(resp, (hooks_.cluster->*call)(req));
+          return Status::OK();
+        });
       });
 }
 

@@ -2,7 +2,8 @@
 // src/proto/mgmt.proto). GetRouting answers the routing table as the KV
 // holds it (routing_table.h), with each target's health from `Hooks`; Fsck
 // runs the check that whoever composes the services provides (it needs meta
-// and every target's chunk list, which mgmtd does not own).
+// and every target's chunk list, which mgmtd does not own); RegisterNode,
+// Heartbeat and CreateChains go to the cluster manager of a cluster's mgmtd.
 //
 // Both run on a small pool of their own, never on the RPC I/O threads.
 // Construct before server.start(); destroy after server.stop().
@@ -18,11 +19,16 @@
 
 namespace cistern::mgmtd {
 
+class ClusterManager;
+
 struct MgmtHooks {
   // Whether target `id` has failed (an fsync error, a lost disk). Default: none has.
   std::function<bool(uint32_t id)> target_failed;
   // The namespace and chunk check of `cistern fsck`; unset: kNotSupported.
   std::function<Status(const mgmt::FsckReq&, mgmt::FsckResp*)> fsck;
+  // A cluster's primary mgmtd (cluster_manager.h): RegisterNode, Heartbeat
+  // and CreateChains; unset (one machine): kNotSupported.
+  ClusterManager* cluster = nullptr;
 };
 
 class MgmtService {
@@ -31,6 +37,11 @@ class MgmtService {
   ~MgmtService();
 
  private:
+  // Serves `method` by the cluster manager's `call` (kNotSupported without one).
+  template <typename Req, typename Resp>
+  void serveCluster(net::RpcServer& server, const char* method,
+                    Result<Resp> (ClusterManager::*call)(const Req&));
+
   kv::Engine& kv_;
   MgmtHooks hooks_;
   asio::thread_pool pool_{2};

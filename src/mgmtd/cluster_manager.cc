@@ -1,0 +1,271 @@
+// The primary mgmtd's cluster bookkeeping (cluster_manager.h).
+#include "mgmtd/cluster_manager.h"
+
+#include <fmt/format.h>
+
+#include "kv/cluster_keys.h"
+#include "mgmtd/chain_states.h"
+#include "mgmtd/placement.h"
+#include "mgmtd/routing_table.h"
+
+namespace cistern::mgmtd {
+namespace {
+
+Result<uint64_t> bumpRoutingVersion(kv::Transaction& t) {
+  ASSIGN_OR_RETURN(auto raw, t.get(kv::routingVersionKey()));
+  const uint64_t v = (raw ? static_cast<uint64_t>(kv::decodeCounter(*raw)) : 0) + 1;
+  t.set(kv::routingVersionKey(), kv::encodeCounter(static_cast<int64_t>(v)));
+  return v;
+}
+
+Result<uint64_t> routingVersion(kv::ReadTransaction& t) {
+  ASSIGN_OR_RETURN(auto raw, t.get(kv::routingVersionKey()));
+  return raw ? static_cast<uint64_t>(kv::decodeCounter(*raw)) : 0;
+}
+
+template <typename Msg>
+Result<Msg> parse(const std::string& bytes, const char* what) {
+  Msg m;
+  if (!m.ParseFromString(bytes))
+    return Status(ErrorCode::kCorruption, fmt::format("{} row does not parse", what));
+  return m;
+}
+
+TargetState fromProto(mgmt::TargetState s) {
+  switch (s) {
+    case mgmt::SYNCING:
+      return TargetState::kSyncing;
+    case mgmt::WAITING:
+      return TargetState::kWaiting;
+    case mgmt::OFFLINE:
+      return TargetState::kOffline;
+    case mgmt::LASTSRV:
+      return TargetState::kLastServing;
+    default:
+      return TargetState::kServing;
+  }
+}
+
+mgmt::TargetState toProto(TargetState s) {
+  switch (s) {
+    case TargetState::kServing:
+      return mgmt::SERVING;
+    case TargetState::kSyncing:
+      return mgmt::SYNCING;
+    case TargetState::kWaiting:
+      return mgmt::WAITING;
+    case TargetState::kOffline:
+      return mgmt::OFFLINE;
+    case TargetState::kLastServing:
+      return mgmt::LASTSRV;
+  }
+  return mgmt::OFFLINE;
+}
+
+ChainView viewOf(const mgmt::Chain& c) {
+  ChainView v;
+  v.id = c.id();
+  v.version = c.version();
+  if (c.members_size() == 0) {
+    for (uint32_t t : c.targets()) v.members.push_back({t, TargetState::kServing});
+  } else {
+    for (const auto& m : c.members()) v.members.push_back({m.target(), fromProto(m.state())});
+  }
+  return v;
+}
+
+mgmt::Chain chainOf(const ChainView& v) {
+  mgmt::Chain c;
+  c.set_id(v.id);
+  c.set_version(v.version);
+  for (uint32_t t : v.serving()) c.add_targets(t);
+  for (const ChainMember& m : v.members) {
+    auto* pm = c.add_members();
+    pm->set_target(m.target);
+    pm->set_state(toProto(m.state));
+  }
+  return c;
+}
+
+}  // namespace
+
+ClusterManager::ClusterManager(kv::Engine& kv, Clock& clock, ClusterManagerOptions options)
+    : kv_(kv), clock_(clock), options_(options), started_(clock.now()) {}
+
+bool ClusterManager::aliveLocked(uint32_t target, SteadyTime now) const {
+  auto it = last_seen_.find(target);
+  const SteadyTime seen = it == last_seen_.end() ? started_ : std::max(it->second, started_);
+  return now - seen < std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+}
+
+Result<mgmt::RegisterNodeResp> ClusterManager::registerNode(const mgmt::RegisterNodeReq& req) {
+  if (req.name().empty()) return Status(ErrorCode::kInvalidArgument, "node registration: no name");
+  if (req.endpoint().empty())
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("node {}: no storage endpoint given", req.name()));
+  mgmt::RegisterNodeResp resp;
+  RETURN_ON_ERROR(kv::runTransaction(kv_, [&](kv::Transaction& t) -> Status {
+    resp.Clear();
+    bool changed = false;
+    ASSIGN_OR_RETURN(auto raw, t.get(kv::nodeKey(req.name())));
+    mgmt::Node old;
+    if (raw) {
+      ASSIGN_OR_RETURN(old, parse<mgmt::Node>(*raw, "node"));
+    }
+    // Known paths keep their ids.
+    std::map<std::string, uint32_t> known;
+    for (uint32_t id : old.targets()) {
+      ASSIGN_OR_RETURN(auto row, t.get(kv::targetKey(id)));
+      if (!row) continue;
+      ASSIGN_OR_RETURN(mgmt::Target target, parse<mgmt::Target>(*row, "target"));
+      known[target.path()] = id;
+    }
+    ASSIGN_OR_RETURN(auto counter, t.get(kv::targetIdCounterKey()));
+    uint64_t last_id = counter ? static_cast<uint64_t>(kv::decodeCounter(*counter)) : 0;
+    mgmt::Node node;
+    node.set_name(req.name());
+    node.set_rack(req.rack());
+    node.set_endpoint(req.endpoint());
+    for (const std::string& path : req.target_paths()) {
+      uint32_t id;
+      if (auto it = known.find(path); it != known.end()) {
+        id = it->second;
+      } else {
+        id = static_cast<uint32_t>(++last_id);
+        t.set(kv::targetIdCounterKey(), kv::encodeCounter(static_cast<int64_t>(last_id)));
+      }
+      mgmt::Target target;
+      target.set_id(id);
+      target.set_endpoint(req.endpoint());
+      target.set_path(path);
+      target.set_node(req.name());
+      target.set_rack(req.rack());
+      ASSIGN_OR_RETURN(auto before, t.get(kv::targetKey(id)));
+      const std::string bytes = target.SerializeAsString();
+      if (!before || *before != bytes) {
+        t.set(kv::targetKey(id), bytes);
+        changed = true;
+      }
+      node.add_targets(id);
+      resp.add_target_ids(id);
+    }
+    const std::string bytes = node.SerializeAsString();
+    if (!raw || *raw != bytes) {
+      t.set(kv::nodeKey(req.name()), bytes);
+      changed = true;
+    }
+    if (changed) {
+      ASSIGN_OR_RETURN(uint64_t v, bumpRoutingVersion(t));
+      resp.set_routing_version(v);
+    } else {
+      ASSIGN_OR_RETURN(uint64_t v, routingVersion(t));
+      resp.set_routing_version(v);
+    }
+    return Status::OK();
+  }));
+  resp.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
+  std::lock_guard lock(mu_);
+  const SteadyTime now = clock_.now();
+  for (uint32_t id : resp.target_ids()) last_seen_[id] = now;
+  return resp;
+}
+
+Result<mgmt::HeartbeatResp> ClusterManager::heartbeat(const mgmt::HeartbeatReq& req) {
+  mgmt::Node node;
+  RETURN_ON_ERROR(kv::runReadTransaction(kv_, [&](kv::ReadTransaction& t) -> Status {
+    ASSIGN_OR_RETURN(auto raw, t.get(kv::nodeKey(req.name())));
+    if (!raw)
+      return Status(ErrorCode::kNotFound, fmt::format("node {} has not registered", req.name()));
+    ASSIGN_OR_RETURN(node, parse<mgmt::Node>(*raw, "node"));
+    return Status::OK();
+  }));
+  std::set<uint32_t> own(node.targets().begin(), node.targets().end());
+  {
+    std::lock_guard lock(mu_);
+    const SteadyTime now = clock_.now();
+    for (uint32_t id : req.alive_targets()) {
+      if (!own.count(id))
+        return Status(ErrorCode::kInvalidArgument,
+                      fmt::format("node {} reports target {}, which is not its", req.name(), id));
+      last_seen_[id] = now;
+    }
+    for (const auto& s : req.synced()) {
+      if (own.count(s.target())) synced_.insert({s.chain(), s.target()});
+    }
+  }
+  mgmt::HeartbeatResp resp;
+  ASSIGN_OR_RETURN(mgmt::Routing routing, loadRouting(kv_));
+  resp.set_routing_version(routing.version());
+  if (routing.version() > req.routing_version()) *resp.mutable_routing() = std::move(routing);
+  return resp;
+}
+
+Result<mgmt::CreateChainsResp> ClusterManager::createChains(const mgmt::CreateChainsReq& req) {
+  mgmt::CreateChainsResp resp;
+  RETURN_ON_ERROR(kv::runTransaction(kv_, [&](kv::Transaction& t) -> Status {
+    resp.Clear();
+    ASSIGN_OR_RETURN(auto chains, t.getRange(kv::chainBegin(), kv::chainEnd(), {.limit = 1}));
+    if (!chains.kvs.empty())
+      return Status(ErrorCode::kAlreadyExists,
+                    "the cluster has chains already (adding chains is a rebalance)");
+    ASSIGN_OR_RETURN(auto rows, t.getRange(kv::targetBegin(), kv::targetEnd(), {}));
+    std::vector<PlacementTarget> targets;
+    for (const auto& row : rows.kvs) {
+      ASSIGN_OR_RETURN(mgmt::Target target, parse<mgmt::Target>(row.value, "target"));
+      targets.push_back({target.id(), target.node(), target.rack()});
+    }
+    ASSIGN_OR_RETURN(auto placed, placeChains(targets, req.replication(), req.chains()));
+    for (size_t i = 0; i < placed.size(); ++i) {
+      ChainView v;
+      v.id = static_cast<uint32_t>(i + 1);
+      v.version = 1;
+      for (uint32_t target : placed[i].targets)
+        v.members.push_back({target, TargetState::kServing});
+      mgmt::Chain c = chainOf(v);
+      t.set(kv::chainKey(v.id), c.SerializeAsString());
+      *resp.add_chains() = std::move(c);
+    }
+    ASSIGN_OR_RETURN(uint64_t version, bumpRoutingVersion(t));
+    resp.set_routing_version(version);
+    return Status::OK();
+  }));
+  return resp;
+}
+
+Result<uint64_t> ClusterManager::tick() {
+  std::map<uint32_t, bool> alive;
+  std::set<std::pair<uint32_t, uint32_t>> synced;
+  const SteadyTime now = clock_.now();
+  {
+    std::lock_guard lock(mu_);
+    synced = synced_;
+  }
+  uint64_t version = 0;
+  RETURN_ON_ERROR(kv::runTransaction(kv_, [&](kv::Transaction& t) -> Status {
+    ASSIGN_OR_RETURN(auto rows, t.getRange(kv::chainBegin(), kv::chainEnd(), {}));
+    bool changed = false;
+    for (const auto& row : rows.kvs) {
+      ASSIGN_OR_RETURN(mgmt::Chain chain, parse<mgmt::Chain>(row.value, "chain"));
+      if (row.value.empty()) continue;  // an old one-target chain of `cistern up`
+      const ChainView before = viewOf(chain);
+      ChainView after = nextChain(before, [&](uint32_t target) {
+        std::lock_guard lock(mu_);
+        return TargetReport{aliveLocked(target, now), synced.count({before.id, target}) > 0};
+      });
+      if (after.version == before.version) continue;
+      t.set(row.key, chainOf(after).SerializeAsString());
+      changed = true;
+    }
+    if (changed) {
+      ASSIGN_OR_RETURN(version, bumpRoutingVersion(t));
+    } else {
+      ASSIGN_OR_RETURN(version, routingVersion(t));
+    }
+    return Status::OK();
+  }));
+  std::lock_guard lock(mu_);
+  for (const auto& s : synced) synced_.erase(s);
+  return version;
+}
+
+}  // namespace cistern::mgmtd

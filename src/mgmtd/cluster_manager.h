@@ -1,0 +1,59 @@
+// ClusterManager: what the primary mgmtd of a cluster does with the
+// cluster-state tables in the KV (docs/chain_protocol.md): registers storage
+// nodes and gives their targets ids, lays out chains over them
+// (placement.h), takes heartbeats, and on each tick moves every chain's
+// targets by the state machine (chain_states.h), bumping the chain's and the
+// routing version when anything changed.
+//
+// Liveness is this process's knowledge, not the KV's: a target is alive if
+// its node's heartbeat listed it within `heartbeat_timeout_ms`. A manager
+// that just started (a new primary) counts every target as heard at its
+// start, so a takeover does not take the cluster down for a missed beat.
+//
+// Thread-safe; each call is one or a few KV transactions. The clock is
+// injected (tests advance a ManualClock).
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "common/clock.h"
+#include "common/result.h"
+#include "kv/engine.h"
+#include "mgmt.pb.h"
+
+namespace cistern::mgmtd {
+
+struct ClusterManagerOptions {
+  // A target not listed in a heartbeat for this long is OFFLINE.
+  uint32_t heartbeat_timeout_ms = 10000;
+};
+
+class ClusterManager {
+ public:
+  ClusterManager(kv::Engine& kv, Clock& clock, ClusterManagerOptions options = {});
+
+  Result<mgmt::RegisterNodeResp> registerNode(const mgmt::RegisterNodeReq& req);
+  Result<mgmt::HeartbeatResp> heartbeat(const mgmt::HeartbeatReq& req);
+  // kAlreadyExists when the cluster has chains (adding and moving chains is
+  // rebalancing, not this).
+  Result<mgmt::CreateChainsResp> createChains(const mgmt::CreateChainsReq& req);
+  // One step of every chain from the heartbeats seen; returns the routing
+  // version now.
+  Result<uint64_t> tick();
+  const ClusterManagerOptions& options() const { return options_; }
+
+ private:
+  bool aliveLocked(uint32_t target, SteadyTime now) const;
+
+  kv::Engine& kv_;
+  Clock& clock_;
+  const ClusterManagerOptions options_;
+  const SteadyTime started_;
+  std::mutex mu_;
+  std::map<uint32_t, SteadyTime> last_seen_;  // target -> its node's last heartbeat listing it
+  std::set<std::pair<uint32_t, uint32_t>> synced_;  // (chain, target) reported synced
+};
+
+}  // namespace cistern::mgmtd

@@ -1,0 +1,241 @@
+// The primary mgmtd's bookkeeping on a KV and a manual clock: registration
+// keeps target ids, chains are laid out once, a node silent past the
+// timeout leaves its chains within one tick and comes back through
+// WAITING and SYNCING, heartbeats carry newer routing, and a new primary
+// gives every target one timeout's grace.
+#include "mgmtd/cluster_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "kv/cluster_keys.h"
+#include "mgmtd/mgmt_service.h"
+#include "mgmtd/routing_table.h"
+#include "net/rpc_client.h"
+
+namespace cistern::mgmtd {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ClusterManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    kv_ = kv::openMemEngine();
+    mgr_ = std::make_unique<ClusterManager>(*kv_, clock_, ClusterManagerOptions{10000});
+  }
+  mgmt::RegisterNodeResp reg(int node, std::vector<std::string> paths = {"/d0"}) {
+    mgmt::RegisterNodeReq r;
+    r.set_name("node" + std::to_string(node));
+    r.set_endpoint("10.0.0." + std::to_string(node) + ":7430");
+    for (auto& p : paths) r.add_target_paths(p);
+    auto resp = mgr_->registerNode(r);
+    EXPECT_TRUE(resp.ok()) << resp.status().toString();
+    return resp.ok() ? *resp : mgmt::RegisterNodeResp{};
+  }
+  mgmt::HeartbeatResp beat(int node, std::vector<uint32_t> alive,
+                           std::vector<std::pair<uint32_t, uint32_t>> synced = {},
+                           uint64_t known = 0) {
+    mgmt::HeartbeatReq r;
+    r.set_name("node" + std::to_string(node));
+    for (uint32_t t : alive) r.add_alive_targets(t);
+    for (auto [c, t] : synced) {
+      auto* s = r.add_synced();
+      s->set_chain(c);
+      s->set_target(t);
+    }
+    r.set_routing_version(known);
+    auto resp = mgr_->heartbeat(r);
+    EXPECT_TRUE(resp.ok()) << resp.status().toString();
+    return resp.ok() ? *resp : mgmt::HeartbeatResp{};
+  }
+  std::map<uint32_t, mgmt::Chain> chains() {
+    auto r = loadRouting(*kv_);
+    EXPECT_TRUE(r.ok()) << r.status().toString();
+    std::map<uint32_t, mgmt::Chain> out;
+    for (auto& c : r->chains()) out[c.id()] = c;
+    return out;
+  }
+  // State of `target` in `chain`.
+  mgmt::TargetState stateIn(const mgmt::Chain& chain, uint32_t target) {
+    for (auto& m : chain.members())
+      if (m.target() == target) return m.state();
+    ADD_FAILURE() << "target " << target << " not in chain " << chain.id();
+    return mgmt::OFFLINE;
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<kv::Engine> kv_;
+  std::unique_ptr<ClusterManager> mgr_;
+};
+
+TEST_F(ClusterManagerTest, RegistrationGivesIdsAndKeepsThemForKnownPaths) {
+  auto a = reg(1, {"/d0", "/d1"});
+  EXPECT_EQ(std::vector<uint32_t>(a.target_ids().begin(), a.target_ids().end()),
+            (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(a.heartbeat_timeout_ms(), 10000u);
+  auto b = reg(2);
+  EXPECT_EQ(b.target_ids(0), 3u);
+  auto again = reg(1, {"/d1", "/d0", "/d2"});
+  EXPECT_EQ(std::vector<uint32_t>(again.target_ids().begin(), again.target_ids().end()),
+            (std::vector<uint32_t>{2, 1, 4}));
+  auto same = reg(1, {"/d1", "/d0", "/d2"});
+  EXPECT_EQ(same.routing_version(), again.routing_version()) << "nothing changed";
+  mgmt::RegisterNodeReq bad;
+  EXPECT_EQ(mgr_->registerNode(bad).code(), ErrorCode::kInvalidArgument);
+  bad.set_name("x");
+  EXPECT_EQ(mgr_->registerNode(bad).code(), ErrorCode::kInvalidArgument);
+  mgmt::HeartbeatReq stranger;
+  stranger.set_name("never-registered");
+  EXPECT_EQ(mgr_->heartbeat(stranger).code(), ErrorCode::kNotFound);
+  mgmt::HeartbeatReq wrong;
+  wrong.set_name("node2");
+  wrong.add_alive_targets(1);  // node1's
+  EXPECT_EQ(mgr_->heartbeat(wrong).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(ClusterManagerTest, ChainsAreLaidOutOnceOverDistinctNodes) {
+  for (int n = 1; n <= 4; ++n) reg(n);
+  mgmt::CreateChainsReq req;
+  req.set_replication(3);
+  req.set_chains(8);
+  auto made = mgr_->createChains(req);
+  ASSERT_TRUE(made.ok()) << made.status().toString();
+  ASSERT_EQ(made->chains_size(), 8);
+  for (auto& c : made->chains()) {
+    EXPECT_EQ(std::set<uint32_t>(c.targets().begin(), c.targets().end()).size(), 3u);
+    EXPECT_EQ(c.members_size(), 3);
+  }
+  EXPECT_EQ(chains().size(), 8u);
+  EXPECT_EQ(mgr_->createChains(req).code(), ErrorCode::kAlreadyExists);
+  req.set_replication(5);
+  EXPECT_EQ(mgr_->createChains(req).code(), ErrorCode::kAlreadyExists);
+}
+
+TEST_F(ClusterManagerTest, ASilentNodeLeavesItsChainsAndComesBackThroughASync) {
+  for (int n = 1; n <= 4; ++n) reg(n);
+  mgmt::CreateChainsReq req;
+  req.set_replication(3);
+  req.set_chains(4);
+  ASSERT_TRUE(mgr_->createChains(req).ok());
+  auto v0 = mgr_->tick();
+  ASSERT_TRUE(v0.ok());
+  // Nodes 1-3 beat every 3 s; node 4 (target 4) stops.
+  for (int s = 0; s < 4; ++s) {
+    clock_.advance(3s);
+    for (int n = 1; n <= 3; ++n) beat(n, {static_cast<uint32_t>(n)});
+  }
+  auto v1 = mgr_->tick();
+  ASSERT_TRUE(v1.ok());
+  EXPECT_GT(*v1, *v0) << "routing moved";
+  for (auto& [id, c] : chains()) {
+    for (uint32_t t : c.targets()) EXPECT_NE(t, 4u) << "chain " << id << " still routes to 4";
+    bool had4 = false;
+    for (auto& m : c.members()) had4 |= m.target() == 4;
+    if (had4) {
+      EXPECT_EQ(stateIn(c, 4), mgmt::OFFLINE);
+      EXPECT_EQ(c.members(c.members_size() - 1).target(), 4u) << "offline goes last";
+      EXPECT_EQ(c.version(), 2u);
+    }
+  }
+  // A node holding an older routing version gets the table with the beat.
+  auto hb = beat(1, {1}, {}, *v0);
+  EXPECT_EQ(hb.routing_version(), *v1);
+  EXPECT_TRUE(hb.has_routing());
+  EXPECT_FALSE(beat(1, {1}, {}, *v1).has_routing());
+
+  // Back: WAITING, then SYNCING, then (synced) SERVING at the tail.
+  beat(4, {4});
+  ASSERT_TRUE(mgr_->tick().ok());
+  std::vector<uint32_t> with4;
+  for (auto& [id, c] : chains()) {
+    for (auto& m : c.members())
+      if (m.target() == 4) with4.push_back(id);
+  }
+  ASSERT_FALSE(with4.empty());
+  for (uint32_t id : with4) EXPECT_EQ(stateIn(chains()[id], 4), mgmt::WAITING);
+  ASSERT_TRUE(mgr_->tick().ok());
+  for (uint32_t id : with4) EXPECT_EQ(stateIn(chains()[id], 4), mgmt::SYNCING);
+  std::vector<std::pair<uint32_t, uint32_t>> synced;
+  for (uint32_t id : with4) synced.push_back({id, 4});
+  beat(4, {4}, synced);
+  for (int n = 1; n <= 3; ++n) beat(n, {static_cast<uint32_t>(n)});
+  ASSERT_TRUE(mgr_->tick().ok());
+  for (uint32_t id : with4) {
+    auto c = chains()[id];
+    EXPECT_EQ(stateIn(c, 4), mgmt::SERVING);
+    EXPECT_EQ(c.targets(c.targets_size() - 1), 4u) << "joins at the tail";
+    EXPECT_EQ(c.targets_size(), 3);
+  }
+}
+
+TEST_F(ClusterManagerTest, ANewPrimaryGivesEveryTargetOneTimeoutOfGrace) {
+  for (int n = 1; n <= 3; ++n) reg(n);
+  mgmt::CreateChainsReq req;
+  req.set_replication(3);
+  req.set_chains(3);
+  ASSERT_TRUE(mgr_->createChains(req).ok());
+  clock_.advance(60s);  // the old primary heard nothing for a minute, then died
+  mgr_ = std::make_unique<ClusterManager>(*kv_, clock_, ClusterManagerOptions{10000});
+  auto v = mgr_->tick();
+  ASSERT_TRUE(v.ok());
+  for (auto& [id, c] : chains()) EXPECT_EQ(c.targets_size(), 3) << "chain " << id;
+  clock_.advance(5s);
+  beat(1, {1});
+  beat(2, {2});
+  clock_.advance(6s);
+  ASSERT_TRUE(mgr_->tick().ok());
+  for (auto& [id, c] : chains()) {
+    EXPECT_EQ(c.targets_size(), 2) << "chain " << id;
+    EXPECT_EQ(stateIn(c, 3), mgmt::OFFLINE);
+  }
+}
+
+}  // namespace
+}  // namespace cistern::mgmtd
+
+namespace cistern::mgmtd {
+namespace {
+
+// The same calls over mgmtd's RPC service; a one-machine mgmtd (no cluster
+// manager) refuses them with kNotSupported.
+TEST(MgmtServiceCluster, NodesRegisterAndBeatOverRpc) {
+  auto kv = kv::openMemEngine();
+  ManualClock clock;
+  ClusterManager manager(*kv, clock);
+  net::ServerOptions so;
+  so.threads = 1;
+  net::RpcServer server(so);
+  MgmtService service(*kv, server, MgmtHooks{.cluster = &manager});
+  net::RpcServer plain_server(so);
+  MgmtService plain(*kv, plain_server, MgmtHooks{});
+  ASSERT_TRUE(server.start().ok());
+  ASSERT_TRUE(plain_server.start().ok());
+  net::RpcClient client(net::ClientOptions{});
+  mgmt::RegisterNodeReq reg;
+  reg.set_name("n1");
+  reg.set_endpoint("127.0.0.1:1");
+  reg.add_target_paths("/d");
+  mgmt::RegisterNodeResp resp;
+  const auto kRegister = net::Method::of("cistern.mgmt.MgmtService.RegisterNode");
+  ASSERT_TRUE(client.callSync(server.endpoint(), kRegister, reg, &resp).ok());
+  EXPECT_EQ(resp.target_ids_size(), 1);
+  mgmt::HeartbeatReq hb;
+  hb.set_name("n1");
+  hb.add_alive_targets(resp.target_ids(0));
+  mgmt::HeartbeatResp hb_resp;
+  ASSERT_TRUE(client
+                  .callSync(server.endpoint(),
+                            net::Method::of("cistern.mgmt.MgmtService.Heartbeat"), hb, &hb_resp)
+                  .ok());
+  EXPECT_EQ(hb_resp.routing_version(), resp.routing_version());
+  EXPECT_TRUE(hb_resp.has_routing());
+  EXPECT_EQ(client.callSync(plain_server.endpoint(), kRegister, reg, &resp).code(),
+            ErrorCode::kNotSupported);
+  server.stop();
+  plain_server.stop();
+}
+
+}  // namespace
+}  // namespace cistern::mgmtd
