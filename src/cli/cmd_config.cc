@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "fuse/mount_options.h"
 #include "server/local_cluster.h"
+#include "server/mgmtd_server.h"
 
 namespace cistern::cli {
 namespace {
@@ -78,6 +79,14 @@ Status loadUpConfig(const std::string& path, server::LocalClusterOptions* option
       });
 }
 
+Status loadMgmtdConfig(const std::string& path, server::MgmtdServerOptions* options,
+                       log::Level* level) {
+  server::MgmtdServerOptions o = *options;
+  return loadConfig(
+      path, level, [&](ConfigBinder& b) { o.bind(b); }, [&] { return o.validate(); },
+      [&] { *options = o; });
+}
+
 Status loadMountConfig(const std::string& path, fuse::MountConfig* mount, log::Level* level) {
   fuse::MountConfig m = *mount;
   return loadConfig(
@@ -95,7 +104,7 @@ Status loadClientConfig(const std::string& path, Client::Options* client, log::L
 void addConfig(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "config", "show or check the configuration of `cistern up` (or `cistern mount`)");
-  static bool defaults = false, mount_only = false, client_only = false;
+  static bool defaults = false, mount_only = false, client_only = false, mgmtd_only = false;
   cmd->add_flag("--defaults", defaults, "print every key with its default (the default action)");
   auto* mount_flag =
       cmd->add_flag("--mount", mount_only,
@@ -103,6 +112,10 @@ void addConfig(CLI::App& app) {
   cmd->add_flag("--client", client_only,
                 "the keys of `--config` of the commands that talk to a cluster (put, get, ls, "
                 "bench, ...: client.*, log.level) instead")
+      ->excludes(mount_flag);
+  cmd->add_flag("--mgmtd", mgmtd_only,
+                "the keys of `cistern serve --role mgmtd --config` (mgmtd.*, kv.*, log.level) "
+                "instead")
       ->excludes(mount_flag);
   auto* check = cmd->add_option("--check", "validate a TOML config file");
   cmd->callback([check] {
@@ -112,8 +125,10 @@ void addConfig(CLI::App& app) {
       std::string path = check->as<std::string>();
       log::Level level = log::level();
       Client::Options c;
+      server::MgmtdServerOptions g;
       Status s = client_only  ? loadClientConfig(path, &c, &level)
                  : mount_only ? loadMountConfig(path, &m, &level)
+                 : mgmtd_only ? loadMgmtdConfig(path, &g, &level)
                               : loadUpConfig(path, &o, &m, &level);
       if (!s.ok()) {
         fmt::print(stderr, "cistern: {}\n", s.message());
@@ -126,8 +141,11 @@ void addConfig(CLI::App& app) {
     std::string log_level(log::levelName(log::Level::kInfo));
     ConfigBinder binder;
     Client::Options c;  // a library client's defaults, not the mount's
+    server::MgmtdServerOptions g;
     if (client_only) {
       client::bindClientOptions(binder, "client", &c);
+    } else if (mgmtd_only) {
+      g.bind(binder);
     } else {
       if (!mount_only) o.bind(binder);
       m.bind(binder);

@@ -15,6 +15,7 @@ class App;
 }
 namespace cistern::server {
 struct LocalClusterOptions;
+struct MgmtdServerOptions;
 }
 namespace cistern::fuse {
 struct MountConfig;
@@ -37,7 +38,11 @@ Status loadMountConfig(const std::string& path, fuse::MountConfig* mount, log::L
 // The same for the commands that talk to a cluster (`cistern put --config`
 // ...): the client.* and log.level keys (`cistern config --defaults --client`).
 Status loadClientConfig(const std::string& path, Client::Options* client, log::Level* level);
+// The same for `cistern serve --role mgmtd --config`: mgmtd.*, kv.*, log.level.
+Status loadMgmtdConfig(const std::string& path, server::MgmtdServerOptions* options,
+                       log::Level* level);
 void addUp(CLI::App& app);
+void addServe(CLI::App& app);  // serve --role mgmtd (meta and storage roles: to come)
 void addFileCommands(CLI::App& app);     // ls, stat, mkdir, rm, mv, cat
 void addCopyCommands(CLI::App& app);     // put, get
 void addClusterCommands(CLI::App& app);  // df, status, fsck

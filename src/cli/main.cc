@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   cistern::cli::addVersion(app);
   cistern::cli::addConfig(app);
   cistern::cli::addUp(app);
+  cistern::cli::addServe(app);
   cistern::cli::addFileCommands(app);
   cistern::cli::addCopyCommands(app);
   cistern::cli::addClusterCommands(app);

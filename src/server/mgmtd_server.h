@@ -1,0 +1,42 @@
+// MgmtdServer: the mgmtd role of `cistern serve --role mgmtd`: the mgmt RPC
+// service with a cluster manager (mgmtd/cluster_manager.h) on the cluster's
+// KV, and a loop that steps the chains every `tick_ms`.
+//
+// One mgmtd per cluster for now: several at once would each step the
+// chains (their primary by an etcd lease is still to come;
+// docs/chain_protocol.md, "Not built yet").
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "net/endpoint.h"
+#include "server/kv_options.h"
+
+namespace cistern::server {
+
+struct MgmtdServerOptions {
+  std::string listen = "127.0.0.1:7420";
+  uint32_t heartbeat_timeout_ms = 10000;
+  uint32_t tick_ms = 0;  // 0: a quarter of the heartbeat timeout
+  KvOptions kv;
+
+  void bind(ConfigBinder& b);  // mgmtd.* and kv.*
+  Status validate() const;
+};
+
+class MgmtdServer {
+ public:
+  static Result<std::unique_ptr<MgmtdServer>> start(const MgmtdServerOptions& options);
+  ~MgmtdServer();
+  net::Endpoint endpoint() const;
+
+  struct Impl;
+
+ private:
+  explicit MgmtdServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cistern::server

@@ -1,0 +1,214 @@
+// `cistern serve --role mgmtd` on a real 3-member etcd cluster, with storage
+// nodes played by the test over mgmtd's RPC: chains are laid out over four
+// nodes, a node that stops beating is routed around within the heartbeat
+// timeout plus a tick, the state survives a SIGKILL of mgmtd (it is in
+// etcd), and the node comes back through WAITING and SYNCING.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "mgmt.pb.h"
+#include "net/rpc_client.h"
+#include "tests/support/etcd_cluster.h"
+#include "tests/support/serve_process.h"
+
+namespace cistern {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const net::Method& method(const char* name) {
+  static std::map<std::string, net::Method> methods;
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  auto it = methods.find(name);
+  if (it == methods.end())
+    it = methods.emplace(name, net::Method::of(std::string("cistern.mgmt.MgmtService.") + name))
+             .first;
+  return it->second;
+}
+
+class MgmtdCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/cistern-mgmtd-" + std::to_string(getpid());
+    etcd_ = testing::EtcdCluster::start(dir_ + "/etcd", 3);
+    ASSERT_NE(etcd_, nullptr);
+    port_ = testing::freeLoopbackPort();
+    config_ = dir_ + "/mgmtd.toml";
+    std::ofstream f(config_);
+    f << "mgmtd.listen = \"127.0.0.1:" << port_ << "\"\n"
+      << "mgmtd.heartbeat_timeout_ms = 1500\nmgmtd.tick_ms = 200\n"
+      << "kv.backend = \"etcd\"\nkv.etcd.prefix = \"test-" << getpid() << "/\"\n"
+      << "kv.etcd.endpoints = [";
+    for (size_t i = 0; i < etcd_->size(); ++i)
+      f << (i ? ", " : "") << "\"" << etcd_->endpoint(i) << "\"";
+    f << "]\n";
+    f.close();
+    mgmtd_ = std::make_unique<testing::ServeProcess>(CISTERN_BIN, "mgmtd", config_);
+    ASSERT_TRUE(mgmtd_->start());
+    auto ep = net::Endpoint::parse("127.0.0.1:" + std::to_string(port_));
+    ASSERT_TRUE(ep.ok());
+    mgmtd_ep_ = *ep;
+  }
+  void TearDown() override {
+    stop_beats_ = true;
+    for (auto& t : beaters_) t.join();
+    mgmtd_.reset();
+    etcd_.reset();
+  }
+
+  template <typename Req, typename Resp>
+  Status call(const char* name, const Req& req, Resp* resp) {
+    return client_.callSync(mgmtd_ep_, method(name), req, resp, {.timeout_ms = 3000});
+  }
+  // The routing table; tried again for up to 5 s (a restarted mgmtd: the
+  // first call finds the old connection closed).
+  mgmt::Routing routing() {
+    mgmt::GetRoutingReq req;
+    mgmt::Routing r;
+    Status s;
+    for (auto until = Clock::now() + std::chrono::seconds(5); Clock::now() < until;) {
+      if ((s = call("GetRouting", req, &r)).ok()) return r;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "GetRouting: " << s.toString();
+    return r;
+  }
+  // Whether any chain routes to `target`, and its state in each chain.
+  bool routed(const mgmt::Routing& r, uint32_t target) {
+    for (auto& c : r.chains())
+      for (uint32_t t : c.targets())
+        if (t == target) return true;
+    return false;
+  }
+  std::vector<mgmt::TargetState> statesOf(const mgmt::Routing& r, uint32_t target) {
+    std::vector<mgmt::TargetState> out;
+    for (auto& c : r.chains())
+      for (auto& m : c.members())
+        if (m.target() == target) out.push_back(m.state());
+    return out;
+  }
+  // Node `n` beats every 300 ms while `alive[n]`.
+  void beatWhile(int n, uint32_t target, std::atomic<bool>* alive, std::vector<uint32_t>* synced) {
+    beaters_.emplace_back([this, n, target, alive, synced] {
+      net::RpcClient c(net::ClientOptions{});
+      while (!stop_beats_) {
+        if (alive->load()) {
+          mgmt::HeartbeatReq hb;
+          hb.set_name("node" + std::to_string(n));
+          hb.add_alive_targets(target);
+          if (synced) {
+            std::lock_guard lock(synced_mu_);
+            for (uint32_t chain : *synced) {
+              auto* s = hb.add_synced();
+              s->set_chain(chain);
+              s->set_target(target);
+            }
+          }
+          mgmt::HeartbeatResp resp;
+          (void)c.callSync(mgmtd_ep_, method("Heartbeat"), hb, &resp, {.timeout_ms = 2000});
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      }
+    });
+  }
+
+  std::string dir_, config_;
+  int port_ = 0;
+  std::unique_ptr<testing::EtcdCluster> etcd_;
+  std::unique_ptr<testing::ServeProcess> mgmtd_;
+  net::Endpoint mgmtd_ep_;
+  net::RpcClient client_{net::ClientOptions{}};
+  std::atomic<bool> stop_beats_{false};
+  std::vector<std::thread> beaters_;
+  std::mutex synced_mu_;
+};
+
+TEST_F(MgmtdCluster, ASilentNodeIsRoutedAroundAndComesBackThroughASync) {
+  std::atomic<bool> alive[5];
+  uint32_t target_of[5] = {};
+  for (int n = 1; n <= 4; ++n) {
+    mgmt::RegisterNodeReq reg;
+    reg.set_name("node" + std::to_string(n));
+    reg.set_endpoint("127.0.0.1:" + std::to_string(20000 + n));
+    reg.add_target_paths("/data/t0");
+    mgmt::RegisterNodeResp resp;
+    ASSERT_TRUE(call("RegisterNode", reg, &resp).ok());
+    ASSERT_EQ(resp.target_ids_size(), 1);
+    target_of[n] = resp.target_ids(0);
+    alive[n] = true;
+  }
+  mgmt::CreateChainsReq create;
+  create.set_replication(3);
+  create.set_chains(4);
+  mgmt::CreateChainsResp chains;
+  ASSERT_TRUE(call("CreateChains", create, &chains).ok());
+  std::vector<uint32_t> synced4;
+  for (int n = 1; n <= 4; ++n) beatWhile(n, target_of[n], &alive[n], n == 4 ? &synced4 : nullptr);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_TRUE(routed(routing(), target_of[4])) << "all nodes beat: nothing changes";
+
+  // Node 4 stops: out of every chain within the timeout and a tick or two.
+  alive[4] = false;
+  const auto stopped = Clock::now();
+  while (routed(routing(), target_of[4])) {
+    ASSERT_LT(Clock::now() - stopped, std::chrono::seconds(10)) << "node 4 still routed";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double routed_around_s =
+      std::chrono::duration<double>(Clock::now() - stopped).count();
+  EXPECT_LT(routed_around_s, 3.0) << "the goal: routing updated within 3 s";
+  std::fprintf(stderr, "node 4 routed around after %.2f s (timeout 1.5 s, tick 0.2 s)\n",
+               routed_around_s);
+  for (auto s : statesOf(routing(), target_of[4])) EXPECT_EQ(s, mgmt::OFFLINE);
+
+  // mgmtd dies and comes back: the chains are in etcd.
+  const uint64_t version = routing().version();
+  mgmtd_->kill(SIGKILL);
+  mgmtd_ = std::make_unique<testing::ServeProcess>(CISTERN_BIN, "mgmtd", config_);
+  ASSERT_TRUE(mgmtd_->start());
+  auto after = routing();
+  EXPECT_GE(after.version(), version);
+  EXPECT_FALSE(routed(after, target_of[4]));
+  EXPECT_EQ(after.chains_size(), 4);
+
+  // Node 4 beats again: it waits, then syncs (one chain at a time per
+  // chain), then, its syncs reported, serves at the tails.
+  alive[4] = true;
+  std::vector<uint32_t> chains_of4;
+  for (auto& c : after.chains())
+    for (auto& m : c.members())
+      if (m.target() == target_of[4]) chains_of4.push_back(c.id());
+  ASSERT_FALSE(chains_of4.empty());
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    auto states = statesOf(routing(), target_of[4]);
+    if (std::all_of(states.begin(), states.end(), [](auto s) { return s == mgmt::SYNCING; }))
+      break;
+    ASSERT_LT(Clock::now(), deadline) << "node 4 never syncing";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  {
+    std::lock_guard lock(synced_mu_);
+    synced4 = chains_of4;
+  }
+  deadline = Clock::now() + std::chrono::seconds(10);
+  while (!routed(routing(), target_of[4])) {
+    ASSERT_LT(Clock::now(), deadline) << "node 4 never serving again";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const mgmt::Routing final_routing = routing();
+  for (auto& c : final_routing.chains()) {
+    for (auto& m : c.members()) {
+      if (m.target() != target_of[4]) continue;
+      EXPECT_EQ(m.state(), mgmt::SERVING);
+      EXPECT_EQ(c.targets(c.targets_size() - 1), target_of[4]) << "chain " << c.id();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cistern
