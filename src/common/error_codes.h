@@ -63,5 +63,7 @@
   /* storage (400-499) */                                                            \
   X(kStaleChainVersion,    400, ESTALE,       "stale chain version")                \
   X(kTargetBusy,           401, EAGAIN,       "storage target busy")                \
-  X(kLeaseExpired,         402, ETIMEDOUT,    "the caller's lease ran out")
+  X(kLeaseExpired,         402, ETIMEDOUT,    "the caller's lease ran out")          \
+  /* mgmtd (500-599) */                                                              \
+  X(kNotPrimary,           500, EAGAIN,       "not the primary mgmtd")
 // clang-format on

@@ -92,6 +92,13 @@ mgmt::Chain chainOf(const ChainView& v) {
 ClusterManager::ClusterManager(kv::Engine& kv, Clock& clock, ClusterManagerOptions options)
     : kv_(kv), clock_(clock), options_(options), started_(clock.now()) {}
 
+void ClusterManager::restart() {
+  std::lock_guard lock(mu_);
+  started_ = clock_.now();
+  last_seen_.clear();
+  synced_.clear();
+}
+
 bool ClusterManager::aliveLocked(uint32_t target, SteadyTime now) const {
   auto it = last_seen_.find(target);
   const SteadyTime seen = it == last_seen_.end() ? started_ : std::max(it->second, started_);

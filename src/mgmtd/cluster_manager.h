@@ -43,6 +43,9 @@ class ClusterManager {
   // version now.
   Result<uint64_t> tick();
   const ClusterManagerOptions& options() const { return options_; }
+  // Forgets every heartbeat and starts the grace period again (a standby
+  // taking over: it has heard nothing as a standby).
+  void restart();
 
  private:
   bool aliveLocked(uint32_t target, SteadyTime now) const;
@@ -50,8 +53,8 @@ class ClusterManager {
   kv::Engine& kv_;
   Clock& clock_;
   const ClusterManagerOptions options_;
-  const SteadyTime started_;
   std::mutex mu_;
+  SteadyTime started_;                        // guarded by mu_
   std::map<uint32_t, SteadyTime> last_seen_;  // target -> its node's last heartbeat listing it
   std::set<std::pair<uint32_t, uint32_t>> synced_;  // (chain, target) reported synced
 };

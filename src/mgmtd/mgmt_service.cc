@@ -40,6 +40,9 @@ void MgmtService::serveCluster(net::RpcServer& server, const char* method,
       [this, call](net::CallContext&, const Req& req, Resp& resp) -> asio::awaitable<Status> {
         if (!hooks_.cluster)
           co_return Status(ErrorCode::kNotSupported, "not a cluster's mgmtd (cistern up)");
+        if (hooks_.primary) {
+          if (Status p = hooks_.primary(); !p.ok()) co_return p;
+        }
         co_return co_await net::runBlocking(pool_, [&]() -> Status {
           ASSIGN_OR_RETURN(resp, (hooks_.cluster->*call)(req));
           return Status::OK();

@@ -29,6 +29,9 @@ struct MgmtHooks {
   // A cluster's primary mgmtd (cluster_manager.h): RegisterNode, Heartbeat
   // and CreateChains; unset (one machine): kNotSupported.
   ClusterManager* cluster = nullptr;
+  // Whether this mgmtd may act for the cluster now: OK, or kNotPrimary
+  // naming the primary (several mgmtd: primary_lease.h). Unset: always.
+  std::function<Status()> primary;
 };
 
 class MgmtService {

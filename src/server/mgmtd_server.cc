@@ -9,8 +9,10 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "kv/etcd_client.h"
 #include "mgmtd/cluster_manager.h"
 #include "mgmtd/mgmt_service.h"
+#include "mgmtd/primary_lease.h"
 #include "net/rpc_server.h"
 
 namespace cistern::server {
@@ -21,14 +23,17 @@ void MgmtdServerOptions::bind(ConfigBinder& b) {
          "a storage target not in a heartbeat for this long is taken out of its chains");
   b.bind("mgmtd.tick_ms", &tick_ms,
          "how often the chains are stepped (0: a quarter of the heartbeat timeout)");
+  b.bind("mgmtd.lease_ms", &lease_ms,
+         "the primary mgmtd's etcd lease: a standby takes over within it and a third");
   kv.bind(b);
 }
 
 Status MgmtdServerOptions::validate() const {
   RETURN_ON_ERROR(net::Endpoint::parse(listen).status().withContext("mgmtd.listen"));
-  RETURN_ON_ERROR(checkOptionRange("mgmtd.heartbeat_timeout_ms", heartbeat_timeout_ms, 100,
-                                   3'600'000));
+  RETURN_ON_ERROR(
+      checkOptionRange("mgmtd.heartbeat_timeout_ms", heartbeat_timeout_ms, 100, 3'600'000));
   RETURN_ON_ERROR(checkOptionRange("mgmtd.tick_ms", tick_ms, 0, heartbeat_timeout_ms));
+  RETURN_ON_ERROR(checkOptionRange("mgmtd.lease_ms", lease_ms, 1000, 600000));
   return kv.validate();
 }
 
@@ -36,6 +41,17 @@ struct MgmtdServer::Impl {
   MgmtdServerOptions options;
   std::unique_ptr<kv::Engine> kv;
   std::unique_ptr<mgmtd::ClusterManager> manager;
+  std::unique_ptr<kv::etcd::Client> etcd;      // the etcd backend's: the primary lease
+  std::unique_ptr<mgmtd::PrimaryLease> lease;  // null: the only mgmtd (rocksdb)
+  bool elected = false;                        // several mgmtd: the lease decides
+  std::atomic<mgmtd::PrimaryLease*> lease_ptr{
+      nullptr};  // `lease`, once made (the RPC hook reads it)
+
+  bool primary() const {
+    if (!elected) return true;
+    mgmtd::PrimaryLease* l = lease_ptr.load();
+    return l && l->isPrimary();
+  }
   std::unique_ptr<net::RpcServer> server;
   std::unique_ptr<mgmtd::MgmtService> service;
   std::thread ticker;
@@ -45,12 +61,21 @@ struct MgmtdServer::Impl {
 
   void tickLoop() {
     const auto every = std::chrono::milliseconds(
-        options.tick_ms ? options.tick_ms : std::max<uint32_t>(options.heartbeat_timeout_ms / 4, 1));
+        options.tick_ms ? options.tick_ms
+                        : std::max<uint32_t>(options.heartbeat_timeout_ms / 4, 1));
+    bool was_primary = false;
     std::unique_lock lock(mu);
     while (!cv.wait_for(lock, every, [this] { return stopping; })) {
       lock.unlock();
-      if (auto v = manager->tick(); !v.ok())
-        CLOG_WARN("mgmtd", "stepping the chains: {}", v.status().toString());
+      const bool is_primary = primary();
+      // Taking over: what a standby heard is nothing; every target gets the
+      // grace of a timeout before it counts as silent.
+      if (is_primary && !was_primary && elected) manager->restart();
+      was_primary = is_primary;
+      if (is_primary) {
+        if (auto v = manager->tick(); !v.ok())
+          CLOG_WARN("mgmtd", "stepping the chains: {}", v.status().toString());
+      }
       lock.lock();
     }
   }
@@ -67,6 +92,8 @@ MgmtdServer::~MgmtdServer() {
   if (impl_->ticker.joinable()) impl_->ticker.join();
   if (impl_->server) impl_->server->stop();
   impl_->service.reset();
+  impl_->lease_ptr = nullptr;
+  impl_->lease.reset();  // revoked: a standby takes over at once
 }
 
 Result<std::unique_ptr<MgmtdServer>> MgmtdServer::start(const MgmtdServerOptions& options) {
@@ -83,13 +110,34 @@ Result<std::unique_ptr<MgmtdServer>> MgmtdServer::start(const MgmtdServerOptions
   so.listen_port = ep.port;
   so.threads = 2;
   impl->server = std::make_unique<net::RpcServer>(so);
-  impl->service = std::make_unique<mgmtd::MgmtService>(
-      *impl->kv, *impl->server, mgmtd::MgmtHooks{.cluster = impl->manager.get()});
+  mgmtd::MgmtHooks hooks{.cluster = impl->manager.get()};
+  Impl* i = impl.get();
+  impl->elected = options.kv.backend == "etcd";
+  hooks.primary = [i]() -> Status {
+    if (i->primary()) return Status::OK();
+    mgmtd::PrimaryLease* l = i->lease_ptr.load();
+    std::string p = l ? l->primary() : std::string();
+    return Status(ErrorCode::kNotPrimary,
+                  p.empty() ? std::string("no primary mgmtd yet") : "the primary mgmtd is " + p);
+  };
+  impl->service = std::make_unique<mgmtd::MgmtService>(*impl->kv, *impl->server, std::move(hooks));
   RETURN_ON_ERROR(impl->server->start());
+  if (options.kv.backend == "etcd") {
+    kv::etcd::Client::Options co;
+    co.endpoints = options.kv.etcd_endpoints;
+    co.timeout_ms = std::min(options.kv.etcd_timeout_ms, options.lease_ms / 3);
+    ASSIGN_OR_RETURN(impl->etcd, kv::etcd::Client::create(co));
+    impl->lease = std::make_unique<mgmtd::PrimaryLease>(
+        impl->etcd.get(), options.kv.etcd_prefix + "\xff\xff/mgmtd/primary",
+        impl->server->endpoint().toString(), options.lease_ms);
+    impl->lease_ptr = impl->lease.get();
+  }
   impl->ticker = std::thread([i = impl.get()] { i->tickLoop(); });
   return std::unique_ptr<MgmtdServer>(new MgmtdServer(std::move(impl)));
 }
 
 net::Endpoint MgmtdServer::endpoint() const { return impl_->server->endpoint(); }
+
+bool MgmtdServer::isPrimary() const { return impl_->primary(); }
 
 }  // namespace cistern::server

@@ -2,9 +2,11 @@
 // service with a cluster manager (mgmtd/cluster_manager.h) on the cluster's
 // KV, and a loop that steps the chains every `tick_ms`.
 //
-// One mgmtd per cluster for now: several at once would each step the
-// chains (their primary by an etcd lease is still to come;
-// docs/chain_protocol.md, "Not built yet").
+// Several mgmtd may run on one etcd: one is primary by an etcd lease
+// (mgmtd/primary_lease.h) and serves RegisterNode, Heartbeat and
+// CreateChains and steps the chains; the others answer those kNotPrimary
+// (naming the primary) and take over within the lease's TTL when it dies.
+// GetRouting is served by all. With the rocksdb backend there is one mgmtd.
 #pragma once
 
 #include <memory>
@@ -19,7 +21,8 @@ namespace cistern::server {
 struct MgmtdServerOptions {
   std::string listen = "127.0.0.1:7420";
   uint32_t heartbeat_timeout_ms = 10000;
-  uint32_t tick_ms = 0;  // 0: a quarter of the heartbeat timeout
+  uint32_t tick_ms = 0;      // 0: a quarter of the heartbeat timeout
+  uint32_t lease_ms = 3000;  // the primary's etcd lease (whole seconds, at least etcd's minimum)
   KvOptions kv;
 
   void bind(ConfigBinder& b);  // mgmtd.* and kv.*
@@ -31,6 +34,7 @@ class MgmtdServer {
   static Result<std::unique_ptr<MgmtdServer>> start(const MgmtdServerOptions& options);
   ~MgmtdServer();
   net::Endpoint endpoint() const;
+  bool isPrimary() const;
 
   struct Impl;
 

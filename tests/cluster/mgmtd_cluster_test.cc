@@ -37,21 +37,35 @@ class MgmtdCluster : public ::testing::Test {
     etcd_ = testing::EtcdCluster::start(dir_ + "/etcd", 3);
     ASSERT_NE(etcd_, nullptr);
     port_ = testing::freeLoopbackPort();
-    config_ = dir_ + "/mgmtd.toml";
-    std::ofstream f(config_);
-    f << "mgmtd.listen = \"127.0.0.1:" << port_ << "\"\n"
-      << "mgmtd.heartbeat_timeout_ms = 1500\nmgmtd.tick_ms = 200\n"
+    config_ = writeConfig("mgmtd", port_);
+    mgmtd_ = std::make_unique<testing::ServeProcess>(CISTERN_BIN, "mgmtd", config_);
+    ASSERT_TRUE(mgmtd_->start());
+    mgmtd_ep_ = endpointAt(port_);
+    // The only mgmtd becomes primary within a lease round.
+    for (auto until = Clock::now() + std::chrono::seconds(10);;) {
+      mgmt::RegisterNodeReq probe;
+      mgmt::RegisterNodeResp resp;
+      Status s = call("RegisterNode", probe, &resp);
+      if (s.code() != ErrorCode::kNotPrimary && s.code() != ErrorCode::kConnectionFailed) break;
+      ASSERT_LT(Clock::now(), until) << "no primary mgmtd: " << s.toString();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  // A config of one mgmtd on `port`, sharing this test's etcd prefix.
+  std::string writeConfig(const std::string& name, int port) {
+    std::string path = dir_ + "/" + name + ".toml";
+    std::ofstream f(path);
+    f << "mgmtd.listen = \"127.0.0.1:" << port << "\"\n"
+      << "mgmtd.heartbeat_timeout_ms = 1500\nmgmtd.tick_ms = 200\nmgmtd.lease_ms = 2000\n"
       << "kv.backend = \"etcd\"\nkv.etcd.prefix = \"test-" << getpid() << "/\"\n"
       << "kv.etcd.endpoints = [";
     for (size_t i = 0; i < etcd_->size(); ++i)
       f << (i ? ", " : "") << "\"" << etcd_->endpoint(i) << "\"";
     f << "]\n";
-    f.close();
-    mgmtd_ = std::make_unique<testing::ServeProcess>(CISTERN_BIN, "mgmtd", config_);
-    ASSERT_TRUE(mgmtd_->start());
-    auto ep = net::Endpoint::parse("127.0.0.1:" + std::to_string(port_));
-    ASSERT_TRUE(ep.ok());
-    mgmtd_ep_ = *ep;
+    return path;
+  }
+  static net::Endpoint endpointAt(int port) {
+    return *net::Endpoint::parse("127.0.0.1:" + std::to_string(port));
   }
   void TearDown() override {
     stop_beats_ = true;
@@ -62,7 +76,11 @@ class MgmtdCluster : public ::testing::Test {
 
   template <typename Req, typename Resp>
   Status call(const char* name, const Req& req, Resp* resp) {
-    return client_.callSync(mgmtd_ep_, method(name), req, resp, {.timeout_ms = 3000});
+    return callAt(mgmtd_ep_, name, req, resp);
+  }
+  template <typename Req, typename Resp>
+  Status callAt(const net::Endpoint& ep, const char* name, const Req& req, Resp* resp) {
+    return client_.callSync(ep, method(name), req, resp, {.timeout_ms = 3000});
   }
   // The routing table; tried again for up to 5 s (a restarted mgmtd: the
   // first call finds the old connection closed).
@@ -158,8 +176,7 @@ TEST_F(MgmtdCluster, ASilentNodeIsRoutedAroundAndComesBackThroughASync) {
     ASSERT_LT(Clock::now() - stopped, std::chrono::seconds(10)) << "node 4 still routed";
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  const double routed_around_s =
-      std::chrono::duration<double>(Clock::now() - stopped).count();
+  const double routed_around_s = std::chrono::duration<double>(Clock::now() - stopped).count();
   EXPECT_LT(routed_around_s, 3.0) << "the goal: routing updated within 3 s";
   std::fprintf(stderr, "node 4 routed around after %.2f s (timeout 1.5 s, tick 0.2 s)\n",
                routed_around_s);
@@ -186,8 +203,7 @@ TEST_F(MgmtdCluster, ASilentNodeIsRoutedAroundAndComesBackThroughASync) {
   auto deadline = Clock::now() + std::chrono::seconds(10);
   for (;;) {
     auto states = statesOf(routing(), target_of[4]);
-    if (std::all_of(states.begin(), states.end(), [](auto s) { return s == mgmt::SYNCING; }))
-      break;
+    if (std::all_of(states.begin(), states.end(), [](auto s) { return s == mgmt::SYNCING; })) break;
     ASSERT_LT(Clock::now(), deadline) << "node 4 never syncing";
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -208,6 +224,51 @@ TEST_F(MgmtdCluster, ASilentNodeIsRoutedAroundAndComesBackThroughASync) {
       EXPECT_EQ(c.targets(c.targets_size() - 1), target_of[4]) << "chain " << c.id();
     }
   }
+}
+
+// Two mgmtd on one etcd: one is primary (the other answers kNotPrimary,
+// naming it); SIGKILL of the primary hands the cluster to the other within
+// its lease, and the chains are as they were.
+TEST_F(MgmtdCluster, TheStandbyTakesOverWhenThePrimaryDies) {
+  const int port2 = testing::freeLoopbackPort();
+  testing::ServeProcess second(CISTERN_BIN, "mgmtd", writeConfig("mgmtd2", port2));
+  ASSERT_TRUE(second.start());
+  const net::Endpoint ep2 = endpointAt(port2);
+  mgmt::RegisterNodeReq reg;
+  reg.set_endpoint("127.0.0.1:30000");
+  reg.add_target_paths("/t");
+  mgmt::RegisterNodeResp resp;
+  for (int n = 1; n <= 3; ++n) {
+    reg.set_name("node" + std::to_string(n));
+    ASSERT_TRUE(call("RegisterNode", reg, &resp).ok());
+  }
+  Status standby = callAt(ep2, "RegisterNode", reg, &resp);
+  EXPECT_EQ(standby.code(), ErrorCode::kNotPrimary) << standby.toString();
+  EXPECT_NE(standby.message().find(mgmtd_ep_.toString()), std::string::npos)
+      << "names the primary: " << standby.toString();
+  mgmt::CreateChainsReq create;
+  create.set_replication(3);
+  create.set_chains(3);
+  mgmt::CreateChainsResp chains;
+  ASSERT_TRUE(call("CreateChains", create, &chains).ok());
+
+  mgmtd_->kill(SIGKILL);
+  const auto killed = Clock::now();
+  Status s;
+  reg.set_name("node1");
+  while (!(s = callAt(ep2, "RegisterNode", reg, &resp)).ok()) {
+    ASSERT_LT(Clock::now() - killed, std::chrono::seconds(15)) << "no takeover: " << s.toString();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double took = std::chrono::duration<double>(Clock::now() - killed).count();
+  std::fprintf(stderr, "the standby took over %.2f s after the primary's SIGKILL (lease 2 s)\n",
+               took);
+  EXPECT_LT(took, 5.0);
+  mgmt::GetRoutingReq get;
+  mgmt::Routing routing;
+  ASSERT_TRUE(callAt(ep2, "GetRouting", get, &routing).ok());
+  EXPECT_EQ(routing.chains_size(), 3);
+  for (auto& c : routing.chains()) EXPECT_EQ(c.targets_size(), 3) << "a takeover takes no one out";
 }
 
 }  // namespace
