@@ -285,7 +285,10 @@ Status OccEngine::applyLogged(const std::vector<GroupCommit::Entry*>& batch) {
   WriteBatch ops;
   {
     std::lock_guard lock(mu_);
-    if (!failed_.ok()) return failed_;
+    // A batch logged before the engine failed is durable: it is applied
+    // (its versions come before the failed one's), unless an apply failed
+    // and the store is in doubt.
+    if (apply_failed_) return failed_;
     while (!logged_.empty() && logged_.front().last <= last) {
       if (ops.empty()) {
         ops = std::move(logged_.front().ops);
@@ -303,6 +306,7 @@ Status OccEngine::applyLogged(const std::vector<GroupCommit::Entry*>& batch) {
   KvMetrics::get().apply_us.observe(micros(t0, clock().now()));
   std::lock_guard lock(mu_);
   if (!s.ok()) {
+    apply_failed_ = true;
     setFailed(s);
     return failed_;
   }

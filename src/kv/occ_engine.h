@@ -101,7 +101,8 @@ class OccEngine final : public Engine, public TxnHost {
   std::deque<Batch> logged_;              // logged, not yet applied (version order)
   std::mutex reads_mu_;                   // after mu_ when both are held
   std::multiset<uint64_t> active_reads_;  // GUARDED_BY(reads_mu_)
-  Status failed_;                         // sticky: a failed apply leaves the store in doubt
+  Status failed_;  // sticky: a failed log write or apply stops new commits
+  bool apply_failed_ = false;  // the store is in doubt: not even logged batches are applied
 
   std::unique_ptr<Stages> stages_;
   std::unique_ptr<GroupCommit> group_commit_;
