@@ -153,8 +153,8 @@ TEST_F(KvEtcd, AMemberKilledMidRunLosesNoAcknowledgedCommit) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const int64_t before = acked.load();
-  etcd_->kill(0);  // the member the engine talks to first
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  etcd_->kill(0);  // the member the engine talks to first (maybe the leader)
+  std::this_thread::sleep_for(std::chrono::milliseconds(4000));
   const int64_t during = acked.load();
   etcd_->restart(0);
   ASSERT_TRUE(etcd_->waitHealthy(std::chrono::seconds(30)));

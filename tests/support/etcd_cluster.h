@@ -16,6 +16,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,27 +44,38 @@ inline int freeLoopbackPort() {
 
 class EtcdCluster {
  public:
-  // Starts the members and waits (up to 30 s) until the cluster answers.
-  // Null when etcd cannot be started (the reason on stderr).
+  // Starts the members and waits until the cluster answers; a start that
+  // does not come up in 15 s (a port taken meanwhile by another process's
+  // connection) is tried again on other ports, three times in all. Null
+  // when etcd cannot be started (the reason on stderr).
   static std::unique_ptr<EtcdCluster> start(const std::string& dir, int members = 3) {
-    std::unique_ptr<EtcdCluster> c(new EtcdCluster);
-    c->dir_ = dir;
-    std::filesystem::create_directories(dir);
-    for (int i = 0; i < members; ++i) {
-      Member m;
-      m.name = "m" + std::to_string(i);
-      m.client_port = freeLoopbackPort();
-      m.peer_port = freeLoopbackPort();
-      c->members_.push_back(m);
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      std::unique_ptr<EtcdCluster> c(new EtcdCluster);
+      c->dir_ = dir;
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+      std::filesystem::create_directories(dir);
+      std::set<int> ports;
+      while (ports.size() < static_cast<size_t>(2 * members)) ports.insert(freeLoopbackPort());
+      auto next = ports.begin();
+      for (int i = 0; i < members; ++i) {
+        Member m;
+        m.name = "m" + std::to_string(i);
+        m.client_port = *next++;
+        m.peer_port = *next++;
+        c->members_.push_back(m);
+      }
+      for (size_t i = 0; i < c->members_.size(); ++i) {
+        if (i > 0) c->initial_cluster_ += ",";
+        c->initial_cluster_ +=
+            c->members_[i].name + "=http://127.0.0.1:" + std::to_string(c->members_[i].peer_port);
+      }
+      for (size_t i = 0; i < c->members_.size(); ++i) c->spawn(i, /*existing=*/false);
+      if (c->waitHealthy(std::chrono::seconds(15))) return c;
+      fprintf(stderr, "etcd cluster did not come up (attempt %d); trying other ports\n",
+              attempt + 1);
     }
-    for (size_t i = 0; i < c->members_.size(); ++i) {
-      if (i > 0) c->initial_cluster_ += ",";
-      c->initial_cluster_ +=
-          c->members_[i].name + "=http://127.0.0.1:" + std::to_string(c->members_[i].peer_port);
-    }
-    for (size_t i = 0; i < c->members_.size(); ++i) c->spawn(i, /*existing=*/false);
-    if (!c->waitHealthy(std::chrono::seconds(30))) return nullptr;
-    return c;
+    return nullptr;
   }
 
   ~EtcdCluster() {
