@@ -15,8 +15,10 @@ namespace {
 Handle* handleOf(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
 
 // The open flags the client takes: the kernel has dealt with O_CREAT and
-// O_EXCL (create() passes O_EXCL on), O_NOCTTY and the like.
-int clientFlags(int flags) { return flags & (O_ACCMODE | O_TRUNC | O_APPEND | O_DIRECT | O_EXCL); }
+// O_EXCL (create() passes O_EXCL on), O_NOCTTY and the like, and it gives
+// every write of an O_APPEND descriptor its offset itself (the file's end
+// under the inode's lock), so the client must not move it again.
+int clientFlags(int flags) { return flags & (O_ACCMODE | O_TRUNC | O_DIRECT | O_EXCL); }
 
 // The kernel's handle of a File the client opened. `fresh`: this open made the file.
 void attach(FuseFs& f, std::unique_ptr<File> file, const FileInfo& info, int flags, bool fresh,
