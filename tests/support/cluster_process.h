@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +63,31 @@ inline CliResult runProgram(const std::string& bin, const std::vector<std::strin
   return r;
 }
 
+// Starts `args` (args[0]: the program) with its stdout — and its stderr with
+// `stderr_too` — into a pipe whose read end goes to `*out_fd`; `die_with_us`:
+// the child is killed when this process dies. Returns the pid (-1: no pipe).
+inline pid_t spawnPiped(std::vector<std::string> args, int* out_fd, bool stderr_too = false,
+                        bool die_with_us = false) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (die_with_us) prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(pipefd[1], STDOUT_FILENO);
+    if (stderr_too) dup2(pipefd[1], STDERR_FILENO);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(pipefd[1]);
+  *out_fd = pipefd[0];
+  return pid;
+}
+
 // Appends what `fd` (a child's stdout) yields to `*log` until it contains
 // `marker`, the stream ends or `timeout` passes; whether the marker came.
 inline bool readUntil(int fd, std::string* log, std::string_view marker,
@@ -112,31 +138,17 @@ class ClusterProcess {
 
   // Returns false (with a gtest failure) if it does not come up in 30 s.
   bool start() {
-    int pipefd[2];
-    if (pipe(pipefd) != 0) return false;
     log_.clear();
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(pipefd[1], STDOUT_FILENO);
-      close(pipefd[0]);
-      close(pipefd[1]);
-      std::vector<std::string> args{
-          bin_,       "up",          "--data",    data_,
-          "--listen", "127.0.0.1:0", "--targets", std::to_string(targets_)};
-      if (!sync_) args.push_back("--no-sync");
-      args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-      if (!mount_.empty()) {
-        args.insert(args.end(), {"--mount", mount_});
-        if (!mount_options_.empty()) args.insert(args.end(), {"-o", mount_options_});
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(bin_.c_str(), argv.data());
-      _exit(127);
+    std::vector<std::string> args{bin_,       "up",          "--data",    data_,
+                                  "--listen", "127.0.0.1:0", "--targets", std::to_string(targets_)};
+    if (!sync_) args.push_back("--no-sync");
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+    if (!mount_.empty()) {
+      args.insert(args.end(), {"--mount", mount_});
+      if (!mount_options_.empty()) args.insert(args.end(), {"-o", mount_options_});
     }
-    close(pipefd[1]);
-    out_fd_ = pipefd[0];
+    pid_ = spawnPiped(std::move(args), &out_fd_);
+    if (pid_ < 0) return false;
     if (readUntil(out_fd_, &log_, mount_.empty() ? "ready" : "mounted at",
                   std::chrono::seconds(30))) {
       cluster_ = field("cluster ", " ");

@@ -2,8 +2,6 @@
 // start() waits for its "ready" line.
 #pragma once
 
-#include <sys/prctl.h>
-
 #include "tests/support/cluster_process.h"
 
 namespace cistern::testing {
@@ -15,25 +13,10 @@ class ServeProcess {
   ~ServeProcess() { kill(SIGKILL); }
 
   bool start() {
-    int pipefd[2];
-    if (pipe(pipefd) != 0) return false;
     log_.clear();
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      dup2(pipefd[1], STDOUT_FILENO);
-      dup2(pipefd[1], STDERR_FILENO);
-      close(pipefd[0]);
-      close(pipefd[1]);
-      std::vector<std::string> args{bin_, "serve", "--role", role_, "--config", config_};
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(bin_.c_str(), argv.data());
-      _exit(127);
-    }
-    close(pipefd[1]);
-    out_fd_ = pipefd[0];
+    pid_ = spawnPiped({bin_, "serve", "--role", role_, "--config", config_}, &out_fd_,
+                      /*stderr_too=*/true, /*die_with_us=*/true);
+    if (pid_ < 0) return false;
     if (readUntil(out_fd_, &log_, "ready", std::chrono::seconds(30))) return true;
     ADD_FAILURE() << "cistern serve --role " << role_ << " did not start; its output:\n" << log_;
     kill(SIGKILL);
