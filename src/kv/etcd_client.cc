@@ -380,6 +380,14 @@ Status Client::leaseRevoke(int64_t id) {
   return post("/v3/lease/revoke", j.dump(), false).status();
 }
 
+Result<std::pair<int64_t, int64_t>> Client::dbSize() {
+  ASSIGN_OR_RETURN(std::string body, post("/v3/maintenance/status", "{}", false));
+  ASSIGN_OR_RETURN(json j, parseJson(body));
+  ASSIGN_OR_RETURN(int64_t size, int64Of(j, "dbSize"));
+  ASSIGN_OR_RETURN(int64_t in_use, int64Of(j, "dbSizeInUse"));
+  return std::make_pair(size, in_use);
+}
+
 Status Client::compact(int64_t revision) {
   json j = {{"revision", std::to_string(revision)}, {"physical", true}};
   return post("/v3/kv/compaction", j.dump(), false).status();

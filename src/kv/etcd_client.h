@@ -125,6 +125,8 @@ class Client {
   // Forgets the history before `revision` (reads of older revisions then
   // fail with kTxnTooOld).
   Status compact(int64_t revision);
+  // The answering member's database: (bytes on disk, bytes in use).
+  Result<std::pair<int64_t, int64_t>> dbSize();
   const Options& options() const { return options_; }
 
  private:

@@ -140,8 +140,7 @@ Result<FsckReport> fsck(kv::Engine& engine) {
     return Status::OK();
   }));
 
-  ASSIGN_OR_RETURN(auto counted, t->get(inodeCountKey()));
-  int64_t count = counted ? kv::decodeCounter(*counted) : 0;
+  ASSIGN_OR_RETURN(int64_t count, inodeCount(*t, /*snapshot=*/false));
   if (count != static_cast<int64_t>(report.inodes)) {
     problem(fmt::format("inode counter says {} but {} inodes exist", count, report.inodes));
   }

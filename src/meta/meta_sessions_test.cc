@@ -361,7 +361,7 @@ TEST_P(MetaTest, FsckFindsEachKindOfDamage) {
   looped.set_parent(sub->ino());
   corrupt([&](kv::Transaction& t) { storeInode(t, looped); });
   expectProblem("does not reach the root");
-  corrupt([&](kv::Transaction& t) { t.atomicAdd(inodeCountKey(), 5); });
+  corrupt([&](kv::Transaction& t) { t.atomicAdd(inodeCountKey(7), 5); });
   expectProblem("inode counter says");
 }
 

@@ -30,7 +30,7 @@ Status MetaStore::init() {
     r.set_ctime_ns(now);
     r.set_parent(kRootIno);
     storeInode(t, r);
-    t.atomicAdd(inodeCountKey(), 1);
+    t.atomicAdd(inodeCountKey(kRootIno), 1);
     return Status::OK();
   });
 }
@@ -38,8 +38,7 @@ Status MetaStore::init() {
 Result<StatFs> MetaStore::statfs() {
   StatFs out;
   RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
-    ASSIGN_OR_RETURN(auto count, t.get(inodeCountKey(), /*snapshot=*/true));
-    int64_t n = count ? kv::decodeCounter(*count) : 0;
+    ASSIGN_OR_RETURN(int64_t n, inodeCount(t, /*snapshot=*/true));
     out.inodes_used = n > 0 ? static_cast<uint64_t>(n) : 0;
     return Status::OK();
   }));

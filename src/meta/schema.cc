@@ -57,7 +57,19 @@ std::string xattrBegin(uint64_t ino) { return KeyWriter(Prefix::kXattr).u64(ino)
 std::string xattrEnd(uint64_t ino) { return kv::strinc(xattrBegin(ino)); }
 std::string gcBegin() { return KeyWriter(Prefix::kGcQueue).key(); }
 std::string gcEnd() { return kv::strinc(gcBegin()); }
-std::string inodeCountKey() { return KeyWriter(Prefix::kStats).bytes("inodes").key(); }
+std::string legacyInodeCountKey() { return KeyWriter(Prefix::kStats).bytes("inodes").key(); }
+std::string inodeCountKey(uint64_t ino) {
+  return KeyWriter(Prefix::kStats).bytes("inodes").u64(ino % kInodeCountShards).key();
+}
+
+Result<int64_t> inodeCount(kv::ReadTransaction& t, bool snapshot) {
+  // The shards' keys extend the unsharded one: one range holds them all.
+  const std::string begin = legacyInodeCountKey();
+  ASSIGN_OR_RETURN(auto rows, t.getRange(begin, kv::strinc(begin), {.snapshot = snapshot}));
+  int64_t n = 0;
+  for (const auto& row : rows.kvs) n += kv::decodeCounter(row.value);
+  return n;
+}
 
 Result<std::string> dentryName(std::string_view key, uint64_t parent) {
   KeyReader r(key);
@@ -135,7 +147,7 @@ Status dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns) {
 Status removeInode(kv::Transaction& txn, uint64_t ino) {
   txn.clear(inodeKey(ino));
   txn.clear(inlineKey(ino));
-  txn.atomicAdd(inodeCountKey(), -1);
+  txn.atomicAdd(inodeCountKey(ino), -1);
   return clearXattrs(txn, ino);
 }
 

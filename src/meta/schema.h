@@ -57,7 +57,17 @@ std::string xattrBegin(uint64_t ino);
 std::string xattrEnd(uint64_t ino);
 std::string gcBegin();
 std::string gcEnd();
-std::string inodeCountKey();
+// The count of inodes (statfs) is kept in kInodeCountShards counters, an
+// inode counting in the one its number picks, so that creates on the etcd
+// engine, where adds to one counter serialize, spread over several
+// (docs/kv.md, "etcd"). A store from before the shards also has the
+// unsharded counter (inodeCountKey() with no inode), which counts too.
+inline constexpr uint32_t kInodeCountShards = 16;
+std::string inodeCountKey(uint64_t ino);
+std::string legacyInodeCountKey();
+// The sum of every shard (and the unsharded counter); `snapshot`: no read
+// conflict.
+Result<int64_t> inodeCount(kv::ReadTransaction& t, bool snapshot);
 // The chain table is mgmtd's (kv/cluster_keys.h); meta reads its ids.
 using kv::chainBegin;
 using kv::chainEnd;

@@ -60,7 +60,7 @@ Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, cons
 
 void insertNewInode(kv::Transaction& t, uint64_t parent, std::string_view name, const Inode& n) {
   storeInode(t, n);
-  t.atomicAdd(inodeCountKey(), 1);
+  t.atomicAdd(inodeCountKey(n.ino()), 1);
   DirEntry e;
   e.set_ino(n.ino());
   e.set_type(n.type());
