@@ -63,6 +63,9 @@ std::optional<std::string> base64Decode(std::string_view text) {
       if (d < 0) return std::nullopt;
       v = (v << 6) | static_cast<uint32_t>(d);
     }
+    // The bits a padded group drops must be zero (canonical base64 only:
+    // one text per byte string).
+    if ((pad == 1 && (v & 0xff) != 0) || (pad == 2 && (v & 0xffff) != 0)) return std::nullopt;
     out.push_back(static_cast<char>(v >> 16));
     if (pad < 2) out.push_back(static_cast<char>((v >> 8) & 0xff));
     if (pad < 1) out.push_back(static_cast<char>(v & 0xff));

@@ -9,7 +9,8 @@
 namespace cistern {
 
 std::string base64Encode(std::string_view bytes);
-// nullopt for anything that is not padded standard base64.
+// nullopt for anything that is not padded, canonical standard base64 (the
+// bits a padded group drops are zero).
 std::optional<std::string> base64Decode(std::string_view text);
 
 }  // namespace cistern
