@@ -101,7 +101,24 @@ class EtcdCluster {
     m.pid = 0;
   }
   // SIGSTOP / SIGCONT of member `i`: it holds its connections and answers nothing.
-  void pause(size_t i) { ::kill(members_[i].pid, SIGSTOP); }
+  // pause() returns once the member is stopped (its /proc state is 'T').
+  void pause(size_t i) {
+    ::kill(members_[i].pid, SIGSTOP);
+    const std::string stat = "/proc/" + std::to_string(members_[i].pid) + "/stat";
+    for (int tries = 0; tries < 1000; ++tries) {
+      std::string text;
+      if (FILE* f = fopen(stat.c_str(), "r")) {
+        char buf[512];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        text.assign(buf, n);
+        fclose(f);
+      }
+      // "pid (comm) S ...": the state follows the last ')'.
+      size_t close = text.rfind(')');
+      if (close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'T') return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   void resume(size_t i) { ::kill(members_[i].pid, SIGCONT); }
   std::string endpoint(size_t i) const {
     return "127.0.0.1:" + std::to_string(members_[i].client_port);
