@@ -361,6 +361,11 @@ class ClientImpl final : public Client {
   Result<meta::Inode> metaSymlink(const meta::Caller& who, uint64_t parent, const std::string& name,
                                   const std::string& target);
   Status metaRemove(const meta::Caller& who, uint64_t parent, const std::string& name, bool dir);
+  // The call of `method` that makes `name` in `parent` (`req` holds the
+  // rest): caller, names and (client, seq) set, the dentry cache dropped.
+  template <typename Req>
+  Result<meta::Inode> makeName(const net::Method& method, const meta::Caller& who, uint64_t parent,
+                               const std::string& name, Req* req);
   Status metaRename(const meta::Caller& who, uint64_t parent, const std::string& name,
                     uint64_t new_parent, const std::string& new_name, uint32_t flags);
   // One page of a listing as `who`, for list() and readdirAt().

@@ -115,64 +115,48 @@ Error ClientImpl::setattr(const Credentials& who, uint64_t ino, const AttrChange
   return answer(setattrAs(callerOf(who), ino, changes), out, inodeText(ino));
 }
 
-Result<meta::Inode> ClientImpl::metaMkdir(const meta::Caller& who, uint64_t parent,
-                                          const std::string& name, uint32_t mode) {
-  meta::MkdirReq req;
-  *req.mutable_caller() = who;
-  req.set_parent(parent);
-  req.set_name(name);
-  req.set_mode(mode & 07777);
-  stamp(&req);
+template <typename Req>
+Result<meta::Inode> ClientImpl::makeName(const net::Method& method, const meta::Caller& who,
+                                         uint64_t parent, const std::string& name, Req* req) {
+  *req->mutable_caller() = who;
+  req->set_parent(parent);
+  req->set_name(name);
+  stamp(req);
   meta::InodeResp resp;
-  Status s = metaCall(kMkdir(), req, &resp);
+  Status s = metaCall(method, *req, &resp);
   forget(parent, name);
   RETURN_ON_ERROR(s);
   return std::move(*resp.mutable_inode());
 }
 
+Result<meta::Inode> ClientImpl::metaMkdir(const meta::Caller& who, uint64_t parent,
+                                          const std::string& name, uint32_t mode) {
+  meta::MkdirReq req;
+  req.set_mode(mode & 07777);
+  return makeName(kMkdir(), who, parent, name, &req);
+}
+
 Result<meta::Inode> ClientImpl::metaMknod(const meta::Caller& who, uint64_t parent,
                                           const std::string& name, uint32_t mode, uint64_t rdev) {
-  meta::InodeResp resp;
-  Status s;
   const meta::FileType type = meta::typeOfMode(mode);
   if (type == meta::REGULAR) {
     meta::CreateReq req;
-    *req.mutable_caller() = who;
-    req.set_parent(parent);
-    req.set_name(name);
     req.set_mode(mode & 07777);
     req.set_exclusive(true);
-    stamp(&req);
-    s = metaCall(kCreate(), req, &resp);
-  } else {
-    meta::MknodReq req;
-    *req.mutable_caller() = who;
-    req.set_parent(parent);
-    req.set_name(name);
-    req.set_type(type);
-    req.set_mode(mode & 07777);
-    req.set_rdev(rdev);
-    stamp(&req);
-    s = metaCall(kMknod(), req, &resp);
+    return makeName(kCreate(), who, parent, name, &req);
   }
-  forget(parent, name);
-  RETURN_ON_ERROR(s);
-  return std::move(*resp.mutable_inode());
+  meta::MknodReq req;
+  req.set_type(type);
+  req.set_mode(mode & 07777);
+  req.set_rdev(rdev);
+  return makeName(kMknod(), who, parent, name, &req);
 }
 
 Result<meta::Inode> ClientImpl::metaSymlink(const meta::Caller& who, uint64_t parent,
                                             const std::string& name, const std::string& target) {
   meta::SymlinkReq req;
-  *req.mutable_caller() = who;
-  req.set_parent(parent);
-  req.set_name(name);
   req.set_target(target);
-  stamp(&req);
-  meta::InodeResp resp;
-  Status s = metaCall(kSymlink(), req, &resp);
-  forget(parent, name);
-  RETURN_ON_ERROR(s);
-  return std::move(*resp.mutable_inode());
+  return makeName(kSymlink(), who, parent, name, &req);
 }
 
 Status ClientImpl::metaRemove(const meta::Caller& who, uint64_t parent, const std::string& name,

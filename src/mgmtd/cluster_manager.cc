@@ -11,56 +11,14 @@
 namespace cistern::mgmtd {
 namespace {
 
-Result<uint64_t> bumpRoutingVersion(kv::Transaction& t) {
-  ASSIGN_OR_RETURN(auto raw, t.get(kv::routingVersionKey()));
-  const uint64_t v = (raw ? static_cast<uint64_t>(kv::decodeCounter(*raw)) : 0) + 1;
-  t.set(kv::routingVersionKey(), kv::encodeCounter(static_cast<int64_t>(v)));
-  return v;
-}
-
-Result<uint64_t> routingVersion(kv::ReadTransaction& t) {
-  ASSIGN_OR_RETURN(auto raw, t.get(kv::routingVersionKey()));
-  return raw ? static_cast<uint64_t>(kv::decodeCounter(*raw)) : 0;
-}
-
-template <typename Msg>
-Result<Msg> parse(const std::string& bytes, const char* what) {
-  Msg m;
-  if (!m.ParseFromString(bytes))
-    return Status(ErrorCode::kCorruption, fmt::format("{} row does not parse", what));
-  return m;
-}
-
-TargetState fromProto(mgmt::TargetState s) {
-  switch (s) {
-    case mgmt::SYNCING:
-      return TargetState::kSyncing;
-    case mgmt::WAITING:
-      return TargetState::kWaiting;
-    case mgmt::OFFLINE:
-      return TargetState::kOffline;
-    case mgmt::LASTSRV:
-      return TargetState::kLastServing;
-    default:
-      return TargetState::kServing;
-  }
-}
-
-mgmt::TargetState toProto(TargetState s) {
-  switch (s) {
-    case TargetState::kServing:
-      return mgmt::SERVING;
-    case TargetState::kSyncing:
-      return mgmt::SYNCING;
-    case TargetState::kWaiting:
-      return mgmt::WAITING;
-    case TargetState::kOffline:
-      return mgmt::OFFLINE;
-    case TargetState::kLastServing:
-      return mgmt::LASTSRV;
-  }
-  return mgmt::OFFLINE;
-}
+// The state machine's states are the proto's, in the same order.
+static_assert(static_cast<int>(TargetState::kServing) == mgmt::SERVING &&
+              static_cast<int>(TargetState::kSyncing) == mgmt::SYNCING &&
+              static_cast<int>(TargetState::kWaiting) == mgmt::WAITING &&
+              static_cast<int>(TargetState::kOffline) == mgmt::OFFLINE &&
+              static_cast<int>(TargetState::kLastServing) == mgmt::LASTSRV);
+TargetState fromProto(mgmt::TargetState s) { return static_cast<TargetState>(s); }
+mgmt::TargetState toProto(TargetState s) { return static_cast<mgmt::TargetState>(s); }
 
 ChainView viewOf(const mgmt::Chain& c) {
   ChainView v;
@@ -117,14 +75,14 @@ Result<mgmt::RegisterNodeResp> ClusterManager::registerNode(const mgmt::Register
     ASSIGN_OR_RETURN(auto raw, t.get(kv::nodeKey(req.name())));
     mgmt::Node old;
     if (raw) {
-      ASSIGN_OR_RETURN(old, parse<mgmt::Node>(*raw, "node"));
+      ASSIGN_OR_RETURN(old, parseRow<mgmt::Node>(*raw, "node"));
     }
     // Known paths keep their ids.
     std::map<std::string, uint32_t> known;
     for (uint32_t id : old.targets()) {
       ASSIGN_OR_RETURN(auto row, t.get(kv::targetKey(id)));
       if (!row) continue;
-      ASSIGN_OR_RETURN(mgmt::Target target, parse<mgmt::Target>(*row, "target"));
+      ASSIGN_OR_RETURN(mgmt::Target target, parseRow<mgmt::Target>(*row, "target"));
       known[target.path()] = id;
     }
     ASSIGN_OR_RETURN(auto counter, t.get(kv::targetIdCounterKey()));
@@ -183,7 +141,7 @@ Result<mgmt::HeartbeatResp> ClusterManager::heartbeat(const mgmt::HeartbeatReq& 
     ASSIGN_OR_RETURN(auto raw, t.get(kv::nodeKey(req.name())));
     if (!raw)
       return Status(ErrorCode::kNotFound, fmt::format("node {} has not registered", req.name()));
-    ASSIGN_OR_RETURN(node, parse<mgmt::Node>(*raw, "node"));
+    ASSIGN_OR_RETURN(node, parseRow<mgmt::Node>(*raw, "node"));
     return Status::OK();
   }));
   std::set<uint32_t> own(node.targets().begin(), node.targets().end());
@@ -200,10 +158,19 @@ Result<mgmt::HeartbeatResp> ClusterManager::heartbeat(const mgmt::HeartbeatReq& 
       if (own.count(s.target())) synced_.insert({s.chain(), s.target()});
     }
   }
+  // The whole table only for a node whose routing is older (beats come
+  // every few hundred milliseconds from every node).
   mgmt::HeartbeatResp resp;
-  ASSIGN_OR_RETURN(mgmt::Routing routing, loadRouting(kv_));
-  resp.set_routing_version(routing.version());
-  if (routing.version() > req.routing_version()) *resp.mutable_routing() = std::move(routing);
+  uint64_t version = 0;
+  RETURN_ON_ERROR(kv::runReadTransaction(kv_, [&](kv::ReadTransaction& t) -> Status {
+    ASSIGN_OR_RETURN(version, routingVersion(t));
+    return Status::OK();
+  }));
+  resp.set_routing_version(version);
+  if (version > req.routing_version()) {
+    ASSIGN_OR_RETURN(*resp.mutable_routing(), loadRouting(kv_));
+    resp.set_routing_version(resp.routing().version());
+  }
   return resp;
 }
 
@@ -218,7 +185,7 @@ Result<mgmt::CreateChainsResp> ClusterManager::createChains(const mgmt::CreateCh
     ASSIGN_OR_RETURN(auto rows, t.getRange(kv::targetBegin(), kv::targetEnd(), {}));
     std::vector<PlacementTarget> targets;
     for (const auto& row : rows.kvs) {
-      ASSIGN_OR_RETURN(mgmt::Target target, parse<mgmt::Target>(row.value, "target"));
+      ASSIGN_OR_RETURN(mgmt::Target target, parseRow<mgmt::Target>(row.value, "target"));
       targets.push_back({target.id(), target.node(), target.rack()});
     }
     ASSIGN_OR_RETURN(auto placed, placeChains(targets, req.replication(), req.chains()));
@@ -252,7 +219,7 @@ Result<uint64_t> ClusterManager::tick() {
     ASSIGN_OR_RETURN(auto rows, t.getRange(kv::chainBegin(), kv::chainEnd(), {}));
     bool changed = false;
     for (const auto& row : rows.kvs) {
-      ASSIGN_OR_RETURN(mgmt::Chain chain, parse<mgmt::Chain>(row.value, "chain"));
+      ASSIGN_OR_RETURN(mgmt::Chain chain, parseRow<mgmt::Chain>(row.value, "chain"));
       if (row.value.empty()) continue;  // an old one-target chain of `cistern up`
       const ChainView before = viewOf(chain);
       ChainView after = nextChain(before, [&](uint32_t target) {

@@ -16,14 +16,6 @@ Result<bool> setIfChanged(kv::Transaction& t, const std::string& key, const std:
   return true;
 }
 
-template <typename Msg>
-Result<Msg> parseRow(const kv::KeyValue& row, const char* what) {
-  Msg m;
-  if (!m.ParseFromString(row.value))
-    return Status(ErrorCode::kCorruption, fmt::format("{} row does not parse", what));
-  return m;
-}
-
 uint32_t idOf(const std::string& key) {
   kv::KeyReader r(key);
   (void)r.prefix();
@@ -32,6 +24,17 @@ uint32_t idOf(const std::string& key) {
 }
 
 }  // namespace
+
+Result<uint64_t> routingVersion(kv::ReadTransaction& t) {
+  ASSIGN_OR_RETURN(auto raw, t.get(kv::routingVersionKey()));
+  return raw ? static_cast<uint64_t>(kv::decodeCounter(*raw)) : 0;
+}
+
+Result<uint64_t> bumpRoutingVersion(kv::Transaction& t) {
+  ASSIGN_OR_RETURN(uint64_t v, routingVersion(t));
+  t.set(kv::routingVersionKey(), kv::encodeCounter(static_cast<int64_t>(v + 1)));
+  return v + 1;
+}
 
 Result<uint64_t> publish(kv::Engine& kv, const LocalLayout& layout) {
   for (const auto& t : layout.targets) {
@@ -59,11 +62,9 @@ Result<uint64_t> publish(kv::Engine& kv, const LocalLayout& layout) {
       ASSIGN_OR_RETURN(c, setIfChanged(t, kv::chainKey(target.id), chain.SerializeAsString()));
       changed |= c;
     }
-    ASSIGN_OR_RETURN(auto raw, t.get(kv::routingVersionKey()));
-    version = raw ? static_cast<uint64_t>(kv::decodeCounter(*raw)) : 0;
+    ASSIGN_OR_RETURN(version, routingVersion(t));
     if (changed || version == 0) {
-      ++version;
-      t.set(kv::routingVersionKey(), kv::encodeCounter(static_cast<int64_t>(version)));
+      ASSIGN_OR_RETURN(version, bumpRoutingVersion(t));
     }
     return Status::OK();
   }));
@@ -84,11 +85,11 @@ Result<mgmt::Routing> loadRouting(kv::Engine& kv) {
     out.set_meta_endpoint(config.meta_endpoint());
     ASSIGN_OR_RETURN(auto targets, t.getRange(kv::targetBegin(), kv::targetEnd(), {}));
     for (const auto& row : targets.kvs) {
-      ASSIGN_OR_RETURN(*out.add_targets(), parseRow<mgmt::Target>(row, "target"));
+      ASSIGN_OR_RETURN(*out.add_targets(), parseRow<mgmt::Target>(row.value, "target"));
     }
     ASSIGN_OR_RETURN(auto chains, t.getRange(kv::chainBegin(), kv::chainEnd(), {}));
     for (const auto& row : chains.kvs) {
-      ASSIGN_OR_RETURN(mgmt::Chain c, parseRow<mgmt::Chain>(row, "chain"));
+      ASSIGN_OR_RETURN(mgmt::Chain c, parseRow<mgmt::Chain>(row.value, "chain"));
       if (row.value.empty()) {  // written before mgmtd kept chain records
         c.set_id(idOf(row.key));
         c.set_version(1);

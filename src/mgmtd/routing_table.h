@@ -35,6 +35,19 @@ struct LocalLayout {
 // target's data does not vanish because a process started with fewer).
 Result<uint64_t> publish(kv::Engine& kv, const LocalLayout& layout);
 
+// The routing version in the KV (0 before the first publish).
+Result<uint64_t> routingVersion(kv::ReadTransaction& t);
+// Moves the routing version up by one in `t`; returns the new one.
+Result<uint64_t> bumpRoutingVersion(kv::Transaction& t);
+// A cluster-state row (`what` names it in the error).
+template <typename Msg>
+Result<Msg> parseRow(const std::string& bytes, const char* what) {
+  Msg m;
+  if (!m.ParseFromString(bytes))
+    return Status(ErrorCode::kCorruption, std::string(what) + " row does not parse");
+  return m;
+}
+
 // The routing table as stored (targets and chains by id; `failed` false:
 // health is the caller's to fill in). kNotFound before the first publish.
 Result<mgmt::Routing> loadRouting(kv::Engine& kv);
