@@ -64,6 +64,9 @@
   X(kStaleChainVersion,    400, ESTALE,       "stale chain version")                \
   X(kTargetBusy,           401, EAGAIN,       "storage target busy")                \
   X(kLeaseExpired,         402, ETIMEDOUT,    "the caller's lease ran out")          \
+  X(kChunkNotCommitted,    403, EAGAIN,       "chunk has an uncommitted version")   \
+  X(kChunkVersionMismatch, 404, ESTALE,       "replica holds another chunk version") \
+  X(kNotServing,           405, EAGAIN,       "target not serving this chain")      \
   /* mgmtd (500-599) */                                                              \
   X(kNotPrimary,           500, EAGAIN,       "not the primary mgmtd")
 // clang-format on

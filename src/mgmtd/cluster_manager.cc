@@ -55,6 +55,7 @@ void ClusterManager::restart() {
   started_ = clock_.now();
   last_seen_.clear();
   synced_.clear();
+  restarted_.clear();
 }
 
 bool ClusterManager::aliveLocked(uint32_t target, SteadyTime now) const {
@@ -69,8 +70,16 @@ Result<mgmt::RegisterNodeResp> ClusterManager::registerNode(const mgmt::Register
     return Status(ErrorCode::kInvalidArgument,
                   fmt::format("node {}: no storage endpoint given", req.name()));
   mgmt::RegisterNodeResp resp;
+  std::set<uint32_t> in_chains;  // targets that are members of a chain
   RETURN_ON_ERROR(kv::runTransaction(kv_, [&](kv::Transaction& t) -> Status {
     resp.Clear();
+    in_chains.clear();
+    ASSIGN_OR_RETURN(auto chains, t.getRange(kv::chainBegin(), kv::chainEnd(), {}));
+    for (const auto& row : chains.kvs) {
+      if (row.value.empty()) continue;
+      ASSIGN_OR_RETURN(mgmt::Chain chain, parseRow<mgmt::Chain>(row.value, "chain"));
+      for (const ChainMember& m : viewOf(chain).members) in_chains.insert(m.target);
+    }
     bool changed = false;
     ASSIGN_OR_RETURN(auto raw, t.get(kv::nodeKey(req.name())));
     mgmt::Node old;
@@ -131,7 +140,10 @@ Result<mgmt::RegisterNodeResp> ClusterManager::registerNode(const mgmt::Register
   resp.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
   std::lock_guard lock(mu_);
   const SteadyTime now = clock_.now();
-  for (uint32_t id : resp.target_ids()) last_seen_[id] = now;
+  for (uint32_t id : resp.target_ids()) {
+    last_seen_[id] = now;
+    if (in_chains.count(id)) restarted_.insert(id);
+  }
   return resp;
 }
 
@@ -207,12 +219,13 @@ Result<mgmt::CreateChainsResp> ClusterManager::createChains(const mgmt::CreateCh
 }
 
 Result<uint64_t> ClusterManager::tick() {
-  std::map<uint32_t, bool> alive;
   std::set<std::pair<uint32_t, uint32_t>> synced;
+  std::set<uint32_t> restarted;
   const SteadyTime now = clock_.now();
   {
     std::lock_guard lock(mu_);
     synced = synced_;
+    restarted = restarted_;
   }
   uint64_t version = 0;
   RETURN_ON_ERROR(kv::runTransaction(kv_, [&](kv::Transaction& t) -> Status {
@@ -224,7 +237,8 @@ Result<uint64_t> ClusterManager::tick() {
       const ChainView before = viewOf(chain);
       ChainView after = nextChain(before, [&](uint32_t target) {
         std::lock_guard lock(mu_);
-        return TargetReport{aliveLocked(target, now), synced.count({before.id, target}) > 0};
+        const bool alive = aliveLocked(target, now) && !restarted.count(target);
+        return TargetReport{alive, synced.count({before.id, target}) > 0};
       });
       if (after.version == before.version) continue;
       t.set(row.key, chainOf(after).SerializeAsString());
@@ -239,6 +253,7 @@ Result<uint64_t> ClusterManager::tick() {
   }));
   std::lock_guard lock(mu_);
   for (const auto& s : synced) synced_.erase(s);
+  for (uint32_t t : restarted) restarted_.erase(t);
   return version;
 }
 

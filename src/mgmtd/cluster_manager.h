@@ -5,6 +5,11 @@
 // targets by the state machine (chain_states.h), bumping the chain's and the
 // routing version when anything changed.
 //
+// A node that registers again has restarted: its targets may have lost
+// what they held in memory (a replica's uncommitted versions,
+// docs/chain_protocol.md), so the next tick counts them as silent — each
+// leaves its chains and comes back through a sync.
+//
 // Liveness is this process's knowledge, not the KV's: a target is alive if
 // its node's heartbeat listed it within `heartbeat_timeout_ms`. A manager
 // that just started (a new primary) counts every target as heard at its
@@ -57,6 +62,7 @@ class ClusterManager {
   SteadyTime started_;                        // guarded by mu_
   std::map<uint32_t, SteadyTime> last_seen_;  // target -> its node's last heartbeat listing it
   std::set<std::pair<uint32_t, uint32_t>> synced_;  // (chain, target) reported synced
+  std::set<uint32_t> restarted_;  // targets registered since the last tick
 };
 
 }  // namespace cistern::mgmtd

@@ -91,7 +91,7 @@ Status ChunkEngine::checkReserve(uint64_t bytes) {
 
 Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
                                      uint64_t chain_version, bool stable, int64_t not_after_ns,
-                                     bool durable, bool* unsynced) {
+                                     bool durable, bool* unsynced, uint32_t chain) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
   if (offset + data.size() > kMaxChunkBytes) {
@@ -103,12 +103,34 @@ Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<cons
   RETURN_ON_ERROR(checkNotAfter(id, not_after_ns));
   ASSIGN_OR_RETURN(auto old, query(id));
   RETURN_ON_ERROR(checkChainVersion(id, old, chain_version));
-  return apply(id, old, offset, data.data(), data.size(), chain_version,
+  return apply(id, old, offset, data.data(), data.size(), Stamp{chain, chain_version, 0},
                old ? old->length : uint64_t{0}, stable, durable, unsynced);
 }
 
+Result<ChunkMeta> ChunkEngine::replace(ChunkId id, std::span<const uint8_t> data, uint32_t chain,
+                                       uint64_t chain_version, uint64_t chunk_version) {
+  if (failed_)
+    return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
+  if (data.size() > kMaxChunkBytes) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("replace of {} with {} bytes past {}", idText(id), data.size(),
+                              kMaxChunkBytes));
+  }
+  if (chunk_version == 0) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("replace of {} at chunk version 0", idText(id)));
+  }
+  std::lock_guard chunk_lock(chunkLock(id));
+  ASSIGN_OR_RETURN(auto old, query(id));
+  // No chain-version check: the predecessor's copy is the chain's, and a
+  // replica's own may be newer by chain version (an update it took that
+  // the chain never committed).
+  return apply(id, old, 0, data.data(), data.size(), Stamp{chain, chain_version, chunk_version},
+               0);
+}
+
 Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t chain_version,
-                                        int64_t not_after_ns) {
+                                        int64_t not_after_ns, uint32_t chain) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
   if (length > kMaxChunkBytes) {
@@ -121,15 +143,17 @@ Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t ch
   RETURN_ON_ERROR(checkChainVersion(id, old, chain_version));
   uint64_t old_len = old ? old->length : 0;
   if (!old || length >= old_len)  // grow: append zeros
-    return apply(id, old, old_len, nullptr, length - old_len, chain_version, old_len);
+    return apply(id, old, old_len, nullptr, length - old_len, Stamp{chain, chain_version, 0},
+                 old_len);
   ASSIGN_OR_RETURN(uint32_t c, classFor(length));
   if (c != old->size_class)  // shrink into a smaller class: copy what stays
-    return apply(id, old, length, nullptr, 0, chain_version, length);
+    return apply(id, old, length, nullptr, 0, Stamp{chain, chain_version, 0}, length);
   // Shrink within the class: only the record changes (new length, new tail CRC).
   ChunkMeta m = *old;
   m.length = static_cast<uint32_t>(length);
   m.chunk_version = old->chunk_version + 1;
   m.chain_version = chain_version;
+  m.chain = chain;
   uint64_t tail_at = length / kBlockBytes * kBlockBytes;
   alignas(64) uint8_t tail[kBlockBytes];
   RETURN_ON_ERROR(readRange(*old, tail_at, length - tail_at, tail).withContext(idText(id)));
@@ -149,7 +173,7 @@ Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t ch
 // zeros. REQUIRES: the chunk lock is held; keep <= old length.
 Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>& old,
                                      uint64_t offset, const uint8_t* data, uint64_t len,
-                                     uint64_t chain_version, uint64_t keep, bool stable,
+                                     const Stamp& stamp, uint64_t keep, bool stable,
                                      bool durable, bool* unsynced) {
   static auto& write_bytes = metrics::Registry::global().counter(
       "storage_write_bytes_total", {}, "Chunk bytes written by writes and truncates");
@@ -297,8 +321,10 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
   m.size_class = c;
   m.addr = addr;
   m.length = static_cast<uint32_t>(new_len);
-  m.chunk_version = (old ? old->chunk_version : 0) + 1;
-  m.chain_version = chain_version;
+  m.chunk_version = stamp.chunk_version != 0 ? stamp.chunk_version
+                                             : (old ? old->chunk_version : 0) + 1;
+  m.chain_version = stamp.chain_version;
+  m.chain = stamp.chain;
   m.tail_crc = tail_crc;
   // An append extends the CRC of the entries before it (a version 2 record
   // stays without one: its entries' CRC would need the whole area read).

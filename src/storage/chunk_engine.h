@@ -198,15 +198,24 @@ class ChunkEngine {
   // one whose batch synced) is not.
   Result<ChunkMeta> write(ChunkId id, uint64_t offset, std::span<const uint8_t> data,
                           uint64_t chain_version, bool stable = false, int64_t not_after_ns = 0,
-                          bool durable = true, bool* unsynced = nullptr);
+                          bool durable = true, bool* unsynced = nullptr, uint32_t chain = 0);
+  // Sets the whole content of chunk `id` to `data` and its version to
+  // `chunk_version`, durably (copy-on-write, as any write that is not an
+  // append): a replica catching up with its predecessor's copy
+  // (docs/chain_protocol.md, "Resync"). The chunk records `chain_version`
+  // whatever the one it had (the predecessor's copy is the chain's).
+  Result<ChunkMeta> replace(ChunkId id, std::span<const uint8_t> data, uint32_t chain,
+                            uint64_t chain_version, uint64_t chunk_version);
   // Makes every write acknowledged so far durable (one fdatasync per group
   // file unsynced writes went to). An error fails the target, as any
   // failed sync does.
   Status sync();
   // Sets the chunk's length: shorter drops the tail, longer appends zeros.
   // Creates a missing chunk of that length. Returns the new metadata.
+  // `chain`: the chain the change is made under (ChunkMeta::chain; 0 on
+  // one machine), for write() too.
   Result<ChunkMeta> truncate(ChunkId id, uint64_t length, uint64_t chain_version,
-                             int64_t not_after_ns = 0);
+                             int64_t not_after_ns = 0, uint32_t chain = 0);
   // Reads up to out.size() bytes from `offset`; returns the count (short at
   // the end of the chunk, 0 past it). kNotFound for a missing chunk.
   Result<size_t> read(ChunkId id, uint64_t offset, std::span<uint8_t> out);
@@ -348,11 +357,18 @@ class ChunkEngine {
   // query() from RocksDB's memtable and block cache only: `*in_memory` is
   // false (and the result nullopt) where the lookup would read the disk.
   Result<std::optional<ChunkMeta>> queryInMemory(ChunkId id, bool* in_memory);
-  // The write path shared by write() and truncate(): the new content is the
-  // first `keep` bytes of `old` with [offset, offset + len) replaced by
-  // `data` (zeros if null). REQUIRES: the chunk lock is held.
+  // What a change records besides the bytes: its chain and that chain's
+  // version, and the chunk version it makes (0: the old one's plus one).
+  struct Stamp {
+    uint32_t chain = 0;
+    uint64_t chain_version = 0;
+    uint64_t chunk_version = 0;
+  };
+  // The write path shared by write(), truncate() and replace(): the new
+  // content is the first `keep` bytes of `old` with [offset, offset + len)
+  // replaced by `data` (zeros if null). REQUIRES: the chunk lock is held.
   Result<ChunkMeta> apply(ChunkId id, const std::optional<ChunkMeta>& old, uint64_t offset,
-                          const uint8_t* data, uint64_t len, uint64_t chain_version, uint64_t keep,
+                          const uint8_t* data, uint64_t len, const Stamp& stamp, uint64_t keep,
                           bool stable = false, bool durable = true, bool* unsynced = nullptr);
   // kNoSpace unless the filesystem has `bytes` free past the reserve, after
   // punching every kept slot if that is what it takes.

@@ -44,8 +44,11 @@ Result<ChunkId> decodeChunkKey(std::string_view key) {
 // Layout (little-endian): 0 u16 version | 2 u8 class | 3 u8 flags | 4 u32 group |
 // 8 u32 slot | 12 u32 length | 16 u64 chunk_version | 24 u64 chain_version |
 // 32 u32 tail block crc32c | 36 u32 crc32c of the CRC-area entries |
-// 40 u32 crc32c of bytes 0..39. Version 2: no bytes 36..39 (its record
-// crc32c at 36 covers bytes 0..35).
+// 40 u32 chain | 44 u32 crc32c of bytes 0..43. Version 3: no chain (its
+// record crc32c at 40 covers bytes 0..39); version 2: no bytes 36..43 either
+// (its record crc32c at 36 covers bytes 0..35). A record without crcs_crc is
+// written as version 2, so it keeps no chain (only targets older than
+// chains hold such records).
 std::string encodeChunkMeta(const ChunkMeta& m) {
   const size_t body = m.crcs_crc ? kChunkMetaBytes - 4 : kChunkMetaBytes2 - 4;
   std::string out(body + 4, '\0');
@@ -58,19 +61,25 @@ std::string encodeChunkMeta(const ChunkMeta& m) {
   putLE<uint64_t>(out, 16, m.chunk_version);
   putLE<uint64_t>(out, 24, m.chain_version);
   putLE<uint32_t>(out, 32, m.tail_crc);
-  if (m.crcs_crc) putLE<uint32_t>(out, 36, *m.crcs_crc);
+  if (m.crcs_crc) {
+    putLE<uint32_t>(out, 36, *m.crcs_crc);
+    putLE<uint32_t>(out, 40, m.chain);
+  }
   putLE<uint32_t>(out, body, crc32c(out.data(), body));
   return out;
 }
 
 Result<ChunkMeta> decodeChunkMeta(std::string_view in) {
-  if (in.size() != kChunkMetaBytes && in.size() != kChunkMetaBytes2)
-    return corrupt(fmt::format("record of {} bytes", in.size()));
+  uint16_t expected = 0;
+  if (in.size() == kChunkMetaBytes) expected = kChunkMetaVersion;
+  if (in.size() == kChunkMetaBytes3) expected = kChunkMetaVersion3;
+  if (in.size() == kChunkMetaBytes2) expected = kChunkMetaVersion2;
+  if (expected == 0) return corrupt(fmt::format("record of {} bytes", in.size()));
   const size_t body = in.size() - 4;
   if (getLE<uint32_t>(in, body) != crc32c(in.data(), body))
     return corrupt("record checksum mismatch");
   const uint16_t version = getLE<uint16_t>(in, 0);
-  if (version != (in.size() == kChunkMetaBytes ? kChunkMetaVersion : kChunkMetaVersion2))
+  if (version != expected)
     return corrupt(fmt::format("record version {} of {} bytes", version, in.size()));
   ChunkMeta m;
   m.size_class = getLE<uint8_t>(in, 2);
@@ -81,7 +90,8 @@ Result<ChunkMeta> decodeChunkMeta(std::string_view in) {
   m.chunk_version = getLE<uint64_t>(in, 16);
   m.chain_version = getLE<uint64_t>(in, 24);
   m.tail_crc = getLE<uint32_t>(in, 32);
-  if (version == kChunkMetaVersion) m.crcs_crc = getLE<uint32_t>(in, 36);
+  if (version != kChunkMetaVersion2) m.crcs_crc = getLE<uint32_t>(in, 36);
+  if (version == kChunkMetaVersion) m.chain = getLE<uint32_t>(in, 40);
   if (m.size_class >= kClassCount) return corrupt(fmt::format("size class {}", m.size_class));
   if (m.length > classBytes(m.size_class)) {
     return corrupt(fmt::format("length {} exceeds class {}", m.length, classBytes(m.size_class)));

@@ -59,7 +59,11 @@ struct ChunkMeta {
   uint64_t chunk_version = 0;  // bumped by every committed write
   uint64_t chain_version = 0;  // routing version the write was accepted under
   uint32_t tail_crc = 0;       // of the bytes past the last full 4 KiB block (0 if none)
-  uint8_t flags = 0;           // reserved for replication states; 0 now
+  uint8_t flags = 0;           // reserved; 0 now
+  // The chain the chunk was last written under (0: none, a record of
+  // version 3 or older). A target is in several chains; a resync copies
+  // one chain's chunks (docs/chain_protocol.md, "Resync").
+  uint32_t chain = 0;
   // CRC32C of the slot's CRC-area entries of the full blocks, as on disk:
   // pins the record to this content, so that a slot whose new bytes and CRCs
   // never reached the disk cannot pass for it with what it held before.
@@ -68,8 +72,11 @@ struct ChunkMeta {
   bool operator==(const ChunkMeta&) const = default;
 };
 
-inline constexpr uint16_t kChunkMetaVersion = 3;
-inline constexpr size_t kChunkMetaBytes = 44;
+inline constexpr uint16_t kChunkMetaVersion = 4;
+inline constexpr size_t kChunkMetaBytes = 48;
+// Still read: no chain.
+inline constexpr uint16_t kChunkMetaVersion3 = 3;
+inline constexpr size_t kChunkMetaBytes3 = 44;
 // Still read (no crcs_crc), and written back as they are by a change that
 // cannot compute crcs_crc without reading the whole CRC area (an append).
 inline constexpr uint16_t kChunkMetaVersion2 = 2;

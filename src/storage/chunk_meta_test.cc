@@ -40,6 +40,7 @@ ChunkMeta sample() {
   m.chain_version = 77;
   m.tail_crc = 0xabcdef01;
   m.crcs_crc = 0x12345678;
+  m.chain = 0x01020304;
   return m;
 }
 
@@ -58,6 +59,7 @@ TEST(ChunkMetaRecord, VersionTwoRecordsRoundTripWithoutTheCrcsCrc) {
   m.crcs_crc.reset();
   std::string rec = encodeChunkMeta(m);
   ASSERT_EQ(rec.size(), kChunkMetaBytes2);
+  m.chain = 0;  // a version 2 record keeps no chain
   EXPECT_EQ(rec[0], 2);
   auto back = decodeChunkMeta(rec);
   ASSERT_TRUE(back.ok()) << back.status().toString();
@@ -75,6 +77,23 @@ TEST(ChunkMetaRecord, VersionTwoRecordsRoundTripWithoutTheCrcsCrc) {
     EXPECT_NE(r.status().message().find("record version"), std::string::npos)
         << r.status().toString();
   }
+}
+
+// Records written before chains existed (version 3: 44 bytes) are read,
+// with no chain.
+TEST(ChunkMetaRecord, VersionThreeRecordsAreReadWithoutAChain) {
+  std::string rec = encodeChunkMeta(sample()).substr(0, kChunkMetaBytes3);
+  rec[0] = 3;
+  const uint32_t crc = crc32c(rec.data(), kChunkMetaBytes3 - 4);
+  for (int i = 0; i < 4; ++i)
+    rec[kChunkMetaBytes3 - 4 + static_cast<size_t>(i)] = static_cast<char>(crc >> (8 * i));
+  auto back = decodeChunkMeta(rec);
+  ASSERT_TRUE(back.ok()) << back.status().toString();
+  ChunkMeta want = sample();
+  want.chain = 0;
+  EXPECT_EQ(*back, want);
+  rec[0] = 4;  // a version 4 header on a version 3 body
+  EXPECT_EQ(decodeChunkMeta(rec).code(), ErrorCode::kCorruption);
 }
 
 TEST(ChunkMetaRecord, EveryFlippedBitIsDetected) {

@@ -23,6 +23,7 @@ void fill(ChunkInfo* out, const ChunkMeta& m) {
   out->set_chain_version(m.chain_version);
   out->set_tail_crc(m.tail_crc);
   out->set_size_class(m.size_class);
+  out->set_chain(m.chain);
 }
 
 net::Method method(const char* name) {
@@ -79,25 +80,6 @@ Status StorageServiceOptions::validate() const {
   return Status::OK();
 }
 
-// Holds `bytes` of the target's budget while a request runs.
-class StorageService::Admission {
- public:
-  Admission(StorageService& s, uint64_t bytes) : s_(s), bytes_(bytes) {}
-  ~Admission() {
-    if (held_) s_.done(bytes_);
-  }
-  Status admit(int qos) {
-    RETURN_ON_ERROR(s_.admit(bytes_, qos));
-    held_ = true;
-    return Status::OK();
-  }
-
- private:
-  StorageService& s_;
-  uint64_t bytes_;
-  bool held_ = false;
-};
-
 Status StorageService::admit(uint64_t bytes, int qos) {
   static auto& refused = metrics::Registry::global().counter(
       "storage_requests_refused_total", {}, "Requests refused because the target was busy");
@@ -123,12 +105,29 @@ void StorageService::done(uint64_t bytes) {
 }
 
 StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
-                               StorageServiceOptions options)
+                               StorageServiceOptions options, ChainTable* chains,
+                               net::RpcClient* peers)
     : engine_(engine),
       options_(options),
+      chains_(chains),
+      peers_(peers),
       pool_(options.blocking_threads),
       buffers_(options.batch_read_bytes_max),
       shm_(options.shm_attached_max, options.shm_bytes_max) {
+  if (chains_) {
+    locks_ = std::make_unique<ChunkLocks>(pool_);
+    options_.short_circuit_reads = false;
+    options_.loop_read_bytes_max = 0;
+  }
+  registerCommonHandlers(server);  // first: the same-process calls need theirs
+  if (chains_) {
+    registerChainHandlers(server);
+  } else {
+    registerOneMachineHandlers(server);
+  }
+}
+
+void StorageService::registerOneMachineHandlers(net::RpcServer& server) {
   server.handle<WriteReq, WriteResp>(
       method("Write"),
       [this](net::CallContext& ctx, const WriteReq& req,
@@ -155,30 +154,6 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
                        RETURN_ON_ERROR(admitted.admit(req.qos()));
                        return writeChunk(req, data, /*copy=*/true, static_cast<WriteResp&>(r));
                      });
-  server.handle<BatchReadReq, BatchReadResp>(
-      method("BatchRead"),
-      [this](net::CallContext& ctx, const BatchReadReq& req,
-             BatchReadResp& resp) -> asio::awaitable<Status> {
-        CO_ASSIGN_OR_RETURN(uint64_t total, readBytes(req));
-        Admission admitted(*this, total);
-        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
-        std::shared_ptr<const ShmMapping> shm;
-        std::shared_ptr<net::PooledBuffer> out;
-        CO_ASSIGN_OR_RETURN(auto dest, readShm(req, total, &shm));
-        if (!dest) {
-          out = std::make_shared<net::PooledBuffer>(buffers_.get(total));
-          dest = out->data();
-        }
-        if (total <= options_.loop_read_bytes_max &&
-            co_await readOnLoop(ctx, req, dest, out, resp)) {
-          co_return Status::OK();
-        }
-        co_return co_await net::runBlocking(pool_, [&]() -> Status {
-          size_t at = readRanges(req, dest, resp);
-          if (out) ctx.setResponsePayload(std::span<const uint8_t>(out->data(), at), out);
-          return Status::OK();
-        });
-      });
   // From a client in this process: straight into the caller's buffer (or
   // the shared memory it names).
   server.handleLocal(
@@ -225,18 +200,6 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
           return Status::OK();
         });
       });
-  server.handle<QueryReq, QueryResp>(
-      method("Query"),
-      [this](net::CallContext&, const QueryReq& req, QueryResp& resp) -> asio::awaitable<Status> {
-        Admission admitted(*this, kRequestBytes);
-        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
-        co_return co_await net::runBlocking(pool_, [&]() -> Status {
-          ASSIGN_OR_RETURN(auto m, engine_.query(idOf(req.chunk())));
-          resp.set_exists(m.has_value());
-          if (m) fill(resp.mutable_info(), *m);
-          return Status::OK();
-        });
-      });
   server.handle<TruncateReq, TruncateResp>(method("Truncate"),
                                            [this](net::CallContext&, const TruncateReq& req,
                                                   TruncateResp& resp) -> asio::awaitable<Status> {
@@ -254,15 +217,54 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
                        RETURN_ON_ERROR(admitted.admit(req.qos()));
                        return truncateChunk(req, static_cast<TruncateResp&>(r));
                      });
+  server.handleLocal(
+      method("Sync"),
+      [this](const google::protobuf::Message& m, google::protobuf::Message&,
+             net::LocalPayloads&) -> Status { return syncTarget(static_cast<const SyncReq&>(m)); });
+}
+
+void StorageService::registerCommonHandlers(net::RpcServer& server) {
+  server.handle<BatchReadReq, BatchReadResp>(
+      method("BatchRead"),
+      [this](net::CallContext& ctx, const BatchReadReq& req,
+             BatchReadResp& resp) -> asio::awaitable<Status> {
+        CO_ASSIGN_OR_RETURN(uint64_t total, readBytes(req));
+        Admission admitted(*this, total);
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
+        std::shared_ptr<const ShmMapping> shm;
+        std::shared_ptr<net::PooledBuffer> out;
+        CO_ASSIGN_OR_RETURN(auto dest, readShm(req, total, &shm));
+        if (!dest) {
+          out = std::make_shared<net::PooledBuffer>(buffers_.get(total));
+          dest = out->data();
+        }
+        if (total <= options_.loop_read_bytes_max &&
+            co_await readOnLoop(ctx, req, dest, out, resp)) {
+          co_return Status::OK();
+        }
+        co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          size_t at = readRanges(req, dest, resp);
+          if (out) ctx.setResponsePayload(std::span<const uint8_t>(out->data(), at), out);
+          return Status::OK();
+        });
+      });
+  server.handle<QueryReq, QueryResp>(
+      method("Query"),
+      [this](net::CallContext&, const QueryReq& req, QueryResp& resp) -> asio::awaitable<Status> {
+        Admission admitted(*this, kRequestBytes);
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
+        co_return co_await net::runBlocking(pool_, [&]() -> Status {
+          ASSIGN_OR_RETURN(auto m, engine_.query(idOf(req.chunk())));
+          resp.set_exists(m.has_value());
+          if (m) fill(resp.mutable_info(), *m);
+          return Status::OK();
+        });
+      });
   server.handle<SyncReq, SyncResp>(
       method("Sync"),
       [this](net::CallContext&, const SyncReq& req, SyncResp&) -> asio::awaitable<Status> {
         co_return co_await net::runBlocking(sync_pool_, [&] { return syncTarget(req); });
       });
-  server.handleLocal(
-      method("Sync"),
-      [this](const google::protobuf::Message& m, google::protobuf::Message&,
-             net::LocalPayloads&) -> Status { return syncTarget(static_cast<const SyncReq&>(m)); });
   server.handle<ListReq, ListResp>(
       method("List"),
       [this](net::CallContext&, const ListReq& req, ListResp& resp) -> asio::awaitable<Status> {
@@ -273,7 +275,15 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
           ASSIGN_OR_RETURN(auto chunks, engine_.list(idOf(req.from()), limit + 1));
           resp.set_more(chunks.size() > limit);
           if (chunks.size() > limit) chunks.pop_back();
+          if (req.chain() != 0 && !chunks.empty()) {
+            // A page of the target's chunks, of which the chain's: the
+            // caller goes on from after the last one looked at.
+            auto* last = resp.mutable_last_seen();
+            last->set_inode(chunks.back().first.inode);
+            last->set_index(chunks.back().first.index);
+          }
           for (const auto& [id, m] : chunks) {
+            if (req.chain() != 0 && m.chain != req.chain()) continue;
             auto* c = resp.add_chunks();
             c->mutable_chunk()->set_inode(id.inode);
             c->mutable_chunk()->set_index(id.index);
@@ -319,8 +329,11 @@ StorageService::StorageService(ChunkEngine& engine, net::RpcServer& server,
   server.handle<LocateReq, LocateResp>(
       method("Locate"),
       [this](net::CallContext&, const LocateReq& req, LocateResp& resp) -> asio::awaitable<Status> {
-        if (!options_.short_circuit_reads)
-          co_return Status(ErrorCode::kNotFound, "short-circuit reads are off on this server");
+        if (!options_.short_circuit_reads) {
+          co_return Status(ErrorCode::kNotFound,
+                           chains_ ? "short-circuit reads are off for replicated chains"
+                                   : "short-circuit reads are off on this server");
+        }
         if (req.boot_id().empty() || req.boot_id() != hostBootId())
           co_return Status(ErrorCode::kNotFound, "short-circuit reads need the server's host");
         if (req.ranges_size() > kLocateRangesMax) {
@@ -504,7 +517,23 @@ Result<uint8_t*> StorageService::readShm(const BatchReadReq& req, uint64_t total
 size_t StorageService::readRanges(const BatchReadReq& req, uint8_t* dest, BatchReadResp& resp) {
   size_t at = 0;
   for (const auto& r : req.ranges()) {
-    auto n = engine_.read(idOf(r.chunk()), r.offset(), std::span<uint8_t>(dest + at, r.length()));
+    const ChunkId id = idOf(r.chunk());
+    if (chains_) {
+      // A replica returns only committed versions, and only while it is a
+      // serving member of the chain (docs/chain_protocol.md, "Reads"). A
+      // change that lands during the read leaves the chunk dirty after it.
+      Status ok = chains_->serving(r.chain(), r.chain_version()).status();
+      if (ok.ok() && locks_->dirty(id))
+        ok = Status(ErrorCode::kChunkNotCommitted, "uncommitted version; read the tail");
+      if (!ok.ok()) {
+        resp.add_codes(static_cast<uint32_t>(ok.code()));
+        resp.add_lengths(0);
+        continue;
+      }
+    }
+    auto n = engine_.read(id, r.offset(), std::span<uint8_t>(dest + at, r.length()));
+    if (chains_ && n.ok() && (locks_->dirty(id) || !chains_->leased()))
+      n = Status(ErrorCode::kChunkNotCommitted, "uncommitted version; read the tail");
     resp.add_codes(static_cast<uint32_t>(n.code()));
     size_t got = n.ok() ? *n : 0;
     resp.add_lengths(static_cast<uint32_t>(got));

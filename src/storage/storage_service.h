@@ -14,21 +14,40 @@
 // reads go through that thread's io_uring (storage/loop_ring.h) and the
 // thread serves other requests meanwhile, sparing two thread hand-offs per
 // read; at most `loop_reads_max` such ranges are in flight per I/O thread.
-// Today one service serves one target; chains come with mgmtd.
+// One service serves one target. On one machine (`cistern up`) each chain
+// is one target and requests are served as above. With a ChainTable (a
+// storage server of a cluster, `cistern serve --role storage`) the target
+// is a replica of several chains (docs/chain_protocol.md, "Storage
+// servers"): clients' changes go to a chain's head, which applies them and
+// forwards them down the chain (Forward) before it answers; a replica
+// reads only chunks without an uncommitted version, only while its serving
+// lease holds; same-process calls, reads on the I/O threads and
+// short-circuit reads (Locate) are off.
 #pragma once
 
 #include <asio/thread_pool.hpp>
 #include <atomic>
+#include <deque>
+#include <set>
 
 #include "net/buffer_pool.h"
 #include "net/rpc_server.h"
+#include "storage/chain_table.h"
 #include "storage/chunk_engine.h"
+#include "storage/chunk_locks.h"
 #include "storage/shm_registry.h"
 #include "storage/storage_service_options.h"
+
+namespace cistern::net {
+class RpcClient;
+}
 
 namespace cistern::storage {
 
 class BatchReadReq;
+class ChunkInfo;
+class ForwardReq;
+class ForwardResp;
 class BatchReadResp;
 class TruncateReq;
 class SyncReq;
@@ -38,14 +57,44 @@ class WriteResp;
 
 class StorageService {
  public:
-  // Registers the methods on `server` (before server.start()).
-  StorageService(ChunkEngine& engine, net::RpcServer& server, StorageServiceOptions options = {});
+  // Registers the methods on `server` (before server.start()). `chains`
+  // (with `peers`, the client that forwards to successors): a replica of a
+  // cluster's chains.
+  StorageService(ChunkEngine& engine, net::RpcServer& server, StorageServiceOptions options = {},
+                 ChainTable* chains = nullptr, net::RpcClient* peers = nullptr);
   ~StorageService();  // stop the RpcServer first
 
   uint64_t queuedBytes() const { return queued_.load(); }
 
+  // Chains whose resync into this target has finished (a predecessor's
+  // SYNC_DONE), as (chain, target) for the next heartbeat; taken once.
+  std::vector<std::pair<uint32_t, uint32_t>> takeSynced();
+  // Makes `p.successor` (SYNCING) hold what this target holds of chain
+  // `p.chain` — every chunk it lacks or holds at another version, none this
+  // target lacks — then tells it so (SYNC_DONE). Blocks; `stop` ends it
+  // early (kCancelled). Writes to the chain go on meanwhile: each chunk is
+  // copied under its lock, and writes reach the successor too.
+  Status resync(const ChainPosition& p, const std::atomic<bool>* stop = nullptr);
+
  private:
-  class Admission;
+  // Holds `bytes` of the target's budget while a request runs.
+  class Admission {
+   public:
+    Admission(StorageService& s, uint64_t bytes) : s_(s), bytes_(bytes) {}
+    ~Admission() {
+      if (held_) s_.done(bytes_);
+    }
+    Status admit(int qos) {
+      RETURN_ON_ERROR(s_.admit(bytes_, qos));
+      held_ = true;
+      return Status::OK();
+    }
+
+   private:
+    StorageService& s_;
+    uint64_t bytes_;
+    bool held_ = false;
+  };
   // Reserves `bytes` of the budget for a request of QoS class `qos`.
   Status admit(uint64_t bytes, int qos);
   void done(uint64_t bytes);
@@ -75,8 +124,49 @@ class StorageService {
   Result<std::shared_ptr<const ShmMapping>> shmRange(uint64_t handle, uint64_t offset,
                                                      uint64_t bytes);
 
+  // Chain replication (storage_chains.cc).
+  struct Change {
+    int op = 0;  // ForwardReq::Op
+    uint64_t offset = 0;
+    uint64_t length = 0;  // TRUNCATE
+    std::span<const uint8_t> data;
+  };
+  void registerChainHandlers(net::RpcServer& server);
+  // Write, Truncate, Remove and the same-process calls of one machine.
+  void registerOneMachineHandlers(net::RpcServer& server);
+  // The rest, both ways.
+  void registerCommonHandlers(net::RpcServer& server);
+  // A client's change at the head: applied here, forwarded, then answered.
+  asio::awaitable<Status> headChange(uint32_t chain, uint64_t chain_version, ChunkId id,
+                                     const Change& c, std::pair<uint64_t, uint64_t> update,
+                                     int64_t not_after_ns, ChunkInfo* info);
+  bool committedHere(std::pair<uint64_t, uint64_t> update);
+  void remember(std::pair<uint64_t, uint64_t> update);
+  asio::awaitable<Status> onForward(const ForwardReq& f, std::span<const uint8_t> payload,
+                                    ForwardResp& resp);
+  // Sends `f` to the successor; a CHUNK_VERSION_MISMATCH answer is
+  // answered with a REPLACE of this target's copy of `id`.
+  asio::awaitable<Status> forwardTo(const ChainPosition& pos, ForwardReq f,
+                                    std::span<const uint8_t> payload);
+  // Pushes this target's copy of a dirty chunk down the chain (REPLACE or
+  // REMOVE); clean after.
+  asio::awaitable<Status> settle(ChunkId id, const ChainPosition& pos);
+  // The chunk's record and, if `with_data`, its bytes (into a pooled buffer).
+  struct Copy {
+    std::optional<ChunkMeta> meta;
+    std::optional<net::PooledBuffer> bytes;
+  };
+  Result<Copy> copyOf(ChunkId id, bool with_data);
+  Result<std::optional<ChunkMeta>> applyLocal(ChunkId id, const Change& c, uint32_t chain,
+                                              uint64_t chain_version, int64_t not_after_ns,
+                                              uint64_t chunk_version);
+  // A successor's REPLACE or REMOVE during a resync (blocking).
+  Status syncChunk(const ChainPosition& p, const net::Endpoint& to, ChunkId id);
+
   ChunkEngine& engine_;
   StorageServiceOptions options_;
+  ChainTable* chains_ = nullptr;
+  net::RpcClient* peers_ = nullptr;
   asio::thread_pool pool_;
   // Syncs, one at a time: a sync may wait on a device flush for as long as
   // the writes before it took, and must not hold the threads reads and
@@ -85,6 +175,15 @@ class StorageService {
   net::BufferPool buffers_;
   ShmRegistry shm_;
   std::atomic<uint64_t> queued_{0};
+  std::unique_ptr<ChunkLocks> locks_;  // with chains_
+  // Updates this head committed, for clients' retries: (client, seq) ->
+  // nothing; the oldest forgotten past kRememberedUpdates.
+  static constexpr size_t kRememberedUpdates = 4096;
+  std::mutex updates_mu_;
+  std::set<std::pair<uint64_t, uint64_t>> updates_;
+  std::deque<std::pair<uint64_t, uint64_t>> update_order_;
+  std::mutex synced_mu_;
+  std::vector<std::pair<uint32_t, uint32_t>> synced_;
 };
 
 }  // namespace cistern::storage

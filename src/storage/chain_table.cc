@@ -1,0 +1,118 @@
+// What a storage server knows of its chains (chain_table.h).
+#include "storage/chain_table.h"
+
+#include <fmt/format.h>
+
+#include "mgmt.pb.h"
+
+namespace cistern::storage {
+
+void ChainTable::setTarget(uint32_t target) {
+  std::lock_guard lock(mu_);
+  target_ = target;
+}
+
+uint32_t ChainTable::target() const {
+  std::lock_guard lock(mu_);
+  return target_;
+}
+
+uint64_t ChainTable::routingVersion() const {
+  std::lock_guard lock(mu_);
+  return routing_version_;
+}
+
+Status ChainTable::update(const mgmt::Routing& routing) {
+  std::map<uint32_t, std::string> endpoints;
+  for (const auto& t : routing.targets()) endpoints[t.id()] = t.endpoint();
+  std::lock_guard lock(mu_);
+  if (seen_ && routing.version() <= routing_version_) return Status::OK();
+  std::map<uint32_t, ChainPosition> positions;
+  for (const auto& c : routing.chains()) {
+    int self = -1;
+    for (int i = 0; i < c.members_size(); ++i) {
+      if (c.members(i).target() == target_) self = i;
+    }
+    if (self < 0) continue;
+    ChainPosition p;
+    p.chain = c.id();
+    p.version = c.version();
+    const auto state = c.members(self).state();
+    p.serving = state == mgmt::SERVING;
+    p.syncing = state == mgmt::SYNCING;
+    p.head = p.serving && c.targets_size() > 0 && c.targets(0) == target_;
+    // Members that take changes come first (SERVING, then SYNCING).
+    if ((p.serving || p.syncing) && self + 1 < c.members_size()) {
+      const auto& next = c.members(self + 1);
+      if (next.state() == mgmt::SERVING || next.state() == mgmt::SYNCING) {
+        auto ep = endpoints.find(next.target());
+        if (ep == endpoints.end()) {
+          return Status(ErrorCode::kInvalidArgument,
+                        fmt::format("routing {}: chain {} names unknown target {}",
+                                    routing.version(), c.id(), next.target()));
+        }
+        p.successor = next.target();
+        p.successor_endpoint = ep->second;
+        p.successor_syncing = next.state() == mgmt::SYNCING;
+      }
+    }
+    if (!seen_ && p.serving) fenced_[p.chain] = p.version;
+    positions[p.chain] = std::move(p);
+  }
+  positions_ = std::move(positions);
+  routing_version_ = routing.version();
+  seen_ = true;
+  return Status::OK();
+}
+
+std::optional<ChainPosition> ChainTable::position(uint32_t chain) const {
+  std::lock_guard lock(mu_);
+  auto it = positions_.find(chain);
+  if (it == positions_.end()) return std::nullopt;
+  auto f = fenced_.find(chain);
+  if (f != fenced_.end() && f->second == it->second.version) return std::nullopt;
+  return it->second;
+}
+
+std::vector<ChainPosition> ChainTable::syncsToRun() const {
+  std::vector<ChainPosition> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [id, p] : positions_) {
+    auto f = fenced_.find(id);
+    if (f != fenced_.end() && f->second == p.version) continue;
+    if (p.serving && p.successor_syncing) out.push_back(p);
+  }
+  return out;
+}
+
+void ChainTable::renewLease(SteadyTime sent, uint32_t heartbeat_timeout_ms) {
+  std::lock_guard lock(mu_);
+  lease_until_ = std::max(lease_until_, sent + std::chrono::milliseconds(heartbeat_timeout_ms / 2));
+}
+
+bool ChainTable::leased() const {
+  std::lock_guard lock(mu_);
+  return clock_.now() < lease_until_;
+}
+
+Result<ChainPosition> ChainTable::serving(uint32_t chain, uint64_t chain_version) const {
+  if (!leased()) {
+    return Status(ErrorCode::kNotServing,
+                  fmt::format("target {} has not heard from mgmtd within half the heartbeat "
+                              "timeout; it serves nothing until it does",
+                              target()));
+  }
+  auto p = position(chain);
+  if (!p || !p->serving) {
+    return Status(ErrorCode::kNotServing,
+                  fmt::format("target {} is not a serving member of chain {}", target(), chain));
+  }
+  if (p->version != chain_version) {
+    return Status(ErrorCode::kStaleChainVersion,
+                  fmt::format("chain {}: routed with version {}, target {} has {}", chain,
+                              chain_version, target(), p->version));
+  }
+  return *p;
+}
+
+}  // namespace cistern::storage

@@ -1,0 +1,495 @@
+// Chain replication in the storage service (storage_service.h;
+// docs/chain_protocol.md, "Storage servers"): a client's change at the head,
+// a forwarded change at the other replicas, and the resync of a SYNCING
+// successor.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "common/fault.h"
+#include "common/log.h"
+#include "net/blocking.h"
+#include "net/rpc_client.h"
+#include "storage.pb.h"
+#include "storage/storage_service.h"
+
+namespace cistern::storage {
+namespace {
+
+ChunkId idOf(const ChunkRef& r) { return ChunkId{r.inode(), r.index()}; }
+
+std::string idText(ChunkId id) { return fmt::format("chunk {}:{}", id.inode, id.index); }
+
+void fill(ChunkInfo* out, const ChunkMeta& m) {
+  out->set_length(m.length);
+  out->set_chunk_version(m.chunk_version);
+  out->set_chain_version(m.chain_version);
+  out->set_tail_crc(m.tail_crc);
+  out->set_size_class(m.size_class);
+  out->set_chain(m.chain);
+}
+
+const net::Method& kForward() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.Forward");
+  return m;
+}
+const net::Method& kList() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.List");
+  return m;
+}
+net::Method method(const char* name) {
+  return net::Method::of(std::string("cistern.storage.StorageService.") + name);
+}
+
+constexpr uint64_t kRequestBytes = 4096;
+
+// A change applied here: the chunk's record before and after it.
+struct Applied {
+  std::optional<ChunkMeta> before, after;
+};
+// A forward waits for the rest of the chain; a replica that does not
+// answer within this is treated as failed for this attempt (the client
+// retries; mgmtd takes a dead one out).
+constexpr uint32_t kForwardTimeoutMs = 5000;
+
+}  // namespace
+
+std::vector<std::pair<uint32_t, uint32_t>> StorageService::takeSynced() {
+  std::lock_guard lock(synced_mu_);
+  return std::exchange(synced_, {});
+}
+
+Result<StorageService::Copy> StorageService::copyOf(ChunkId id, bool with_data) {
+  Copy c;
+  ASSIGN_OR_RETURN(c.meta, engine_.query(id));
+  if (!c.meta || !with_data) return c;
+  c.bytes.emplace(buffers_.get(c.meta->length));
+  ASSIGN_OR_RETURN(size_t n, engine_.read(id, 0, std::span<uint8_t>(c.bytes->data(),
+                                                                    c.meta->length)));
+  if (n != c.meta->length) {
+    return Status(ErrorCode::kInternal,
+                  fmt::format("{}: read {} of its {} bytes", idText(id), n, c.meta->length));
+  }
+  return c;
+}
+
+Result<std::optional<ChunkMeta>> StorageService::applyLocal(ChunkId id, const Change& c,
+                                                            uint32_t chain, uint64_t chain_version,
+                                                            int64_t not_after_ns,
+                                                            uint64_t chunk_version) {
+  switch (c.op) {
+    case ForwardReq::WRITE: {
+      RETURN_ON_ERROR(CISTERN_FAULT("storage.write.queued"));
+      ASSIGN_OR_RETURN(ChunkMeta m, engine_.write(id, c.offset, c.data, chain_version,
+                                                  /*stable=*/true, not_after_ns,
+                                                  /*durable=*/true, nullptr, chain));
+      return std::optional<ChunkMeta>(m);
+    }
+    case ForwardReq::TRUNCATE: {
+      ASSIGN_OR_RETURN(ChunkMeta m, engine_.truncate(id, c.length, chain_version, not_after_ns,
+                                                     chain));
+      return std::optional<ChunkMeta>(m);
+    }
+    case ForwardReq::REPLACE: {
+      ASSIGN_OR_RETURN(ChunkMeta m, engine_.replace(id, c.data, chain, chain_version,
+                                                    chunk_version));
+      return std::optional<ChunkMeta>(m);
+    }
+    case ForwardReq::REMOVE:
+      RETURN_ON_ERROR(engine_.remove(id, not_after_ns));
+      return std::optional<ChunkMeta>();
+  }
+  return Status(ErrorCode::kInvalidArgument, fmt::format("unknown change {}", c.op));
+}
+
+asio::awaitable<Status> StorageService::forwardTo(const ChainPosition& pos, ForwardReq f,
+                                                  std::span<const uint8_t> payload) {
+  CO_ASSIGN_OR_RETURN(auto to, net::Endpoint::parse(pos.successor_endpoint));
+  f.set_chain(pos.chain);
+  f.set_chain_version(pos.version);
+  ForwardResp resp;
+  net::CallOptions co;
+  co.timeout_ms = kForwardTimeoutMs;
+  co.request_payload = payload;
+  Status s = co_await peers_->call(to, kForward(), f, &resp, co);
+  if (s.code() != ErrorCode::kChunkVersionMismatch) co_return s;
+  // The successor's copy is not the one this change applies to: it gets
+  // this replica's whole copy (or the removal) instead.
+  const ChunkId id = idOf(f.chunk());
+  CO_ASSIGN_OR_RETURN(Copy copy, co_await net::runBlocking(pool_, [&] { return copyOf(id, true); }));
+  ForwardReq r;
+  *r.mutable_chunk() = f.chunk();
+  r.set_chain(pos.chain);
+  r.set_chain_version(pos.version);
+  r.set_sync(f.sync());
+  std::span<const uint8_t> bytes;
+  if (copy.meta) {
+    r.set_op(ForwardReq::REPLACE);
+    r.set_chunk_version(copy.meta->chunk_version);
+    r.set_content_chain_version(copy.meta->chain_version);
+    bytes = {copy.bytes->data(), copy.meta->length};
+  } else {
+    r.set_op(ForwardReq::REMOVE);
+  }
+  co.request_payload = bytes;
+  resp.Clear();
+  co_return co_await peers_->call(to, kForward(), r, &resp, co);
+}
+
+asio::awaitable<Status> StorageService::settle(ChunkId id, const ChainPosition& pos) {
+  if (pos.successor != 0) {
+    ForwardReq f;
+    f.mutable_chunk()->set_inode(id.inode);
+    f.mutable_chunk()->set_index(id.index);
+    // Matches no copy: the successor answers with a mismatch unless it
+    // holds this very version, and forwardTo() sends the whole chunk.
+    f.set_op(ForwardReq::WRITE);
+    f.set_base_version(~0ull);
+    f.set_chunk_version(~0ull);
+    CO_RETURN_ON_ERROR(co_await forwardTo(pos, f, {}));
+  }
+  locks_->clearDirty(id);
+  co_return Status::OK();
+}
+
+bool StorageService::committedHere(std::pair<uint64_t, uint64_t> update) {
+  std::lock_guard lock(updates_mu_);
+  return updates_.count(update) > 0;
+}
+
+void StorageService::remember(std::pair<uint64_t, uint64_t> update) {
+  std::lock_guard lock(updates_mu_);
+  if (updates_.insert(update).second) update_order_.push_back(update);
+  while (update_order_.size() > kRememberedUpdates) {
+    updates_.erase(update_order_.front());
+    update_order_.pop_front();
+  }
+}
+
+asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chain_version,
+                                                   ChunkId id, const Change& c,
+                                                   std::pair<uint64_t, uint64_t> update,
+                                                   int64_t not_after_ns, ChunkInfo* info) {
+  CO_ASSIGN_OR_RETURN(ChainPosition pos, chains_->serving(chain, chain_version));
+  if (!pos.head) {
+    co_return Status(ErrorCode::kNotServing,
+                     fmt::format("target {} is not the head of chain {} (version {})",
+                                 chains_->target(), chain, chain_version));
+  }
+  ChunkLocks::Guard guard = co_await locks_->lock(id);
+  // A change of this chunk that did not get down the chain (a successor
+  // failed): the chain gets this replica's copy first.
+  if (locks_->dirty(id)) {
+    Status s = co_await settle(id, pos);
+    if (!s.ok()) co_return s.withContext(fmt::format("chain {}: settling {}", chain, idText(id)));
+  }
+  const bool has_update = update.first != 0;
+  if (has_update && committedHere(update)) {  // a client's retry of a change committed here
+    auto meta = co_await net::runBlocking(pool_, [&] { return engine_.query(id); });
+    if (!meta.ok()) co_return meta.status();
+    if (*meta && info) fill(info, **meta);
+    co_return Status::OK();
+  }
+  locks_->markDirty(id);
+  Result<Applied> applied = co_await net::runBlocking(pool_, [&]() -> Result<Applied> {
+    Applied a;
+    ASSIGN_OR_RETURN(a.before, engine_.query(id));
+    ASSIGN_OR_RETURN(a.after, applyLocal(id, c, chain, chain_version, not_after_ns, 0));
+    return a;
+  });
+  if (!applied.ok()) {
+    locks_->clearDirty(id);  // a failed change changed nothing
+    co_return applied.status();
+  }
+  if (pos.successor != 0) {
+    ForwardReq f;
+    f.mutable_chunk()->set_inode(id.inode);
+    f.mutable_chunk()->set_index(id.index);
+    f.set_op(static_cast<ForwardReq::Op>(c.op));
+    f.set_offset(c.offset);
+    f.set_length(c.length);
+    if (applied->before) {
+      f.set_base_version(applied->before->chunk_version);
+      f.set_base_chain_version(applied->before->chain_version);
+    }
+    if (applied->after) f.set_chunk_version(applied->after->chunk_version);
+    Status s = co_await forwardTo(pos, f, c.data);
+    if (!s.ok()) {
+      // Stays dirty: the next change of the chunk, or the client's retry,
+      // settles it first. Transient for the client either way.
+      co_return Status(s.code() == ErrorCode::kStaleChainVersion ? s.code()
+                                                                 : ErrorCode::kConnectionFailed,
+                       fmt::format("chain {}: forwarding {} to target {}: {}", chain, idText(id),
+                                   pos.successor, s.toString()));
+    }
+  }
+  locks_->clearDirty(id);
+  if (has_update) remember(update);
+  if (applied->after && info) fill(info, *applied->after);
+  co_return Status::OK();
+}
+
+asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
+                                                  std::span<const uint8_t> payload,
+                                                  ForwardResp& resp) {
+  auto pos = chains_->position(f.chain());
+  if (!pos || !(pos->serving || pos->syncing)) {
+    co_return Status(ErrorCode::kNotServing,
+                     fmt::format("target {} takes no changes of chain {}", chains_->target(),
+                                 f.chain()));
+  }
+  if (pos->version != f.chain_version()) {
+    co_return Status(ErrorCode::kStaleChainVersion,
+                     fmt::format("chain {}: forwarded under version {}, target {} has {}",
+                                 f.chain(), f.chain_version(), chains_->target(), pos->version));
+  }
+  if (f.op() == ForwardReq::SYNC_DONE) {
+    std::lock_guard lock(synced_mu_);
+    synced_.push_back({f.chain(), chains_->target()});
+    co_return Status::OK();
+  }
+  const ChunkId id = idOf(f.chunk());
+  ChunkLocks::Guard guard = co_await locks_->lock(id);
+  CO_ASSIGN_OR_RETURN(auto have,
+                      co_await net::runBlocking(pool_, [&] { return engine_.query(id); }));
+  const uint64_t have_version = have ? have->chunk_version : 0;
+  const uint64_t have_chain_version = have ? have->chain_version : 0;
+  bool apply = true;
+  switch (f.op()) {
+    case ForwardReq::WRITE:
+    case ForwardReq::TRUNCATE:
+      if (have_version == f.chunk_version() && have_chain_version == f.chain_version()) {
+        apply = false;  // a duplicate: applied here before
+      } else if (have_version != f.base_version() ||
+                 (have && have_chain_version != f.base_chain_version())) {
+        co_return Status(ErrorCode::kChunkVersionMismatch,
+                         fmt::format("{}: target {} holds version {}.{}, the change applies to "
+                                     "{}.{}",
+                                     idText(id), chains_->target(), have_version,
+                                     have_chain_version, f.base_version(),
+                                     f.base_chain_version()));
+      }
+      break;
+    case ForwardReq::REPLACE:
+      apply = !(have_version == f.chunk_version() &&
+                have_chain_version == f.content_chain_version());
+      break;
+    case ForwardReq::REMOVE:
+      apply = have.has_value();
+      break;
+    default:
+      co_return Status(ErrorCode::kInvalidArgument, fmt::format("unknown change {}", f.op()));
+  }
+  locks_->markDirty(id);
+  std::optional<ChunkMeta> now = have;
+  if (apply) {
+    Change c{f.op(), f.offset(), f.length(), payload};
+    const uint64_t stamp =
+        f.op() == ForwardReq::REPLACE ? f.content_chain_version() : f.chain_version();
+    auto r = co_await net::runBlocking(
+        pool_, [&] { return applyLocal(id, c, f.chain(), stamp, 0, f.chunk_version()); });
+    if (!r.ok()) {
+      locks_->clearDirty(id);
+      co_return r.status().withContext(fmt::format("chain {}", f.chain()));
+    }
+    now = *r;
+    if (now && f.op() != ForwardReq::REMOVE && now->chunk_version != f.chunk_version()) {
+      co_return Status(ErrorCode::kInternal,
+                       fmt::format("{}: applied as version {}, the chain's is {}", idText(id),
+                                   now->chunk_version, f.chunk_version()));
+    }
+  }
+  if (pos->successor != 0 && !f.sync()) CO_RETURN_ON_ERROR(co_await forwardTo(*pos, f, payload));
+  locks_->clearDirty(id);
+  if (now) fill(resp.mutable_info(), *now);
+  co_return Status::OK();
+}
+
+void StorageService::registerChainHandlers(net::RpcServer& server) {
+  server.handle<WriteReq, WriteResp>(
+      method("Write"),
+      [this](net::CallContext& ctx, const WriteReq& req,
+             WriteResp& resp) -> asio::awaitable<Status> {
+        std::shared_ptr<const ShmMapping> shm;
+        CO_ASSIGN_OR_RETURN(auto data, writeData(req, ctx.requestPayload(), &shm));
+        Admission admitted(*this, data.size());
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
+        // Bytes in a client's shared memory may change meanwhile: every
+        // replica gets the same copy.
+        std::optional<net::PooledBuffer> copy;
+        if (shm) {
+          copy.emplace(buffers_.get(data.size()));
+          std::memcpy(copy->data(), data.data(), data.size());
+          data = {copy->data(), data.size()};
+        }
+        Change c{ForwardReq::WRITE, req.offset(), 0, data};
+        co_return co_await headChange(req.chain(), req.chain_version(), idOf(req.chunk()), c,
+                                      {req.update_client(), req.update_seq()},
+                                      static_cast<int64_t>(req.not_after_unix_ns()),
+                                      resp.mutable_info());
+      });
+  server.handle<TruncateReq, TruncateResp>(
+      method("Truncate"),
+      [this](net::CallContext&, const TruncateReq& req,
+             TruncateResp& resp) -> asio::awaitable<Status> {
+        Admission admitted(*this, kRequestBytes);
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
+        Change c{ForwardReq::TRUNCATE, 0, req.length(), {}};
+        co_return co_await headChange(req.chain(), req.chain_version(), idOf(req.chunk()), c,
+                                      {0, 0}, static_cast<int64_t>(req.not_after_unix_ns()),
+                                      resp.mutable_info());
+      });
+  server.handle<RemoveReq, RemoveResp>(
+      method("Remove"),
+      [this](net::CallContext&, const RemoveReq& req, RemoveResp& resp) -> asio::awaitable<Status> {
+        Admission admitted(*this, kRequestBytes);
+        if (Status a = admitted.admit(req.qos()); !a.ok()) co_return a;
+        const auto not_after = static_cast<int64_t>(req.not_after_unix_ns());
+        const Change c{ForwardReq::REMOVE, 0, 0, {}};
+        for (const auto& ref : req.chunks()) {
+          Status s = co_await headChange(req.chain(), req.chain_version(), idOf(ref), c, {0, 0},
+                                         not_after, nullptr);
+          resp.add_codes(static_cast<uint32_t>(s.code()));
+        }
+        if (req.has_from()) {
+          // The chunks of the inode from `from.index` on, one change each.
+          const uint32_t limit =
+              req.limit() == 0 ? 1000 : std::min<uint32_t>(req.limit(), 10000);
+          const ChunkId from = idOf(req.from());
+          CO_ASSIGN_OR_RETURN(auto chunks, co_await net::runBlocking(pool_, [&] {
+                                return engine_.list(from, limit + 1);
+                              }));
+          uint32_t removed = 0;
+          bool more = false;
+          for (const auto& [id, m] : chunks) {
+            if (id.inode != from.inode) break;
+            if (removed == limit) {
+              more = true;
+              break;
+            }
+            if (m.chain != 0 && m.chain != req.chain()) continue;
+            CO_RETURN_ON_ERROR(co_await headChange(req.chain(), req.chain_version(), id, c,
+                                                   {0, 0}, not_after, nullptr));
+            ++removed;
+          }
+          resp.set_removed(removed);
+          resp.set_more(more);
+        }
+        co_return Status::OK();
+      });
+  server.handle<ForwardReq, ForwardResp>(
+      method("Forward"),
+      [this](net::CallContext& ctx, const ForwardReq& req,
+             ForwardResp& resp) -> asio::awaitable<Status> {
+        // Not admitted against the budget: refusing a forward would fail a
+        // change the head has applied; the head's admission bounds them.
+        co_return co_await onForward(req, ctx.requestPayload(), resp);
+      });
+}
+
+Status StorageService::syncChunk(const ChainPosition& p, const net::Endpoint& to, ChunkId id) {
+  ChunkLocks::Guard guard = locks_->lockBlocking(id);
+  ASSIGN_OR_RETURN(Copy copy, copyOf(id, true));
+  ForwardReq f;
+  f.mutable_chunk()->set_inode(id.inode);
+  f.mutable_chunk()->set_index(id.index);
+  f.set_chain(p.chain);
+  f.set_chain_version(p.version);
+  f.set_sync(true);
+  net::CallOptions co;
+  co.timeout_ms = kForwardTimeoutMs;
+  if (copy.meta && copy.meta->chain == p.chain) {
+    f.set_op(ForwardReq::REPLACE);
+    f.set_chunk_version(copy.meta->chunk_version);
+    f.set_content_chain_version(copy.meta->chain_version);
+    co.request_payload = {copy.bytes->data(), copy.meta->length};
+  } else {
+    f.set_op(ForwardReq::REMOVE);
+  }
+  ForwardResp resp;
+  return peers_->callSync(to, kForward(), f, &resp, co);
+}
+
+Status StorageService::resync(const ChainPosition& p, const std::atomic<bool>* stop) {
+  ASSIGN_OR_RETURN(auto to, net::Endpoint::parse(p.successor_endpoint));
+  const auto stopped = [&] { return stop && stop->load(); };
+  // Both lists in chunk order, a page at a time, merged.
+  constexpr uint32_t kPage = 1000;
+  std::vector<std::pair<ChunkId, ChunkMeta>> mine;
+  size_t mi = 0;
+  ChunkId mine_from{};
+  bool mine_more = true;
+  struct Theirs {
+    ChunkId id;
+    uint64_t version, chain_version;
+  };
+  std::vector<Theirs> theirs;
+  size_t ti = 0;
+  ChunkId theirs_from{};
+  bool theirs_more = true;
+  const auto next = [](ChunkId id) {
+    return id.index == UINT32_MAX ? ChunkId{id.inode + 1, 0} : ChunkId{id.inode, id.index + 1};
+  };
+  uint64_t copied = 0;
+  for (;;) {
+    if (stopped()) return Status(ErrorCode::kCancelled, "resync stopped");
+    while (mi == mine.size() && mine_more) {
+      ASSIGN_OR_RETURN(auto page, engine_.list(mine_from, kPage));
+      mine_more = page.size() == kPage;
+      if (!page.empty()) mine_from = next(page.back().first);
+      mine.clear();
+      mi = 0;
+      for (auto& e : page) {
+        if (e.second.chain == p.chain) mine.push_back(std::move(e));
+      }
+    }
+    while (ti == theirs.size() && theirs_more) {
+      ListReq req;
+      req.mutable_from()->set_inode(theirs_from.inode);
+      req.mutable_from()->set_index(theirs_from.index);
+      req.set_limit(kPage);
+      req.set_chain(p.chain);
+      req.set_qos(QOS_BACKGROUND);
+      ListResp resp;
+      RETURN_ON_ERROR(peers_->callSync(to, kList(), req, &resp));
+      theirs_more = resp.more();
+      if (resp.has_last_seen()) theirs_from = next(idOf(resp.last_seen()));
+      theirs.clear();
+      ti = 0;
+      for (const auto& c : resp.chunks()) {
+        theirs.push_back({idOf(c.chunk()), c.info().chunk_version(), c.info().chain_version()});
+      }
+      if (theirs.empty() && !resp.has_last_seen()) theirs_more = false;
+    }
+    const bool have_mine = mi < mine.size(), have_theirs = ti < theirs.size();
+    if (!have_mine && !have_theirs) break;
+    ChunkId id;
+    bool differ = true;
+    if (have_mine && (!have_theirs || mine[mi].first < theirs[ti].id)) {
+      id = mine[mi++].first;  // theirs lacks it
+    } else if (!have_mine || theirs[ti].id < mine[mi].first) {
+      id = theirs[ti++].id;  // mine lacks it: removed there
+    } else {
+      id = mine[mi].first;
+      differ = mine[mi].second.chunk_version != theirs[ti].version ||
+               mine[mi].second.chain_version != theirs[ti].chain_version;
+      ++mi;
+      ++ti;
+    }
+    if (!differ) continue;
+    RETURN_ON_ERROR(syncChunk(p, to, id).withContext(
+        fmt::format("resync of chain {} to target {}: {}", p.chain, p.successor, idText(id))));
+    ++copied;
+  }
+  ForwardReq done;
+  done.set_op(ForwardReq::SYNC_DONE);
+  done.set_chain(p.chain);
+  done.set_chain_version(p.version);
+  ForwardResp resp;
+  RETURN_ON_ERROR(peers_->callSync(to, kForward(), done, &resp));
+  CLOG_INFO("storage", "chain {}: target {} synced ({} chunks copied or removed)", p.chain,
+            p.successor, copied);
+  return Status::OK();
+}
+
+}  // namespace cistern::storage
