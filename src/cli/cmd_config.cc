@@ -13,7 +13,9 @@
 #include "common/log.h"
 #include "fuse/mount_options.h"
 #include "server/local_cluster.h"
+#include "server/meta_server.h"
 #include "server/mgmtd_server.h"
+#include "server/storage_server.h"
 
 namespace cistern::cli {
 namespace {
@@ -87,6 +89,22 @@ Status loadMgmtdConfig(const std::string& path, server::MgmtdServerOptions* opti
       [&] { *options = o; });
 }
 
+Status loadMetaConfig(const std::string& path, server::MetaServerOptions* options,
+                      log::Level* level) {
+  server::MetaServerOptions o = *options;
+  return loadConfig(
+      path, level, [&](ConfigBinder& b) { o.bind(b); }, [&] { return o.validate(); },
+      [&] { *options = o; });
+}
+
+Status loadStorageConfig(const std::string& path, server::StorageServerOptions* options,
+                         log::Level* level) {
+  server::StorageServerOptions o = *options;
+  return loadConfig(
+      path, level, [&](ConfigBinder& b) { o.bind(b); }, [&] { return o.validate(); },
+      [&] { *options = o; });
+}
+
 Status loadMountConfig(const std::string& path, fuse::MountConfig* mount, log::Level* level) {
   fuse::MountConfig m = *mount;
   return loadConfig(
@@ -104,7 +122,8 @@ Status loadClientConfig(const std::string& path, Client::Options* client, log::L
 void addConfig(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "config", "show or check the configuration of `cistern up` (or `cistern mount`)");
-  static bool defaults = false, mount_only = false, client_only = false, mgmtd_only = false;
+  static bool defaults = false, mount_only = false, client_only = false, mgmtd_only = false,
+              meta_only = false, storage_only = false;
   cmd->add_flag("--defaults", defaults, "print every key with its default (the default action)");
   auto* mount_flag =
       cmd->add_flag("--mount", mount_only,
@@ -117,6 +136,14 @@ void addConfig(CLI::App& app) {
                 "the keys of `cistern serve --role mgmtd --config` (mgmtd.*, kv.*, log.level) "
                 "instead")
       ->excludes(mount_flag);
+  cmd->add_flag("--meta", meta_only,
+                "the keys of `cistern serve --role meta --config` (meta.*, kv.*, log.level) "
+                "instead")
+      ->excludes(mount_flag);
+  cmd->add_flag("--storage", storage_only,
+                "the keys of `cistern serve --role storage --config` (storage.*, log.level) "
+                "instead")
+      ->excludes(mount_flag);
   auto* check = cmd->add_option("--check", "validate a TOML config file");
   cmd->callback([check] {
     server::LocalClusterOptions o;
@@ -126,10 +153,14 @@ void addConfig(CLI::App& app) {
       log::Level level = log::level();
       Client::Options c;
       server::MgmtdServerOptions g;
-      Status s = client_only  ? loadClientConfig(path, &c, &level)
-                 : mount_only ? loadMountConfig(path, &m, &level)
-                 : mgmtd_only ? loadMgmtdConfig(path, &g, &level)
-                              : loadUpConfig(path, &o, &m, &level);
+      server::MetaServerOptions mo;
+      server::StorageServerOptions so;
+      Status s = client_only    ? loadClientConfig(path, &c, &level)
+                 : mount_only   ? loadMountConfig(path, &m, &level)
+                 : mgmtd_only   ? loadMgmtdConfig(path, &g, &level)
+                 : meta_only    ? loadMetaConfig(path, &mo, &level)
+                 : storage_only ? loadStorageConfig(path, &so, &level)
+                                : loadUpConfig(path, &o, &m, &level);
       if (!s.ok()) {
         fmt::print(stderr, "cistern: {}\n", s.message());
         setExitCode(1);
@@ -142,10 +173,16 @@ void addConfig(CLI::App& app) {
     ConfigBinder binder;
     Client::Options c;  // a library client's defaults, not the mount's
     server::MgmtdServerOptions g;
+    server::MetaServerOptions mo;
+    server::StorageServerOptions so;
     if (client_only) {
       client::bindClientOptions(binder, "client", &c);
     } else if (mgmtd_only) {
       g.bind(binder);
+    } else if (meta_only) {
+      mo.bind(binder);
+    } else if (storage_only) {
+      so.bind(binder);
     } else {
       if (!mount_only) o.bind(binder);
       m.bind(binder);

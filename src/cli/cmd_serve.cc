@@ -1,56 +1,80 @@
 // `cistern serve --role ROLE --config FILE`: one role of a cluster in the
-// foreground until SIGINT or SIGTERM (DESIGN.md §2). Today: mgmtd.
+// foreground until SIGINT or SIGTERM (DESIGN.md §2; deploy/ has examples).
 #include <fmt/format.h>
 #include <signal.h>
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "server/meta_server.h"
 #include "server/mgmtd_server.h"
+#include "server/storage_server.h"
 
 namespace cistern::cli {
+namespace {
+
+// Loads the role's config (if any), applies --listen, starts the server,
+// waits for a stop signal, stops it.
+template <typename Options, typename Server, typename Load, typename Describe>
+void serveRole(const char* role, const std::string& config, const std::string& listen,
+               std::string Options::*listen_field, Load load, Describe describe) {
+  Options o;
+  if (!config.empty()) {
+    log::Level level = log::level();
+    if (Status s = load(config, &o, &level); !s.ok()) {
+      fmt::print(stderr, "cistern serve: {}\n", s.message());
+      setExitCode(2);
+      return;
+    }
+    log::setLevel(level);
+  }
+  if (!listen.empty()) o.*listen_field = listen;
+  sigset_t stop_signals;
+  blockStopSignals(&stop_signals);
+  auto server = Server::start(o);
+  if (!server.ok()) {
+    fmt::print(stderr, "cistern serve: {}: {}\n", role, server.status().message());
+    setExitCode(1);
+    return;
+  }
+  fmt::print("cistern serve: {} on {} ({}); ready\n", role, (*server)->endpoint().toString(),
+             describe(o));
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  fmt::print("cistern serve: {} received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+  server->reset();
+  fmt::print("cistern serve: stopped\n");
+  std::fflush(stdout);
+}
+
+}  // namespace
 
 void addServe(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "run one role of a cluster in the foreground");
   static std::string role;
   static std::string config;
   static std::string listen;
-  cmd->add_option("--role", role, "mgmtd (meta and storage: to come)")->required();
-  cmd->add_option("--config", config, "TOML file (keys: `cistern config --defaults --mgmtd`)");
+  cmd->add_option("--role", role, "mgmtd, meta or storage")
+      ->required()
+      ->check(CLI::IsMember({"mgmtd", "meta", "storage"}));
+  cmd->add_option("--config", config,
+                  "TOML file (keys: `cistern config --defaults --mgmtd|--meta|--storage`)");
   cmd->add_option("--listen", listen, "host:port to serve on (overrides the config's)");
   cmd->callback([] {
-    if (role != "mgmtd") {
-      fmt::print(stderr, "cistern serve: role {:?} is not served yet (mgmtd is)\n", role);
-      setExitCode(2);
-      return;
+    if (role == "mgmtd") {
+      serveRole<server::MgmtdServerOptions, server::MgmtdServer>(
+          "mgmtd", config, listen, &server::MgmtdServerOptions::listen, loadMgmtdConfig,
+          [](const auto& o) { return "kv " + o.kv.backend; });
+    } else if (role == "meta") {
+      serveRole<server::MetaServerOptions, server::MetaServer>(
+          "meta", config, listen, &server::MetaServerOptions::listen, loadMetaConfig,
+          [](const auto& o) { return "kv " + o.kv.backend; });
+    } else {
+      serveRole<server::StorageServerOptions, server::StorageServer>(
+          "storage", config, listen, &server::StorageServerOptions::listen, loadStorageConfig,
+          [](const auto& o) { return "node " + o.node + ", target " + o.target; });
     }
-    server::MgmtdServerOptions o;
-    if (!config.empty()) {
-      log::Level level = log::level();
-      if (Status s = loadMgmtdConfig(config, &o, &level); !s.ok()) {
-        fmt::print(stderr, "cistern serve: {}\n", s.message());
-        setExitCode(2);
-        return;
-      }
-      log::setLevel(level);
-    }
-    if (!listen.empty()) o.listen = listen;
-    sigset_t stop_signals;
-    blockStopSignals(&stop_signals);
-    auto server = server::MgmtdServer::start(o);
-    if (!server.ok()) {
-      fmt::print(stderr, "cistern serve: mgmtd: {}\n", server.status().message());
-      setExitCode(1);
-      return;
-    }
-    fmt::print("cistern serve: mgmtd on {} (kv {}); ready\n", (*server)->endpoint().toString(),
-               o.kv.backend);
-    std::fflush(stdout);
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    fmt::print("cistern serve: {} received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    server->reset();
-    fmt::print("cistern serve: stopped\n");
-    std::fflush(stdout);
   });
 }
 

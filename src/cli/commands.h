@@ -16,6 +16,8 @@ class App;
 namespace cistern::server {
 struct LocalClusterOptions;
 struct MgmtdServerOptions;
+struct MetaServerOptions;
+struct StorageServerOptions;
 }
 namespace cistern::fuse {
 struct MountConfig;
@@ -41,8 +43,14 @@ Status loadClientConfig(const std::string& path, Client::Options* client, log::L
 // The same for `cistern serve --role mgmtd --config`: mgmtd.*, kv.*, log.level.
 Status loadMgmtdConfig(const std::string& path, server::MgmtdServerOptions* options,
                        log::Level* level);
+// ... for `cistern serve --role meta --config`: meta.*, kv.*, log.level.
+Status loadMetaConfig(const std::string& path, server::MetaServerOptions* options,
+                      log::Level* level);
+// ... for `cistern serve --role storage --config`: storage.*, log.level.
+Status loadStorageConfig(const std::string& path, server::StorageServerOptions* options,
+                         log::Level* level);
 void addUp(CLI::App& app);
-void addServe(CLI::App& app);  // serve --role mgmtd (meta and storage roles: to come)
+void addServe(CLI::App& app);  // serve --role mgmtd|meta|storage
 void addFileCommands(CLI::App& app);     // ls, stat, mkdir, rm, mv, cat
 void addCopyCommands(CLI::App& app);     // put, get
 void addClusterCommands(CLI::App& app);  // df, status, fsck

@@ -45,9 +45,15 @@ Status RemoteChunkRemover::retried(const std::function<Status()>& once) {
   auto backoff = std::chrono::milliseconds(10);
   for (uint32_t attempt = 0;; ++attempt) {
     Status s = once();
+    const bool moved = s.code() == ErrorCode::kStaleChainVersion ||
+                       s.code() == ErrorCode::kNotServing ||
+                       s.code() == ErrorCode::kConnectionFailed ||
+                       s.code() == ErrorCode::kConnectionClosed;
     const bool again = s.code() == ErrorCode::kTargetBusy ||
-                       (options_.fence && s.code() == ErrorCode::kLeaseExpired);
+                       (options_.fence && s.code() == ErrorCode::kLeaseExpired) ||
+                       (options_.refresh && moved);
     if (!again || attempt >= options_.busy_retries) return s;
+    if (moved) options_.refresh();
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
@@ -55,7 +61,6 @@ Status RemoteChunkRemover::retried(const std::function<Status()>& once) {
 
 Status RemoteChunkRemover::removeOnChain(uint64_t ino, uint32_t first, uint32_t chain) {
   static const net::Method kRemove = net::Method::of("cistern.storage.StorageService.Remove");
-  ASSIGN_OR_RETURN(net::Endpoint to, route_(chain));
   storage::RemoveReq req;
   req.set_qos(options_.foreground ? storage::QOS_FOREGROUND : storage::QOS_BACKGROUND);
   req.mutable_from()->set_inode(ino);
@@ -65,6 +70,11 @@ Status RemoteChunkRemover::removeOnChain(uint64_t ino, uint32_t first, uint32_t 
     storage::RemoveResp resp;
     Status s = retried([&] {
       resp.Clear();
+      ASSIGN_OR_RETURN(net::Endpoint to, route_(chain));  // again: the routing may move
+      if (options_.chain_version) {
+        req.set_chain(chain);
+        req.set_chain_version(options_.chain_version(chain));
+      }
       if (options_.fence) req.set_not_after_unix_ns(options_.fence(to));
       return client_.callSync(to, kRemove, req, &resp);
     });

@@ -40,6 +40,14 @@ class RemoteChunkRemover {
     bool foreground = false;
     uint32_t batch = 1024;
     uint32_t busy_retries = 8;
+    // A cluster's replicated chains (docs/chain_protocol.md): the version
+    // of a chain as routed now, sent with each Remove (to the chain's head,
+    // which forwards it down the chain); and what to do when a call finds
+    // the routing moved (kStaleChainVersion, kNotServing) or the server
+    // gone: refresh it, then the call is retried like a busy one. Null:
+    // one machine.
+    std::function<uint64_t(uint32_t chain)> chain_version;
+    std::function<void()> refresh;
   };
   RemoteChunkRemover(net::RpcClient& client, Route route, Options options)
       : client_(client), route_(std::move(route)), options_(std::move(options)) {}
@@ -55,7 +63,8 @@ class RemoteChunkRemover {
 
  private:
   Status removeOnChain(uint64_t ino, uint32_t first, uint32_t chain);
-  // `once` again while the target is busy (or refused a fenced call), with
+  // `once` again while the target is busy (or refused a fenced call, or
+  // the routing moved and `refresh` is set), with
   // backoff, up to busy_retries times.
   Status retried(const std::function<Status()>& once);
 

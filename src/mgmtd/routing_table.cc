@@ -1,5 +1,7 @@
 #include "mgmtd/routing_table.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "kv/cluster_keys.h"
@@ -83,6 +85,10 @@ Result<mgmt::Routing> loadRouting(kv::Engine& kv) {
     if (config_raw && !config.ParseFromString(*config_raw))
       return Status(ErrorCode::kCorruption, "cluster configuration row does not parse");
     out.set_meta_endpoint(config.meta_endpoint());
+    for (const auto& m : config.meta_endpoints()) {
+      out.add_meta_endpoints(m);
+      if (out.meta_endpoint().empty()) out.set_meta_endpoint(m);
+    }
     ASSIGN_OR_RETURN(auto targets, t.getRange(kv::targetBegin(), kv::targetEnd(), {}));
     for (const auto& row : targets.kvs) {
       ASSIGN_OR_RETURN(*out.add_targets(), parseRow<mgmt::Target>(row.value, "target"));
@@ -100,6 +106,35 @@ Result<mgmt::Routing> loadRouting(kv::Engine& kv) {
     return Status::OK();
   }));
   return out;
+}
+
+Result<uint64_t> setMetaServer(kv::Engine& kv, const std::string& endpoint, bool serving) {
+  uint64_t version = 0;
+  RETURN_ON_ERROR(kv::runTransaction(kv, [&](kv::Transaction& t) -> Status {
+    ASSIGN_OR_RETURN(auto raw, t.get(kv::clusterConfigKey()));
+    mgmt::ClusterConfig config;
+    if (raw) {
+      ASSIGN_OR_RETURN(config, parseRow<mgmt::ClusterConfig>(*raw, "cluster configuration"));
+    }
+    std::vector<std::string> list(config.meta_endpoints().begin(), config.meta_endpoints().end());
+    auto it = std::find(list.begin(), list.end(), endpoint);
+    const bool listed = it != list.end();
+    if (listed == serving) {
+      ASSIGN_OR_RETURN(version, routingVersion(t));
+      return Status::OK();
+    }
+    if (serving) {
+      list.push_back(endpoint);
+    } else {
+      list.erase(it);
+    }
+    config.clear_meta_endpoints();
+    for (auto& m : list) config.add_meta_endpoints(m);
+    t.set(kv::clusterConfigKey(), config.SerializeAsString());
+    ASSIGN_OR_RETURN(version, bumpRoutingVersion(t));
+    return Status::OK();
+  }));
+  return version;
 }
 
 }  // namespace cistern::mgmtd

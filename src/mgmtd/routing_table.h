@@ -48,6 +48,11 @@ Result<Msg> parseRow(const std::string& bytes, const char* what) {
   return m;
 }
 
+// Lists (`serving`) or unlists a cluster's meta server at `endpoint` in
+// the routing table; the version moves if the list changed. Returns the
+// version now.
+Result<uint64_t> setMetaServer(kv::Engine& kv, const std::string& endpoint, bool serving);
+
 // The routing table as stored (targets and chains by id; `failed` false:
 // health is the caller's to fill in). kNotFound before the first publish.
 Result<mgmt::Routing> loadRouting(kv::Engine& kv);

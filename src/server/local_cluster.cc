@@ -15,7 +15,6 @@
 #include "meta/fsck.h"
 #include "meta/gc_worker.h"
 #include "meta/meta_service.h"
-#include "meta/record_expiry.h"
 #include "meta/schema.h"
 #include "mgmt.pb.h"
 #include "mgmtd/mgmt_service.h"
@@ -23,6 +22,7 @@
 #include "net/blocking.h"
 #include "net/rpc_server.h"
 #include "server/gc_remover.h"
+#include "server/meta_gc_loop.h"
 #include "server/metrics_http.h"
 #include "storage/scrub_worker.h"
 #include "storage/storage_service.h"
@@ -49,17 +49,13 @@ struct LocalCluster::Impl {
   std::unique_ptr<MetricsHttp> metrics;
   net::RpcClient gc_client;
   std::unique_ptr<GcRemover> remover;
-  std::thread gc_thread;
-  std::mutex gc_mu;
-  std::condition_variable gc_cv;
-  bool stopping = false;
+  std::unique_ptr<MetaGcLoop> gc;
 
   Status startTargets();
   // mgmtd's view of this machine: one chain per target, meta on `server`.
   mgmtd::LocalLayout layout() const;
   Status fsck(const mgmt::FsckReq& req, mgmt::FsckResp* resp);
   Result<std::pair<uint64_t, uint64_t>> capacity();
-  void gcLoop();
   void stop();
 };
 
@@ -182,45 +178,8 @@ Result<std::pair<uint64_t, uint64_t>> LocalCluster::Impl::capacity() {
   return std::pair<uint64_t, uint64_t>{total, free_bytes};
 }
 
-void LocalCluster::Impl::gcLoop() {
-  meta::GcWorker gc(*kv, *remover);
-  std::unique_lock lock(gc_mu);
-  auto next_expiry = std::chrono::steady_clock::now();
-  const auto reap_every =
-      std::max(std::chrono::milliseconds(1000),
-               std::chrono::milliseconds(meta->options().session_timeout_ms / 4));
-  auto next_reap = std::chrono::steady_clock::now() + reap_every;
-  while (!stopping) {
-    lock.unlock();
-    // Sessions of clients that died first: their unlinked files become garbage.
-    if (std::chrono::steady_clock::now() >= next_reap) {
-      next_reap = std::chrono::steady_clock::now() + reap_every;
-      auto reaped = meta->reapSessions(1000, remover.get());
-      if (!reaped.ok()) CLOG_WARN("gc", "ending sessions: {}", reaped.status().toString());
-    }
-    auto done = gc.runOnce();
-    if (!done.ok()) CLOG_WARN("gc", "chunk GC: {}", done.status().toString());
-    // Once a second, also while chunk GC is busy: the scan reads once per client.
-    if (std::chrono::steady_clock::now() >= next_expiry) {
-      next_expiry = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      auto expired = meta::expireMutationRecords(*kv, SystemClock::instance().wallMicros() * 1000,
-                                                 meta::kMutationRecordTtlNs);
-      if (!expired.ok()) CLOG_WARN("gc", "record expiry: {}", expired.status().toString());
-    }
-    lock.lock();
-    // Busy while there is work; otherwise look again in a second.
-    if (done.ok() && *done > 0) continue;
-    gc_cv.wait_for(lock, std::chrono::seconds(1), [this] { return stopping; });
-  }
-}
-
 void LocalCluster::Impl::stop() {
-  {
-    std::lock_guard lock(gc_mu);
-    stopping = true;
-  }
-  gc_cv.notify_all();
-  if (gc_thread.joinable()) gc_thread.join();
+  gc.reset();
   metrics.reset();
   if (server) server->stop();
   mgmt_service.reset();
@@ -324,7 +283,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
           return Status(ErrorCode::kNotFound, fmt::format("no chain {}", chain));
         return c.targets[chain - 1].server->endpoint();
       }));
-  c.gc_thread = std::thread([&c] { c.gcLoop(); });
+  c.gc = std::make_unique<MetaGcLoop>(*c.kv, *c.meta, *c.remover);
   return cluster;
 }
 

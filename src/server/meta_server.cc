@@ -1,0 +1,138 @@
+// `cistern serve --role meta` (meta_server.h).
+#include "server/meta_server.h"
+
+#include <fmt/format.h>
+
+#include <shared_mutex>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "meta/meta_service.h"
+#include "meta/meta_store.h"
+#include "mgmtd/routing_table.h"
+#include "net/rpc_client.h"
+#include "net/rpc_server.h"
+#include "server/gc_remover.h"
+#include "server/meta_gc_loop.h"
+
+namespace cistern::server {
+
+void MetaServerOptions::bind(ConfigBinder& b) {
+  b.bind("meta.listen", &listen, "host:port of the meta RPC service");
+  b.bind("meta.advertise", &advertise,
+         "host:port clients reach this server at (empty: the address it listens on)");
+  b.bind("meta.session_timeout_ms", &session_timeout_ms,
+         "a client silent this long loses its write sessions");
+  b.bind("meta.rpc_threads", &rpc_threads, "I/O threads of the meta RPC server");
+  kv.bind(b);
+}
+
+Status MetaServerOptions::validate() const {
+  RETURN_ON_ERROR(net::Endpoint::parse(listen).status().withContext("meta.listen"));
+  if (!advertise.empty())
+    RETURN_ON_ERROR(net::Endpoint::parse(advertise).status().withContext("meta.advertise"));
+  RETURN_ON_ERROR(
+      checkOptionRange("meta.session_timeout_ms", session_timeout_ms, 1000, 86'400'000));
+  RETURN_ON_ERROR(checkOptionRange("meta.rpc_threads", rpc_threads, 1, 256));
+  return kv.validate();
+}
+
+struct MetaServer::Impl {
+  MetaServerOptions options;
+  std::unique_ptr<kv::Engine> kv;
+  std::unique_ptr<meta::MetaStore> meta;
+  std::unique_ptr<net::RpcServer> server;
+  std::unique_ptr<meta::MetaService> service;
+  std::string endpoint;  // advertised
+  net::RpcClient gc_client;
+  std::unique_ptr<GcRemover> remover;
+  std::unique_ptr<MetaGcLoop> gc;
+  // The routing the GC reaches chains' heads by, reloaded from the KV when
+  // a call finds it moved.
+  std::shared_mutex routing_mu;
+  mgmt::Routing routing;
+
+  void reloadRouting() {
+    auto r = mgmtd::loadRouting(*kv);
+    if (!r.ok()) {
+      CLOG_WARN("meta", "loading the routing table: {}", r.status().toString());
+      return;
+    }
+    std::unique_lock lock(routing_mu);
+    routing = std::move(*r);
+  }
+  // The head of `chain` and the chain's version.
+  Result<std::pair<net::Endpoint, uint64_t>> head(uint32_t chain) {
+    std::shared_lock lock(routing_mu);
+    for (const auto& c : routing.chains()) {
+      if (c.id() != chain) continue;
+      if (c.targets_size() == 0)
+        return Status(ErrorCode::kNotServing, fmt::format("chain {} has no serving target", chain));
+      for (const auto& t : routing.targets()) {
+        if (t.id() != c.targets(0)) continue;
+        ASSIGN_OR_RETURN(auto ep, net::Endpoint::parse(t.endpoint()));
+        return std::make_pair(ep, c.version());
+      }
+    }
+    return Status(ErrorCode::kNotFound, fmt::format("chain {} is not in the routing table", chain));
+  }
+};
+
+MetaServer::MetaServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+MetaServer::~MetaServer() {
+  impl_->gc.reset();
+  if (impl_->kv && !impl_->endpoint.empty()) {
+    if (auto s = mgmtd::setMetaServer(*impl_->kv, impl_->endpoint, false); !s.ok())
+      CLOG_WARN("meta", "leaving the routing table: {}", s.status().toString());
+  }
+  if (impl_->server) impl_->server->stop();
+  impl_->service.reset();
+  impl_->server.reset();
+  impl_->meta.reset();
+  impl_->kv.reset();
+}
+
+Result<std::unique_ptr<MetaServer>> MetaServer::start(const MetaServerOptions& options) {
+  RETURN_ON_ERROR(options.validate());
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  ASSIGN_OR_RETURN(impl->kv, openKv(options.kv));
+  meta::MetaOptions mo;
+  mo.session_timeout_ms = options.session_timeout_ms;
+  impl->meta = std::make_unique<meta::MetaStore>(*impl->kv, mo);
+  RETURN_ON_ERROR(impl->meta->init());
+  ASSIGN_OR_RETURN(net::Endpoint ep, net::Endpoint::parse(options.listen));
+  net::ServerOptions so;
+  so.listen_host = ep.host;
+  so.listen_port = ep.port;
+  so.threads = options.rpc_threads;
+  impl->server = std::make_unique<net::RpcServer>(so);
+  impl->service = std::make_unique<meta::MetaService>(*impl->meta, *impl->server);
+  RETURN_ON_ERROR(impl->server->start());
+  impl->endpoint =
+      options.advertise.empty() ? impl->server->endpoint().toString() : options.advertise;
+  RETURN_ON_ERROR(mgmtd::setMetaServer(*impl->kv, impl->endpoint, true)
+                      .status()
+                      .withContext("listing the meta server in the routing table"));
+  impl->reloadRouting();
+  Impl* i = impl.get();
+  impl->remover = std::make_unique<GcRemover>(client::RemoteChunkRemover(
+      impl->gc_client,
+      [i](uint32_t chain) -> Result<net::Endpoint> {
+        ASSIGN_OR_RETURN(auto h, i->head(chain));
+        return h.first;
+      },
+      {.chain_version =
+           [i](uint32_t chain) -> uint64_t {
+             auto h = i->head(chain);
+             return h.ok() ? h->second : 0;
+           },
+       .refresh = [i] { i->reloadRouting(); }}));
+  impl->gc = std::make_unique<MetaGcLoop>(*impl->kv, *impl->meta, *impl->remover);
+  return std::unique_ptr<MetaServer>(new MetaServer(std::move(impl)));
+}
+
+net::Endpoint MetaServer::endpoint() const { return impl_->server->endpoint(); }
+
+}  // namespace cistern::server

@@ -1,0 +1,48 @@
+// MetaServer: the meta role of `cistern serve --role meta`: the meta RPC
+// service over the cluster's KV (etcd), and the GC loop that removes the
+// chunks of deleted and cut files through the chains' heads.
+//
+// Several meta servers serve one namespace side by side: every operation
+// is a KV transaction, so they need no leader and hold nothing another
+// lacks. Each lists itself in the routing table (ClusterConfig
+// .meta_endpoints) when it starts and unlists itself on a clean stop;
+// clients go to the next one when one does not answer (a SIGKILLed one
+// stays listed and costs a client one failed connect). Unlike a storage
+// server it needs no lease from mgmtd: it has no state of its own that
+// could go stale.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "net/endpoint.h"
+#include "server/kv_options.h"
+
+namespace cistern::server {
+
+struct MetaServerOptions {
+  std::string listen = "127.0.0.1:7410";
+  std::string advertise;  // as StorageServerOptions::advertise
+  uint32_t session_timeout_ms = 300000;
+  uint32_t rpc_threads = 2;
+  KvOptions kv;
+
+  void bind(ConfigBinder& b);  // meta.* and kv.*
+  Status validate() const;
+};
+
+class MetaServer {
+ public:
+  static Result<std::unique_ptr<MetaServer>> start(const MetaServerOptions& options);
+  ~MetaServer();
+  net::Endpoint endpoint() const;
+
+  struct Impl;
+
+ private:
+  explicit MetaServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cistern::server
