@@ -38,6 +38,8 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
     return retried([&](const ChainRoute& r) -> Status {
       storage::RemoveReq req;
       *req.add_chunks() = chunk;
+      req.set_chain(layout.chains(0));
+      req.set_chain_version(r.version);
       req.set_not_after_unix_ns(blockingFence(r.endpoint, kRemove(), fence));
       storage::RemoveResp resp;
       RETURN_ON_ERROR(rpc_->callSync(r.endpoint, kRemove(), req, &resp));
@@ -45,10 +47,14 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
       return code == ErrorCode::kOk ? Status::OK() : Status(code, "remove");
     });
   }
+  const uint64_t update_seq = next_update_seq_.fetch_add(1);
   RETURN_ON_ERROR(retried([&](const ChainRoute& r) {
     storage::WriteReq req;
     *req.mutable_chunk() = chunk;
     req.set_chain_version(r.version);
+    req.set_chain(layout.chains(0));
+    req.set_update_client(update_client_);
+    req.set_update_seq(update_seq);
     req.set_not_after_unix_ns(blockingFence(r.endpoint, kWrite(), fence));
     storage::WriteResp resp;
     net::CallOptions options;
@@ -71,6 +77,7 @@ Status ClientImpl::truncateChunk(const meta::Inode& inode, uint64_t index, uint6
         req.mutable_chunk()->set_index(static_cast<uint32_t>(index));
         req.set_length(length);
         req.set_chain_version(r.version);
+        req.set_chain(chainOf(inode.layout(), index));
         req.set_not_after_unix_ns(blockingFence(r.endpoint, kTruncate(), fence));
         storage::TruncateResp resp;
         return rpc_->callSync(r.endpoint, kTruncate(), req, &resp);
@@ -172,7 +179,13 @@ Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
         return r.endpoint;
       },
       {.fence = [this](const net::Endpoint& to) { return blockingFence(to, kRemove()); },
-       .foreground = true});
+       .foreground = true,
+       .chain_version =
+           [this](uint32_t chain) -> uint64_t {
+             auto r = route(chain);
+             return r.ok() ? r->version : 0;
+           },
+       .refresh = [this] { (void)refreshRouting(); }});
   RETURN_ON_ERROR(remover.removeFrom(inode.ino(), layout, (new_size + chunk - 1) / chunk));
   if (new_size % chunk != 0)
     RETURN_ON_ERROR(truncateChunk(inode, new_size / chunk, new_size % chunk, /*fence=*/0));

@@ -30,7 +30,8 @@ inline metrics::Counter& writeBytes(const char* path) {
 }
 
 inline bool retryable(const Status& s) {
-  return transient(s) || s.code() == ErrorCode::kStaleChainVersion;
+  return transient(s) || s.code() == ErrorCode::kStaleChainVersion ||
+         s.code() == ErrorCode::kNotServing || s.code() == ErrorCode::kChunkNotCommitted;
 }
 
 // The call ended before its server answered: the server may still be using

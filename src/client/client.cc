@@ -133,6 +133,10 @@ Status ClientImpl::init(const Options& options) {
     for (uint32_t g : options_.groups) caller_.add_groups(g);
   }
   client_id_ = randomId();
+  {
+    std::random_device rd;
+    update_client_ = (uint64_t{rd()} << 32 | rd()) | 1;  // never 0 (no update id)
+  }
   net::ClientOptions co;
   co.threads = 1;
   co.connections_per_endpoint = 2;
@@ -189,6 +193,12 @@ Status ClientImpl::refreshRouting() {
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
   ASSIGN_OR_RETURN(auto meta_ep, net::Endpoint::parse(routing.meta_endpoint()));
+  std::vector<net::Endpoint> meta_eps;
+  for (const auto& m : routing.meta_endpoints()) {
+    ASSIGN_OR_RETURN(auto ep, net::Endpoint::parse(m));
+    meta_eps.push_back(ep);
+  }
+  if (meta_eps.empty()) meta_eps.push_back(meta_ep);
   std::map<uint32_t, std::string> target_ep;
   std::vector<TargetInfo> targets;
   for (const auto& t : routing.targets()) {
@@ -204,16 +214,27 @@ Status ClientImpl::refreshRouting() {
   std::map<uint32_t, ChainRoute> chains;
   for (const auto& c : routing.chains()) {
     if (c.targets_size() == 0) continue;
-    auto it = target_ep.find(c.targets(0));
-    if (it == target_ep.end()) {
-      return Status(ErrorCode::kInternal,
-                    fmt::format("routing: chain {} names unknown target {}", c.id(), c.targets(0)));
+    ChainRoute route;
+    route.version = c.version();
+    for (uint32_t t : c.targets()) {  // serving, head first
+      auto it = target_ep.find(t);
+      if (it == target_ep.end()) {
+        return Status(ErrorCode::kInternal,
+                      fmt::format("routing: chain {} names unknown target {}", c.id(), t));
+      }
+      ASSIGN_OR_RETURN(auto ep, net::Endpoint::parse(it->second));
+      route.replicas.push_back(ep);
     }
-    ASSIGN_OR_RETURN(auto ep, net::Endpoint::parse(it->second));
-    chains[c.id()] = ChainRoute{ep, c.version()};
+    route.endpoint = route.replicas[0];
+    if (route.replicas.size() == 1) route.replicas.clear();
+    chains[c.id()] = std::move(route);
   }
   std::unique_lock lock(routing_mu_);
-  meta_endpoint_ = meta_ep;
+  if (meta_endpoints_ != meta_eps) {
+    meta_endpoints_ = std::move(meta_eps);
+    meta_at_ = 0;
+    meta_endpoint_ = meta_endpoints_[0];
+  }
   chains_ = std::move(chains);
   targets_ = std::move(targets);
   return Status::OK();
@@ -240,6 +261,17 @@ Status ClientImpl::metaCall(const net::Method& method, const google::protobuf::M
     resp->Clear();
     Status s = rpc_->callSync(to, method, req, resp);
     if (s.ok() || !transient(s) || Clock::now() + backoff > deadline) return s;
+    if (s.code() == ErrorCode::kConnectionFailed || s.code() == ErrorCode::kConnectionClosed ||
+        s.code() == ErrorCode::kDeadlineExceeded) {
+      // That meta server is gone or stuck: the next one (a cluster's are
+      // all alike), and the routing again (one may have joined or left).
+      (void)refreshRouting();
+      std::unique_lock lock(routing_mu_);
+      if (meta_endpoints_.size() > 1 && meta_endpoint_ == to) {
+        meta_at_ = (meta_at_ + 1) % meta_endpoints_.size();
+        meta_endpoint_ = meta_endpoints_[meta_at_];
+      }
+    }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }

@@ -49,6 +49,14 @@ struct Piece {
   uint32_t offset = 0;  // within the chunk
   uint32_t length = 0;
   uint8_t* data = nullptr;
+  // A write's update id (with the client's), the same for every attempt: a
+  // retry of a write the chain committed is not applied again.
+  uint64_t update_seq = 0;
+  // A read on a replicated chain: failed attempts so far (each moves to
+  // the next replica), and whether a replica said the chunk has an
+  // uncommitted version (then the tail is asked).
+  uint32_t attempts = 0;
+  bool to_tail = false;
 };
 
 class ClientImpl;
@@ -237,9 +245,26 @@ class ClientImpl final : public Client {
 
  private:
   struct ChainRoute {
-    net::Endpoint endpoint;
+    net::Endpoint endpoint;  // the head: writes (and reads, on one machine)
     uint64_t version = 0;
+    // A replicated chain's serving replicas, head to tail (empty: one).
+    std::vector<net::Endpoint> replicas;
+    bool replicated() const { return replicas.size() > 1; }
   };
+  // The replica a read of `p` (chunk `p.index` of `ino`) goes to on a
+  // replicated chain: spread over the serving replicas by chunk, the next
+  // one after each failed attempt, the tail once a replica said the chunk
+  // had an uncommitted version. `r` itself on one machine.
+  static ChainRoute readRoute(ChainRoute r, uint64_t ino, const Piece& p);
+  // Where an attempt at `p` goes: the head for a write (which gets its
+  // update id), readRoute() for a read.
+  Result<ChainRoute> pieceRoute(bool write, uint64_t ino, Piece& p);
+  // After a read attempt of `p` failed with `s`: where the next one goes.
+  static void afterReadAttempt(Piece& p, const Status& s);
+  // A write piece's update id, given once.
+  void giveUpdateId(Piece& p) {
+    if (p.update_seq == 0) p.update_seq = next_update_seq_.fetch_add(1);
+  }
   struct Dentry {
     uint64_t ino = 0;
     std::chrono::steady_clock::time_point expires;
@@ -411,6 +436,12 @@ class ClientImpl final : public Client {
 
   std::shared_mutex routing_mu_;
   net::Endpoint meta_endpoint_;
+  // A cluster's meta servers; metaCall() moves to the next when one fails.
+  std::vector<net::Endpoint> meta_endpoints_;
+  size_t meta_at_ = 0;
+  // Update ids of writes: this client's (random) and the next sequence.
+  uint64_t update_client_ = 0;
+  std::atomic<uint64_t> next_update_seq_{1};
   std::map<uint32_t, ChainRoute> chains_;
   std::vector<TargetInfo> targets_;
 

@@ -103,6 +103,9 @@ class ClientImpl::SocketPiece {
       write_req_.mutable_chunk()->set_index(p.index);
       write_req_.set_offset(p.offset);
       write_req_.set_chain_version(r.version);
+      write_req_.set_chain(p.chain);
+      write_req_.set_update_client(client.update_client_);
+      write_req_.set_update_seq(p.update_seq);
       write_req_.set_not_after_unix_ns(fence);
       write_req_.set_unsynced(!client.options_.sync_each_write);
       options_.request_payload = std::span<const uint8_t>(p.data, p.length);
@@ -112,6 +115,8 @@ class ClientImpl::SocketPiece {
       range->mutable_chunk()->set_index(p.index);
       range->set_offset(p.offset);
       range->set_length(p.length);
+      range->set_chain(p.chain);
+      range->set_chain_version(r.version);
       options_.response_payload = std::span<uint8_t>(p.data, p.length);
       options_.response_payload_len = &got_;
     }
@@ -161,11 +166,45 @@ std::string ClientImpl::pieceName(bool write, const meta::Inode& inode, const Pi
                      p.chain);
 }
 
+ClientImpl::ChainRoute ClientImpl::readRoute(ChainRoute r, uint64_t ino, const Piece& p) {
+  if (!r.replicated()) return r;
+  const size_t n = r.replicas.size();
+  if (p.to_tail) {
+    r.endpoint = r.replicas[n - 1];
+  } else {
+    const uint64_t spread = ino * 0x9e3779b97f4a7c15ull + p.index;
+    r.endpoint = r.replicas[(spread + p.attempts) % n];
+  }
+  return r;
+}
+
+Result<ClientImpl::ChainRoute> ClientImpl::pieceRoute(bool write, uint64_t ino, Piece& p) {
+  ASSIGN_OR_RETURN(ChainRoute r, route(p.chain));
+  if (write) {
+    giveUpdateId(p);
+    return r;
+  }
+  return readRoute(std::move(r), ino, p);
+}
+
+void ClientImpl::afterReadAttempt(Piece& p, const Status& s) {
+  if (s.code() == ErrorCode::kChunkNotCommitted) {
+    p.to_tail = true;
+  } else {
+    p.to_tail = false;
+    ++p.attempts;
+  }
+}
+
 std::optional<Status> ClientImpl::giveUp(const Status& s, Clock::time_point deadline,
                                          Clock::duration backoff, bool fenced) {
   const bool again = retryable(s) || (fenced && s.code() == ErrorCode::kLeaseExpired);
   if (!again || Clock::now() + backoff > deadline) return s;
-  if (s.code() == ErrorCode::kStaleChainVersion) {
+  // The chain may have moved on (a replica taken out, a new head): routing
+  // again costs one call to mgmtd per attempt, and attempts back off.
+  if (s.code() == ErrorCode::kStaleChainVersion || s.code() == ErrorCode::kNotServing ||
+      s.code() == ErrorCode::kConnectionFailed || s.code() == ErrorCode::kConnectionClosed ||
+      s.code() == ErrorCode::kDeadlineExceeded) {
     Status refreshed = refreshRouting();  // blocking (on the driver thread too): rare
     if (!refreshed.ok()) return refreshed;
   }
@@ -177,13 +216,14 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
   std::chrono::milliseconds backoff(5);
   for (;;) {
     Status s;
-    auto r = route(p.chain);
+    auto r = pieceRoute(write, inode.ino(), p);
     if (!r.ok()) co_return r.status().withContext(pieceName(write, inode, p));
     // (Not a co_await inside a conditional expression: GCC 12 destroys its
-    // temporaries twice.)
+    // temporaries twice.) Shared memory only on one machine: a replicated
+    // write's bytes travel down the chain anyway.
     std::optional<Status> via;
-    if (shm_ && write) via = co_await shmWrite(*r, inode, p);
-    if (shm_ && !write) via = co_await shmRead(*r, inode, p);
+    if (shm_ && write && !r->replicated()) via = co_await shmWrite(*r, inode, p);
+    if (shm_ && !write && !r->replicated()) via = co_await shmRead(*r, inode, p);
     if (via) {
       s = *via;
     } else {
@@ -193,22 +233,33 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
       s = call.finish(std::move(s));
     }
     if (s.ok()) co_return s;
+    if (!write) afterReadAttempt(p, s);
     if (auto end = giveUp(s, deadline, backoff, /*fenced=*/write))
       co_return end->withContext(pieceName(write, inode, p));
-    asio::steady_timer timer(co_await asio::this_coro::executor, backoff);
-    co_await timer.async_wait(asio::use_awaitable);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    if (s.code() != ErrorCode::kChunkNotCommitted) {  // else the tail, at once
+      asio::steady_timer timer(co_await asio::this_coro::executor, backoff);
+      co_await timer.async_wait(asio::use_awaitable);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    }
   }
 }
 
 Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece& p) {
   return retryBlocking(
       p.chain,
-      [&](const ChainRoute& r) {
+      [&](const ChainRoute& route) {
+        ChainRoute r = route;
+        if (write) {
+          giveUpdateId(p);
+        } else {
+          r = readRoute(r, inode.ino(), p);
+        }
         SocketPiece call(*this, write, inode, p, r,
                          write ? blockingFence(r.endpoint, kWrite()) : 0);
-        return call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
-                                          call.response(), call.options()));
+        Status s = call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
+                                              call.response(), call.options()));
+        if (!s.ok() && !write) afterReadAttempt(p, s);
+        return s;
       },
       [&] { return pieceName(write, inode, p); }, /*fenced=*/write);
 }
@@ -332,7 +383,8 @@ asio::thread_pool& ClientImpl::localPool() {
 
 bool ClientImpl::servedHere(bool write, uint32_t chain) {
   auto r = route(chain);
-  return r.ok() && rpc_->callsLocally(r->endpoint, write ? kWrite() : kBatchRead());
+  return r.ok() && !r->replicated() &&
+         rpc_->callsLocally(r->endpoint, write ? kWrite() : kBatchRead());
 }
 
 Status ClientImpl::runPieces(bool write, const meta::Inode& inode, std::vector<Piece>& pieces) {

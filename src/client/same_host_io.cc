@@ -120,7 +120,7 @@ bool ClientImpl::shortCircuits(const std::vector<Piece>& pieces) {
   if (!short_circuit_) return false;
   for (const Piece& p : pieces) {
     auto r = route(p.chain);
-    if (!r.ok() || short_circuit_->refused(r->endpoint) ||
+    if (!r.ok() || r->replicated() || short_circuit_->refused(r->endpoint) ||
         rpc_->callsLocally(r->endpoint, kBatchRead()))
       return false;
   }
@@ -163,6 +163,7 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmWrite(const ChainRoute& r,
   req.mutable_chunk()->set_index(p.index);
   req.set_offset(p.offset);
   req.set_chain_version(r.version);
+  req.set_chain(p.chain);
   req.set_shm_handle(handle);
   req.set_shm_offset(shm_->offset(slot));
   req.set_shm_length(p.length);
