@@ -122,7 +122,15 @@ Status ClientImpl::init(const Options& options) {
   options_ = options;
   if (options_.io_parallel_max == 0) options_.io_parallel_max = 1;
   open_files_ = std::make_unique<OpenFiles>(options_.buffered_files_max);
-  ASSIGN_OR_RETURN(cluster_, net::Endpoint::parse(options_.cluster));
+  // One mgmtd, or a cluster's several ("host:port,host:port"): any of
+  // them answers GetRouting; the next is tried when one does not.
+  for (size_t at = 0; at <= options_.cluster.size();) {
+    size_t comma = std::min(options_.cluster.find(',', at), options_.cluster.size());
+    ASSIGN_OR_RETURN(auto ep, net::Endpoint::parse(options_.cluster.substr(at, comma - at)));
+    mgmtds_.push_back(ep);
+    at = comma + 1;
+  }
+  cluster_ = mgmtds_[0];
   caller_.set_uid(options_.uid == ~0u ? ::getuid() : options_.uid);
   caller_.set_gid(options_.gid == ~0u ? ::getgid() : options_.gid);
   if (options_.groups.empty() && options_.uid == ~0u) {
@@ -186,9 +194,21 @@ Status ClientImpl::refreshRouting() {
   auto backoff = std::chrono::milliseconds(20);
   for (;;) {
     routing.Clear();
-    Status s = rpc_->callSync(cluster_, kGetRouting(), req, &routing);
+    net::Endpoint to;
+    {
+      std::lock_guard lock(mgmtd_mu_);
+      to = cluster_;
+    }
+    Status s = rpc_->callSync(to, kGetRouting(), req, &routing);
     if (s.ok()) break;
     if (!transient(s) || Clock::now() + backoff > deadline) return s;
+    {
+      std::lock_guard lock(mgmtd_mu_);
+      if (cluster_ == to) {
+        mgmtd_at_ = (mgmtd_at_ + 1) % mgmtds_.size();
+        cluster_ = mgmtds_[mgmtd_at_];
+      }
+    }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
@@ -324,7 +344,12 @@ Error ClientImpl::fsck(CheckReport* out, bool remove_orphan_chunks) {
   mgmt::FsckResp resp;
   net::CallOptions co;
   co.timeout_ms = 600'000;
-  Status s = rpc_->callSync(cluster_, kFsck, req, &resp, co);
+  net::Endpoint to;
+  {
+    std::lock_guard lock(mgmtd_mu_);
+    to = cluster_;
+  }
+  Status s = rpc_->callSync(to, kFsck, req, &resp, co);
   if (!s.ok()) return toError(s, "cluster " + options_.cluster);
   out->inodes = resp.inodes();
   out->dentries = resp.dentries();

@@ -402,7 +402,11 @@ class ClientImpl final : public Client {
   Status listTargets(std::vector<TargetInfo>* out);
 
   Options options_;
-  net::Endpoint cluster_;
+  // The mgmtd asked for routing: one of `mgmtds_`, the next after a failure.
+  std::vector<net::Endpoint> mgmtds_;
+  std::mutex mgmtd_mu_;
+  size_t mgmtd_at_ = 0;
+  net::Endpoint cluster_;  // guarded by mgmtd_mu_
   meta::Caller caller_;
   std::string client_id_;
   std::atomic<uint64_t> seq_{0};

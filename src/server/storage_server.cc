@@ -145,11 +145,13 @@ struct StorageServer::Impl {
         s = registerNode();
       } else if (s.ok()) {
         synced.clear();
-        table.renewLease(sent, timeout_ms);
+        // The routing first: a server back from a pause must not serve
+        // under its old routing with a fresh lease.
         if (resp.has_routing()) {
           if (Status u = table.update(resp.routing()); !u.ok())
             CLOG_WARN("storage", "routing from mgmtd: {}", u.toString());
         }
+        table.renewLease(sent, timeout_ms);
       }
       if (!s.ok() && !warned) CLOG_WARN("storage", "heartbeat to mgmtd: {}", s.toString());
       warned = !s.ok();  // once per run of failures

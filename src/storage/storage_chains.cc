@@ -213,6 +213,8 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
       f.set_base_chain_version(applied->before->chain_version);
     }
     if (applied->after) f.set_chunk_version(applied->after->chunk_version);
+    f.set_update_client(update.first);
+    f.set_update_seq(update.second);
     Status s = co_await forwardTo(pos, f, c.data);
     if (!s.ok()) {
       // Stays dirty: the next change of the chunk, or the client's retry,
@@ -223,6 +225,9 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
                                    pos.successor, s.toString()));
     }
   }
+  // The head dying here, its change committed down the chain but not
+  // answered: the client's retry goes to the next head, which knows it.
+  if (Status f = CISTERN_FAULT("storage.head.after_forward"); !f.ok()) co_return f;
   locks_->clearDirty(id);
   if (has_update) remember(update);
   if (applied->after && info) fill(info, *applied->after);
@@ -301,6 +306,7 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
   }
   if (pos->successor != 0 && !f.sync()) CO_RETURN_ON_ERROR(co_await forwardTo(*pos, f, payload));
   locks_->clearDirty(id);
+  if (f.update_client() != 0) remember({f.update_client(), f.update_seq()});
   if (now) fill(resp.mutable_info(), *now);
   co_return Status::OK();
 }

@@ -1,7 +1,8 @@
 // create: a new regular file with its layout fixed now: chunk size and stripe
 // width from the parent directory's layout or the defaults, chains taken from
-// the chain table starting at an offset that depends on the inode number, so
-// files spread over all chains.
+// the chain table starting at an offset that a hash of the inode number
+// picks, so files spread over all chains (inode numbers themselves come in
+// strides: a plain modulo would favour some chains).
 #include <fmt/format.h>
 
 #include "meta/meta_store.h"
@@ -27,7 +28,11 @@ Result<Layout> chooseLayout(kv::ReadTransaction& t, const MetaOptions& o, const 
   Layout l;
   l.set_chunk_size(chunk);
   l.set_stripe_width(width);
-  size_t start = ino % chains.size();
+  uint64_t h = ino + 0x9e3779b97f4a7c15ull;  // splitmix64's finalizer
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  size_t start = h % chains.size();
   for (uint32_t i = 0; i < width; ++i) l.add_chains(chains[(start + i) % chains.size()]);
   return l;
 }

@@ -1,0 +1,316 @@
+// Test support: a whole cistern cluster of real processes on loopback —
+// 3 etcd members, 2 mgmtd, 2 meta servers and `storage_nodes` storage
+// servers (one target each), replication 3 — and a libcistern client of it.
+// Started and stopped by the test; everything in one temporary directory.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fcntl.h>
+
+#include <fstream>
+#include <thread>
+
+#include "cistern/client.h"
+#include "common/random.h"
+#include "mgmt.pb.h"
+#include "net/rpc_client.h"
+#include "storage.pb.h"
+#include "tests/support/etcd_cluster.h"
+#include "tests/support/serve_process.h"
+
+namespace cistern::testing {
+
+using Clock = std::chrono::steady_clock;
+
+inline net::Method mgmtMethod(const char* name) {
+  return net::Method::of(std::string("cistern.mgmt.MgmtService.") + name);
+}
+inline net::Method storageMethod(const char* name) {
+  return net::Method::of(std::string("cistern.storage.StorageService.") + name);
+}
+
+inline std::vector<uint8_t> patternBytes(size_t n, uint64_t seed) {
+  Xoshiro256 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t x = rng.next();
+    std::memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
+  }
+  return v;
+}
+
+class ClusterHarness {
+ public:
+  struct Options {
+    int storage_nodes = 4;
+    int replication = 3;
+    int chains = 4;
+    uint32_t heartbeat_timeout_ms = 1500;
+    // Extra environment of storage node i (1-based), e.g. CISTERN_FAULTS.
+    std::map<int, std::string> storage_faults;
+  };
+
+  // Starts everything; check ok() after.
+  explicit ClusterHarness(Options o) : o_(std::move(o)) {
+    dir_ = ::testing::TempDir() + "/cistern-cluster-" + std::to_string(getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    etcd_ = EtcdCluster::start(dir_ + "/etcd", 3);
+    if (!etcd_) return;
+    for (int i = 0; i < 2; ++i) {
+      mgmtd_ports_.push_back(freeLoopbackPort());
+      mgmtd_.push_back(startProcess("mgmtd", mgmtdConfig(i)));
+      if (!mgmtd_.back()) return;
+    }
+    if (!waitPrimary()) return;
+    for (int n = 1; n <= o_.storage_nodes; ++n) {
+      storage_ports_.push_back(freeLoopbackPort());
+      storage_.push_back(nullptr);
+      if (!restartStorage(n)) return;
+    }
+    if (!waitFor([&] { return routing().targets_size() == o_.storage_nodes; }, 15, "nodes")) return;
+    mgmt::CreateChainsReq create;
+    create.set_replication(static_cast<uint32_t>(o_.replication));
+    create.set_chains(static_cast<uint32_t>(o_.chains));
+    mgmt::CreateChainsResp created;
+    if (Status s = callPrimary("CreateChains", create, &created); !s.ok()) {
+      ADD_FAILURE() << "CreateChains: " << s.toString();
+      return;
+    }
+    for (int i = 0; i < 2; ++i) {
+      meta_ports_.push_back(freeLoopbackPort());
+      meta_.push_back(startProcess("meta", metaConfig(i)));
+      if (!meta_.back()) return;
+    }
+    if (!waitFor([&] { return routing().meta_endpoints_size() == 2; }, 10, "meta servers")) return;
+    if (!waitHealthy(10)) return;
+    Client::Options co;
+    co.cluster = mgmtdList();
+    co.retry_ms = 30000;
+    co.call_timeout_ms = 5000;
+    auto [c, err] = Client::connect(co);
+    if (err) {
+      ADD_FAILURE() << "connect: " << err.message;
+      return;
+    }
+    client_ = std::move(c);
+    ok_ = true;
+  }
+  ~ClusterHarness() {
+    client_.reset();
+    meta_.clear();
+    storage_.clear();
+    mgmtd_.clear();
+    etcd_.reset();
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir_);
+  }
+  bool ok() const { return ok_; }
+  Client& client() { return *client_; }
+  const std::string& dir() const { return dir_; }
+
+  // "host:port,host:port" of the mgmtd.
+  std::string mgmtdList() const {
+    std::string out;
+    for (int p : mgmtd_ports_) out += (out.empty() ? "" : ",") + endpointText(p);
+    return out;
+  }
+  static std::string endpointText(int port) { return "127.0.0.1:" + std::to_string(port); }
+
+  ServeProcess& storage(int n) { return *storage_[static_cast<size_t>(n - 1)]; }
+  ServeProcess& meta(int i) { return *meta_[static_cast<size_t>(i)]; }
+  ServeProcess& mgmtd(int i) { return *mgmtd_[static_cast<size_t>(i)]; }
+  int storageNodes() const { return o_.storage_nodes; }
+  std::string storageEndpoint(int n) const {
+    return endpointText(storage_ports_[static_cast<size_t>(n - 1)]);
+  }
+
+  // (Re)starts storage node n (its process, same port and target).
+  bool restartStorage(int n) {
+    auto& slot = storage_[static_cast<size_t>(n - 1)];
+    slot.reset();
+    auto it = o_.storage_faults.find(n);
+    if (it != o_.storage_faults.end()) ::setenv("CISTERN_FAULTS", it->second.c_str(), 1);
+    slot = startProcess("storage", storageConfig(n));
+    ::unsetenv("CISTERN_FAULTS");
+    return slot != nullptr;
+  }
+  // Drops node n's fault spec for later restarts.
+  void clearFaults(int n) { o_.storage_faults.erase(n); }
+  bool restartMgmtd(int i) {
+    mgmtd_[static_cast<size_t>(i)] = startProcess("mgmtd", mgmtdConfig(i));
+    return mgmtd_[static_cast<size_t>(i)] != nullptr;
+  }
+
+  // The routing table from whichever mgmtd answers (empty if none).
+  mgmt::Routing routing() {
+    mgmt::GetRoutingReq req;
+    mgmt::Routing r;
+    for (int p : mgmtd_ports_) {
+      r.Clear();
+      if (rpc_.callSync(*net::Endpoint::parse(endpointText(p)), mgmtMethod("GetRouting"), req, &r,
+                        {.timeout_ms = 2000})
+              .ok())
+        return r;
+    }
+    return mgmt::Routing();
+  }
+  // Every chain has `replication` SERVING members.
+  bool healthy(const mgmt::Routing& r) const {
+    if (r.chains_size() != o_.chains) return false;
+    for (const auto& c : r.chains()) {
+      if (c.targets_size() != o_.replication) return false;
+    }
+    return true;
+  }
+  bool waitHealthy(int seconds) {
+    return waitFor([&] { return healthy(routing()); }, seconds, "every chain SERVING on all replicas");
+  }
+  template <typename F>
+  bool waitFor(F f, int seconds, const char* what) {
+    for (auto until = Clock::now() + std::chrono::seconds(seconds);;) {
+      if (f()) return true;
+      if (Clock::now() > until) {
+        ADD_FAILURE() << "waited " << seconds << " s for " << what << "; routing:\n"
+                      << routing().DebugString();
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  // A call to whichever mgmtd is primary.
+  template <typename Req, typename Resp>
+  Status callPrimary(const char* name, const Req& req, Resp* resp) {
+    Status s;
+    for (auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
+      for (int p : mgmtd_ports_) {
+        resp->Clear();
+        s = rpc_.callSync(*net::Endpoint::parse(endpointText(p)), mgmtMethod(name), req, resp,
+                          {.timeout_ms = 3000});
+        if (s.code() != ErrorCode::kNotPrimary && s.code() != ErrorCode::kConnectionFailed &&
+            s.code() != ErrorCode::kConnectionClosed)
+          return s;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return s;
+  }
+  // Which mgmtd (0 or 1) is primary; -1 if none answers as primary.
+  int primary() {
+    mgmt::RegisterNodeReq probe;  // no name: the primary refuses it as invalid
+    for (size_t i = 0; i < mgmtd_ports_.size(); ++i) {
+      mgmt::RegisterNodeResp resp;
+      Status s = rpc_.callSync(*net::Endpoint::parse(endpointText(mgmtd_ports_[i])),
+                               mgmtMethod("RegisterNode"), probe, &resp, {.timeout_ms = 1000});
+      if (s.code() == ErrorCode::kInvalidArgument) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  // The chunks of `chain` on storage node n's target: (inode, index) ->
+  // (chunk version, chain version).
+  std::map<std::pair<uint64_t, uint32_t>, std::pair<uint64_t, uint64_t>> chunksOn(int n,
+                                                                                 uint32_t chain) {
+    std::map<std::pair<uint64_t, uint32_t>, std::pair<uint64_t, uint64_t>> out;
+    storage::ListReq req;
+    req.set_chain(chain);
+    req.set_limit(1000);
+    for (;;) {
+      storage::ListResp resp;
+      Status s = rpc_.callSync(*net::Endpoint::parse(storageEndpoint(n)), storageMethod("List"),
+                               req, &resp, {.timeout_ms = 5000});
+      if (!s.ok()) {
+        ADD_FAILURE() << "List on node " << n << ": " << s.toString();
+        return out;
+      }
+      for (const auto& c : resp.chunks()) {
+        out[{c.chunk().inode(), c.chunk().index()}] = {c.info().chunk_version(),
+                                                       c.info().chain_version()};
+      }
+      if (!resp.more() || !resp.has_last_seen()) return out;
+      *req.mutable_from() = resp.last_seen();
+      req.mutable_from()->set_index(req.from().index() + 1);
+    }
+  }
+  // Node (1-based) serving target `target`, from its endpoint.
+  int nodeOf(const mgmt::Routing& r, uint32_t target) {
+    for (const auto& t : r.targets()) {
+      if (t.id() != target) continue;
+      for (int n = 1; n <= o_.storage_nodes; ++n)
+        if (storageEndpoint(n) == t.endpoint()) return n;
+    }
+    return 0;
+  }
+  // Every chain's replicas hold the same chunks at the same versions.
+  void expectReplicasAgree() {
+    auto r = routing();
+    for (const auto& c : r.chains()) {
+      std::map<std::pair<uint64_t, uint32_t>, std::pair<uint64_t, uint64_t>> first;
+      for (int i = 0; i < c.targets_size(); ++i) {
+        auto chunks = chunksOn(nodeOf(r, c.targets(i)), c.id());
+        if (i == 0) {
+          first = chunks;
+        } else {
+          EXPECT_EQ(chunks, first) << "chain " << c.id() << ": target " << c.targets(i)
+                                   << " differs from the head " << c.targets(0);
+        }
+      }
+    }
+  }
+
+ private:
+  std::unique_ptr<ServeProcess> startProcess(const std::string& role, const std::string& config) {
+    auto p = std::make_unique<ServeProcess>(CISTERN_BIN, role, config);
+    if (!p->start()) return nullptr;
+    return p;
+  }
+  bool waitPrimary() {
+    return waitFor([&] { return primary() >= 0; }, 15, "a primary mgmtd");
+  }
+  std::string kvConfig() {
+    std::string s = "kv.backend = \"etcd\"\nkv.etcd.prefix = \"cluster-" +
+                    std::to_string(getpid()) + "/\"\nkv.etcd.endpoints = [";
+    for (size_t i = 0; i < etcd_->size(); ++i)
+      s += (i ? ", " : "") + std::string("\"") + etcd_->endpoint(i) + "\"";
+    return s + "]\n";
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name + ".toml";
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string mgmtdConfig(int i) {
+    return write("mgmtd" + std::to_string(i),
+                 "mgmtd.listen = \"" + endpointText(mgmtd_ports_[static_cast<size_t>(i)]) +
+                     "\"\nmgmtd.heartbeat_timeout_ms = " +
+                     std::to_string(o_.heartbeat_timeout_ms) +
+                     "\nmgmtd.tick_ms = 200\nmgmtd.lease_ms = 2000\n" + kvConfig());
+  }
+  std::string metaConfig(int i) {
+    return write("meta" + std::to_string(i),
+                 "meta.listen = \"" + endpointText(meta_ports_[static_cast<size_t>(i)]) +
+                     "\"\nmeta.session_timeout_ms = 60000\n" + kvConfig());
+  }
+  std::string storageConfig(int n) {
+    std::string list;
+    for (int p : mgmtd_ports_) list += (list.empty() ? "\"" : ", \"") + endpointText(p) + "\"";
+    return write("storage" + std::to_string(n),
+                 "storage.listen = \"" + storageEndpoint(n) + "\"\nstorage.node = \"node" +
+                     std::to_string(n) + "\"\nstorage.target = \"" + dir_ + "/target" +
+                     std::to_string(n) + "\"\nstorage.mgmtd = [" + list +
+                     "]\nstorage.engine.reserved_bytes = 0\n");
+  }
+
+  Options o_;
+  std::string dir_;
+  bool ok_ = false;
+  std::unique_ptr<EtcdCluster> etcd_;
+  std::vector<int> mgmtd_ports_, storage_ports_, meta_ports_;
+  std::vector<std::unique_ptr<ServeProcess>> mgmtd_, storage_, meta_;
+  net::RpcClient rpc_{net::ClientOptions{}};
+  std::unique_ptr<Client> client_;
+};
+
+}  // namespace cistern::testing

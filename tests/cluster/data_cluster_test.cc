@@ -1,0 +1,305 @@
+// A whole cluster of real processes (cluster_harness.h: 3 etcd, 2 mgmtd, 2
+// meta, 4 storage, replication 3) under a writer that records every write
+// it was answered for and readers that check every byte they get against
+// that record, while storage processes are killed and restarted, stopped
+// and resumed, and mgmtd and meta processes die.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "tests/cluster/cluster_harness.h"
+
+namespace cistern {
+namespace {
+
+using testing::ClusterHarness;
+using testing::patternBytes;
+
+// A writer of whole files (create, one write, close) and readers that check
+// what they read against the writer's record, in the background.
+class Workload {
+ public:
+  explicit Workload(Client& c, int readers = 1) : c_(c) {
+    writer_ = std::thread([this] { writeLoop(); });
+    for (int i = 0; i < readers; ++i)
+      readers_.emplace_back([this, i] { readLoop(static_cast<uint64_t>(i) + 1); });
+  }
+  ~Workload() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (writer_.joinable()) writer_.join();
+    for (auto& t : readers_)
+      if (t.joinable()) t.join();
+  }
+
+  struct Written {
+    std::string path;
+    uint64_t seed;
+    size_t size;
+  };
+  std::vector<Written> written() {
+    std::lock_guard lock(mu_);
+    return written_;
+  }
+  // Checks every acknowledged file byte for byte; returns the mismatches.
+  int verifyAll() {
+    int bad = 0;
+    for (const auto& w : written()) {
+      if (!check(w)) ++bad;
+    }
+    return bad;
+  }
+  int failedWrites() const { return failed_writes_; }
+  int badReads() const { return bad_reads_; }
+  int reads() const { return reads_; }
+  std::string firstError() {
+    std::lock_guard lock(mu_);
+    return first_error_;
+  }
+  // Longest time one write took (a client-visible stall), in seconds.
+  double longestWriteS() const { return longest_write_us_ / 1e6; }
+
+ private:
+  void note(const std::string& e) {
+    std::lock_guard lock(mu_);
+    if (first_error_.empty()) first_error_ = e;
+  }
+  void writeLoop() {
+    std::mt19937_64 rng(7);
+    (void)c_.mkdir("/w", 0755, true);
+    for (uint64_t i = 0; !stop_; ++i) {
+      Written w{"/w/f" + std::to_string(i), rng(), 16384 + rng() % (2 << 20)};
+      auto bytes = patternBytes(w.size, w.seed);
+      const auto start = std::chrono::steady_clock::now();
+      std::unique_ptr<File> f;
+      Error e = c_.open(w.path, O_CREAT | O_WRONLY | O_TRUNC, 0644, &f);
+      size_t done = 0;
+      if (!e) e = f->pwrite(bytes.data(), bytes.size(), 0, &done);
+      if (!e) e = f->close();
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+      longest_write_us_ = std::max<int64_t>(longest_write_us_, us);
+      if (e) {
+        ++failed_writes_;
+        note(w.path + ": " + e.message);
+        continue;
+      }
+      std::lock_guard lock(mu_);
+      written_.push_back(w);
+    }
+  }
+  bool check(const Written& w) {
+    std::unique_ptr<File> f;
+    Error e = c_.open(w.path, O_RDONLY, 0, &f);
+    std::vector<uint8_t> got(w.size + 1);
+    size_t done = 0;
+    if (!e) e = f->pread(got.data(), got.size(), 0, &done);
+    if (e) {
+      note("read " + w.path + ": " + e.message);
+      return false;
+    }
+    got.resize(done);
+    if (got != patternBytes(w.size, w.seed)) {
+      note("read " + w.path + ": other bytes (" + std::to_string(done) + " of " +
+           std::to_string(w.size) + ")");
+      return false;
+    }
+    return true;
+  }
+  void readLoop(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    while (!stop_) {
+      Written w;
+      {
+        std::lock_guard lock(mu_);
+        if (written_.empty()) {
+          w.path.clear();
+        } else {
+          w = written_[rng() % written_.size()];
+        }
+      }
+      if (w.path.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      if (!check(w)) ++bad_reads_;
+      ++reads_;
+    }
+  }
+
+  Client& c_;
+  std::atomic<bool> stop_{false};
+  std::thread writer_;
+  std::vector<std::thread> readers_;
+  std::mutex mu_;
+  std::vector<Written> written_;
+  std::string first_error_;
+  std::atomic<int> failed_writes_{0}, bad_reads_{0}, reads_{0};
+  std::atomic<int64_t> longest_write_us_{0};
+};
+
+int killRounds() {
+  const char* env = std::getenv("CISTERN_KILL_ROUNDS");
+  return env ? std::atoi(env) : 20;
+}
+
+// A random storage process is SIGKILLed and restarted, round after round,
+// under a writer and a reader: no acknowledged write is lost, no read ever
+// returns other bytes, and every chain is back to three SERVING replicas
+// holding the same chunks at the end.
+TEST(DataCluster, KillRoundsLoseNoAcknowledgedWrite) {
+  ClusterHarness h({});
+  ASSERT_TRUE(h.ok());
+  Workload load(h.client());
+  std::mt19937 rng(11);
+  const int rounds = killRounds();
+  for (int round = 0; round < rounds; ++round) {
+    const int n = 1 + static_cast<int>(rng() % static_cast<unsigned>(h.storageNodes()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200 + rng() % 600));
+    h.storage(n).kill(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 500));
+    ASSERT_TRUE(h.restartStorage(n)) << "round " << round;
+    ASSERT_TRUE(h.waitHealthy(60)) << "round " << round << ": node " << n << " did not sync back";
+  }
+  load.stop();
+  std::fprintf(stderr, "%d kill rounds: %zu files written, %d reads checked, longest write %.2f s\n",
+               rounds, load.written().size(), load.reads(), load.longestWriteS());
+  EXPECT_EQ(load.failedWrites(), 0) << load.firstError();
+  EXPECT_EQ(load.badReads(), 0) << load.firstError();
+  EXPECT_GT(load.written().size(), 10u);
+  EXPECT_EQ(load.verifyAll(), 0) << load.firstError();
+  h.expectReplicasAgree();
+}
+
+// A storage process stopped (SIGSTOP) past the heartbeat timeout is taken
+// out of its chains; resumed, it stops serving until mgmtd answers it,
+// comes back as SYNCING, catches up and serves again. Readers spread over
+// the replicas never get a stale byte.
+TEST(DataCluster, AStoppedNodeIsTakenOutAndCatchesUpWithoutStaleReads) {
+  ClusterHarness h({});
+  ASSERT_TRUE(h.ok());
+  Workload load(h.client(), /*readers=*/2);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto before = h.routing();
+  h.storage(2).kill(SIGSTOP);
+  const uint32_t target2 = [&] {
+    for (const auto& t : before.targets())
+      if (t.endpoint() == h.storageEndpoint(2)) return t.id();
+    return 0u;
+  }();
+  ASSERT_NE(target2, 0u);
+  ASSERT_TRUE(h.waitFor(
+      [&] {
+        const auto r = h.routing();
+        for (const auto& c : r.chains())
+          for (uint32_t t : c.targets())
+            if (t == target2) return false;
+        return true;
+      },
+      10, "the stopped node out of every chain"));
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // writes go on without it
+  h.storage(2).kill(SIGCONT);
+  ASSERT_TRUE(h.waitHealthy(60));
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // and reads from it again
+  load.stop();
+  EXPECT_EQ(load.failedWrites(), 0) << load.firstError();
+  EXPECT_EQ(load.badReads(), 0) << load.firstError();
+  EXPECT_EQ(load.verifyAll(), 0) << load.firstError();
+  h.expectReplicasAgree();
+}
+
+// The primary mgmtd dies: the standby takes over and the workload goes on
+// (a stall while no mgmtd answers the storage servers' beats). A meta
+// server dies: the client moves to the other.
+TEST(DataCluster, ThePrimaryMgmtdAndAMetaServerDieAndTheWorkloadGoesOn) {
+  ClusterHarness h({});
+  ASSERT_TRUE(h.ok());
+  Workload load(h.client());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const int primary = h.primary();
+  ASSERT_GE(primary, 0);
+  h.mgmtd(primary).kill(SIGKILL);
+  ASSERT_TRUE(h.waitFor([&] { return h.primary() == 1 - primary; }, 10, "the standby primary"));
+  const size_t files = load.written().size();
+  ASSERT_TRUE(h.waitFor([&] { return load.written().size() > files + 3; }, 20,
+                        "writes after the takeover"));
+  h.meta(0).kill(SIGKILL);
+  const size_t files2 = load.written().size();
+  ASSERT_TRUE(h.waitFor([&] { return load.written().size() > files2 + 3; }, 20,
+                        "writes after a meta server died"));
+  load.stop();
+  EXPECT_EQ(load.failedWrites(), 0) << load.firstError();
+  EXPECT_EQ(load.badReads(), 0) << load.firstError();
+  EXPECT_EQ(load.verifyAll(), 0) << load.firstError();
+  EXPECT_TRUE(h.healthy(h.routing()));
+}
+
+// Node 1 dies as the head of a chain right after the rest of the chain
+// committed a write, before answering it. The client's retry reaches the
+// next head, which knows the update: every chunk (each file is one chunk,
+// written once) is at version 1 on every replica — applied exactly once —
+// and holds the bytes written.
+TEST(DataCluster, TheHeadDyingAfterForwardingLeavesEachWriteAppliedOnce) {
+  ClusterHarness::Options o;
+  o.storage_faults[1] = "storage.head.after_forward=crash";
+  ClusterHarness h(o);
+  ASSERT_TRUE(h.ok());
+  Client& c = h.client();
+  ASSERT_FALSE(c.mkdir("/once", 0755, true));
+  std::vector<std::pair<std::string, uint64_t>> files;
+  for (int i = 0; i < 24; ++i) {
+    const std::string path = "/once/f" + std::to_string(i);
+    auto bytes = patternBytes(200000, 1000 + static_cast<uint64_t>(i));
+    std::unique_ptr<File> f;
+    ASSERT_FALSE(c.open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644, &f));
+    size_t done = 0;
+    Error e = f->pwrite(bytes.data(), bytes.size(), 0, &done);
+    if (!e) e = f->close();
+    ASSERT_FALSE(e) << path << ": " << e.message;
+    files.push_back({path, 1000 + static_cast<uint64_t>(i)});
+  }
+  // Node 1 crashed at its fault, heading a chain: out of the routing.
+  const auto routing = h.routing();
+  auto target1 = [&] {
+    for (const auto& t : routing.targets())
+      if (t.endpoint() == h.storageEndpoint(1)) return t.id();
+    return 0u;
+  }();
+  ASSERT_TRUE(h.waitFor(
+      [&] {
+        const auto r = h.routing();
+        for (const auto& chain : r.chains())
+          for (uint32_t t : chain.targets())
+            if (t == target1) return false;
+        return true;
+      },
+      10, "node 1 (crashed as a head) out of every chain"));
+  h.clearFaults(1);
+  ASSERT_TRUE(h.restartStorage(1));
+  ASSERT_TRUE(h.waitHealthy(60));
+  for (const auto& [path, seed] : files) {
+    std::unique_ptr<File> f;
+    ASSERT_FALSE(c.open(path, O_RDONLY, 0, &f));
+    std::vector<uint8_t> got(200000);
+    size_t done = 0;
+    ASSERT_FALSE(f->pread(got.data(), got.size(), 0, &done));
+    EXPECT_EQ(got, patternBytes(200000, seed)) << path;
+  }
+  auto r = h.routing();
+  for (const auto& chain : r.chains()) {
+    for (uint32_t t : chain.targets()) {
+      for (const auto& [chunk, versions] : h.chunksOn(h.nodeOf(r, t), chain.id())) {
+        EXPECT_EQ(versions.first, 1u) << "chunk " << chunk.first << ":" << chunk.second
+                                      << " on target " << t << " of chain " << chain.id();
+      }
+    }
+  }
+  h.expectReplicasAgree();
+}
+
+}  // namespace
+}  // namespace cistern
