@@ -1,4 +1,4 @@
-// Cluster commands: df, status, fsck.
+// Cluster commands: df, fsck (status and chains: cmd_status.cc).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -26,38 +26,6 @@ void addClusterCommands(CLI::App& app) {
           "{:>12} {:>12} {:>12} {:>4}% {:>12}\n", humanBytes(static_cast<double>(s.bytes_total)),
           humanBytes(static_cast<double>(used)), humanBytes(static_cast<double>(s.bytes_free)),
           s.bytes_total ? used * 100 / s.bytes_total : 0, s.inodes_used);
-    });
-  }
-  {
-    auto* cmd = app.add_subcommand("status", "targets, chains, capacity and health");
-    auto& flags = addClusterFlags(cmd);
-    cmd->callback([&flags] {
-      auto c = connectOrReport(flags);
-      if (!c) return;
-      std::vector<TargetInfo> targets;
-      if (report(c->targets(&targets))) return;
-      uint64_t total = 0, free_bytes = 0, chunks = 0, data = 0;
-      int bad = 0;
-      fmt::print("{:>6} {:>5} {:<22} {:<9} {:>10} {:>10} {:>10} {:>10} {:>12}  {}\n", "target",
-                 "chain", "endpoint", "health", "fs size", "fs free", "kept", "chunks", "data",
-                 "path");
-      for (const auto& t : targets) {
-        const char* health = !t.reachable ? "DOWN" : t.failed ? "FAILED" : "ok";
-        if (!t.reachable || t.failed) ++bad;
-        fmt::print("{:>6} {:>5} {:<22} {:<9} {:>10} {:>10} {:>10} {:>10} {:>12}  {}\n", t.id,
-                   t.chain, t.endpoint, health, humanBytes(static_cast<double>(t.fs_total_bytes)),
-                   humanBytes(static_cast<double>(t.fs_free_bytes)),
-                   humanBytes(static_cast<double>(t.kept_bytes)), t.chunks,
-                   humanBytes(static_cast<double>(t.data_bytes)), t.path);
-        total += t.fs_total_bytes;
-        free_bytes += t.fs_free_bytes;
-        chunks += t.chunks;
-        data += t.data_bytes;
-      }
-      fmt::print("{} targets, {} chains (replication 1), {} chunks, {} of data; {}\n",
-                 targets.size(), targets.size(), chunks, humanBytes(static_cast<double>(data)),
-                 bad == 0 ? "healthy" : fmt::format("{} target(s) unhealthy", bad));
-      if (bad) setExitCode(1);
     });
   }
   {

@@ -53,7 +53,8 @@ void addUp(CLI::App& app);
 void addServe(CLI::App& app);  // serve --role mgmtd|meta|storage
 void addFileCommands(CLI::App& app);     // ls, stat, mkdir, rm, mv, cat
 void addCopyCommands(CLI::App& app);     // put, get
-void addClusterCommands(CLI::App& app);  // df, status, fsck
+void addClusterCommands(CLI::App& app);  // df, fsck
+void addStatusCommands(CLI::App& app);   // status, chains create
 void addBench(CLI::App& app);
 void addMount(CLI::App& app);
 // Mounts `cluster` at `mountpoint` with `config` and serves until

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   cistern::cli::addFileCommands(app);
   cistern::cli::addCopyCommands(app);
   cistern::cli::addClusterCommands(app);
+  cistern::cli::addStatusCommands(app);
   cistern::cli::addBench(app);
   cistern::cli::addMount(app);
   CLI11_PARSE(app, argc, argv);

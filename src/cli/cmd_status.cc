@@ -1,0 +1,278 @@
+// `cistern status [--json]`: nodes, targets (their state in each chain,
+// space, health), chains (version, members and states) and a one-line
+// verdict; `cistern chains create`: lays out a cluster's chains once.
+// Both talk to mgmtd directly (GetRouting, CreateChains) and to each
+// target's storage service (Space).
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <map>
+
+#include "cli/commands.h"
+#include "cli/remote.h"
+#include "mgmt.pb.h"
+#include "net/rpc_client.h"
+#include "storage.pb.h"
+
+namespace cistern::cli {
+namespace {
+
+// The mgmtd endpoints of --cluster (or $CISTERN_CLUSTER): "h:p[,h:p...]".
+Result<std::vector<net::Endpoint>> mgmtdEndpoints(const std::string& flag) {
+  std::string list = flag;
+  if (list.empty()) {
+    const char* env = std::getenv("CISTERN_CLUSTER");
+    list = env && *env ? env : "127.0.0.1:7420";
+  }
+  std::vector<net::Endpoint> out;
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = std::min(list.find(',', at), list.size());
+    ASSIGN_OR_RETURN(auto ep, net::Endpoint::parse(list.substr(at, comma - at)));
+    out.push_back(ep);
+    at = comma + 1;
+  }
+  return out;
+}
+
+const char* stateName(mgmt::TargetState s) {
+  switch (s) {
+    case mgmt::SERVING:
+      return "SERVING";
+    case mgmt::SYNCING:
+      return "SYNCING";
+    case mgmt::WAITING:
+      return "WAITING";
+    case mgmt::OFFLINE:
+      return "OFFLINE";
+    case mgmt::LASTSRV:
+      return "LASTSRV";
+    default:
+      return "?";
+  }
+}
+
+std::string jsonText(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+struct TargetRow {
+  const mgmt::Target* t = nullptr;
+  bool reachable = false;
+  storage::SpaceResp space;
+  std::vector<std::pair<uint32_t, mgmt::TargetState>> states;  // (chain, state)
+};
+
+// A chain's members with their states (a one-machine chain lists only its
+// serving targets).
+std::vector<std::pair<uint32_t, mgmt::TargetState>> membersOf(const mgmt::Chain& c) {
+  std::vector<std::pair<uint32_t, mgmt::TargetState>> out;
+  if (c.members_size() == 0) {
+    for (uint32_t t : c.targets()) out.push_back({t, mgmt::SERVING});
+  } else {
+    for (const auto& m : c.members()) out.push_back({m.target(), m.state()});
+  }
+  return out;
+}
+
+void printStatus(const mgmt::Routing& r, std::vector<TargetRow>& rows, bool json) {
+  uint64_t chunks = 0, data = 0;
+  int bad_targets = 0, degraded = 0;
+  size_t replication = 0;
+  for (const auto& row : rows) {
+    if (!row.reachable || row.space.failed()) ++bad_targets;
+    chunks += row.space.chunks();
+    data += row.space.data_bytes();
+  }
+  for (const auto& c : r.chains()) {
+    const auto members = membersOf(c);
+    replication = std::max(replication, members.size());
+    if (static_cast<size_t>(c.targets_size()) < members.size() || c.targets_size() == 0)
+      ++degraded;
+  }
+  const bool healthy = bad_targets == 0 && degraded == 0;
+  std::map<std::string, std::vector<uint32_t>> nodes;  // name -> targets
+  for (const auto& row : rows) nodes[row.t->node()].push_back(row.t->id());
+  if (json) {
+    fmt::print("{{\"routing_version\": {}, \"healthy\": {}, \"meta\": [", r.version(), healthy);
+    for (int i = 0; i < r.meta_endpoints_size(); ++i)
+      fmt::print("{}{}", i ? ", " : "", jsonText(r.meta_endpoints(i)));
+    fmt::print("],\n \"nodes\": [");
+    bool first = true;
+    for (const auto& [name, targets] : nodes) {
+      fmt::print("{}{{\"name\": {}, \"targets\": [{}]}}", first ? "" : ", ", jsonText(name),
+                 fmt::join(targets, ", "));
+      first = false;
+    }
+    fmt::print("],\n \"targets\": [");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& row = rows[i];
+      fmt::print(
+          "{}\n  {{\"id\": {}, \"node\": {}, \"endpoint\": {}, \"path\": {}, \"reachable\": {}, "
+          "\"failed\": {}, \"fs_total_bytes\": {}, \"fs_free_bytes\": {}, \"chunks\": {}, "
+          "\"data_bytes\": {}, \"chains\": {{",
+          i ? "," : "", row.t->id(), jsonText(row.t->node()), jsonText(row.t->endpoint()),
+          jsonText(row.t->path()), row.reachable, row.space.failed(), row.space.fs_total_bytes(),
+          row.space.fs_free_bytes(), row.space.chunks(), row.space.data_bytes());
+      for (size_t j = 0; j < row.states.size(); ++j)
+        fmt::print("{}\"{}\": \"{}\"", j ? ", " : "", row.states[j].first,
+                   stateName(row.states[j].second));
+      fmt::print("}}}}");
+    }
+    fmt::print("],\n \"chains\": [");
+    for (int i = 0; i < r.chains_size(); ++i) {
+      const auto& c = r.chains(i);
+      fmt::print("{}\n  {{\"id\": {}, \"version\": {}, \"members\": [", i ? "," : "", c.id(),
+                 c.version());
+      const auto members = membersOf(c);
+      for (size_t j = 0; j < members.size(); ++j)
+        fmt::print("{}{{\"target\": {}, \"state\": \"{}\"}}", j ? ", " : "", members[j].first,
+                   stateName(members[j].second));
+      fmt::print("]}}");
+    }
+    fmt::print("]}}\n");
+    if (!healthy) setExitCode(1);
+    return;
+  }
+  if (nodes.size() > 1 || !nodes.begin()->first.empty()) {
+    fmt::print("{:<12} {}\n", "node", "targets");
+    for (const auto& [name, targets] : nodes)
+      fmt::print("{:<12} {}\n", name.empty() ? "-" : name, fmt::join(targets, " "));
+    fmt::print("\n");
+  }
+  fmt::print("{:>6} {:<8} {:<22} {:<9} {:>10} {:>10} {:>10} {:>10} {:>12}  {:<24} {}\n", "target",
+             "node", "endpoint", "health", "fs size", "fs free", "kept", "chunks", "data",
+             "chains (state)", "path");
+  for (const auto& row : rows) {
+    const char* health = !row.reachable ? "DOWN" : row.space.failed() ? "FAILED" : "ok";
+    std::string states;
+    for (auto [chain, state] : row.states)
+      states += fmt::format("{}{}:{}", states.empty() ? "" : " ", chain, stateName(state));
+    fmt::print("{:>6} {:<8} {:<22} {:<9} {:>10} {:>10} {:>10} {:>10} {:>12}  {:<24} {}\n",
+               row.t->id(), row.t->node().empty() ? "-" : row.t->node(), row.t->endpoint(),
+               health, humanBytes(static_cast<double>(row.space.fs_total_bytes())),
+               humanBytes(static_cast<double>(row.space.fs_free_bytes())),
+               humanBytes(static_cast<double>(row.space.kept_bytes())), row.space.chunks(),
+               humanBytes(static_cast<double>(row.space.data_bytes())), states, row.t->path());
+  }
+  if (replication > 1) {
+    fmt::print("\n{:>6} {:>8}  {}\n", "chain", "version", "members, head first (state)");
+    for (const auto& c : r.chains()) {
+      std::string members;
+      for (auto [t, state] : membersOf(c))
+        members += fmt::format("{}{}:{}", members.empty() ? "" : " ", t, stateName(state));
+      fmt::print("{:>6} {:>8}  {}\n", c.id(), c.version(), members);
+    }
+  }
+  fmt::print("{} targets, {} chains (replication {}), {} chunks, {} of data; {}\n", rows.size(),
+             r.chains_size(), replication, chunks, humanBytes(static_cast<double>(data)),
+             healthy ? "healthy"
+                     : fmt::format("{} target(s) unhealthy, {} chain(s) degraded", bad_targets,
+                                   degraded));
+  if (!healthy) setExitCode(1);
+}
+
+}  // namespace
+
+void addStatusCommands(CLI::App& app) {
+  {
+    auto* cmd = app.add_subcommand("status", "nodes, targets, chains, capacity and health");
+    auto& flags = addClusterFlags(cmd);
+    static bool json = false;
+    cmd->add_flag("--json", json, "one JSON document instead of tables");
+    cmd->callback([&flags] {
+      auto eps = mgmtdEndpoints(flags.cluster);
+      if (!eps.ok()) {
+        fmt::print(stderr, "cistern: --cluster: {}\n", eps.status().message());
+        setExitCode(2);
+        return;
+      }
+      net::RpcClient rpc{net::ClientOptions{}};
+      mgmt::Routing r;
+      Status s;
+      for (const auto& ep : *eps) {  // any mgmtd answers GetRouting
+        s = rpc.callSync(ep, net::Method::of("cistern.mgmt.MgmtService.GetRouting"),
+                         mgmt::GetRoutingReq(), &r, {.timeout_ms = flags.retry_ms});
+        if (s.ok()) break;
+      }
+      if (!s.ok()) {
+        fmt::print(stderr, "cistern: cluster {}: {}\n", flags.cluster, s.toString());
+        setExitCode(1);
+        return;
+      }
+      std::vector<TargetRow> rows;
+      for (const auto& t : r.targets()) {
+        TargetRow row;
+        row.t = &t;
+        for (const auto& c : r.chains()) {
+          for (auto [target, state] : membersOf(c))
+            if (target == t.id()) row.states.push_back({c.id(), state});
+        }
+        if (auto ep = net::Endpoint::parse(t.endpoint()); ep.ok()) {
+          row.reachable = rpc.callSync(*ep, net::Method::of("cistern.storage.StorageService.Space"),
+                                       storage::SpaceReq(), &row.space, {.timeout_ms = 3000})
+                              .ok();
+        }
+        rows.push_back(std::move(row));
+      }
+      printStatus(r, rows, json);
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("chains", "a cluster's chain table");
+    cmd->require_subcommand(1);
+    auto* create = cmd->add_subcommand(
+        "create", "lay out the chains over the registered storage targets (once)");
+    auto& flags = addClusterFlags(create);
+    static uint32_t replication = 3, count = 0;
+    create->add_option("--replication", replication, "replicas per chain (1-5)")
+        ->capture_default_str();
+    create->add_option("--count", count, "chains (default: as many as targets)");
+    create->callback([&flags] {
+      auto eps = mgmtdEndpoints(flags.cluster);
+      if (!eps.ok()) {
+        fmt::print(stderr, "cistern: --cluster: {}\n", eps.status().message());
+        setExitCode(2);
+        return;
+      }
+      net::RpcClient rpc{net::ClientOptions{}};
+      mgmt::CreateChainsReq req;
+      req.set_replication(replication);
+      req.set_chains(count);
+      if (count == 0) {
+        mgmt::Routing r;
+        if (rpc.callSync((*eps)[0], net::Method::of("cistern.mgmt.MgmtService.GetRouting"),
+                         mgmt::GetRoutingReq(), &r)
+                .ok())
+          req.set_chains(static_cast<uint32_t>(r.targets_size()));
+      }
+      mgmt::CreateChainsResp resp;
+      Status s;
+      for (const auto& ep : *eps) {  // the primary answers; a standby says kNotPrimary
+        s = rpc.callSync(ep, net::Method::of("cistern.mgmt.MgmtService.CreateChains"), req,
+                         &resp, {.timeout_ms = flags.retry_ms});
+        if (s.code() != ErrorCode::kNotPrimary && s.code() != ErrorCode::kConnectionFailed) break;
+      }
+      if (!s.ok()) {
+        fmt::print(stderr, "cistern: chains create: {}\n", s.toString());
+        setExitCode(1);
+        return;
+      }
+      fmt::print("{} chains of {} replicas (routing version {})\n", resp.chains_size(),
+                 replication, resp.routing_version());
+    });
+  }
+}
+
+}  // namespace cistern::cli
