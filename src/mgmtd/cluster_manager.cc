@@ -144,6 +144,7 @@ Result<mgmt::RegisterNodeResp> ClusterManager::registerNode(const mgmt::Register
     last_seen_[id] = now;
     if (in_chains.count(id)) restarted_.insert(id);
   }
+  if (!restarted_.empty() && options_.wake) options_.wake();
   return resp;
 }
 
@@ -170,6 +171,7 @@ Result<mgmt::HeartbeatResp> ClusterManager::heartbeat(const mgmt::HeartbeatReq& 
       if (own.count(s.target())) synced_.insert({s.chain(), s.target()});
     }
   }
+  if (req.synced_size() > 0 && options_.wake) options_.wake();
   // The whole table only for a node whose routing is older (beats come
   // every few hundred milliseconds from every node).
   mgmt::HeartbeatResp resp;

@@ -19,6 +19,7 @@
 // injected (tests advance a ManualClock).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -33,6 +34,9 @@ namespace cistern::mgmtd {
 struct ClusterManagerOptions {
   // A target not listed in a heartbeat for this long is OFFLINE.
   uint32_t heartbeat_timeout_ms = 10000;
+  // Called when news calls for a step before the next tick (a finished
+  // sync, a node that registered again); may be empty.
+  std::function<void()> wake;
 };
 
 class ClusterManager {

@@ -58,6 +58,7 @@ struct MgmtdServer::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
+  bool poked = false;  // news for a step before the next tick
 
   void tickLoop() {
     const auto every = std::chrono::milliseconds(
@@ -65,7 +66,10 @@ struct MgmtdServer::Impl {
                         : std::max<uint32_t>(options.heartbeat_timeout_ms / 4, 1));
     bool was_primary = false;
     std::unique_lock lock(mu);
-    while (!cv.wait_for(lock, every, [this] { return stopping; })) {
+    for (;;) {
+      cv.wait_for(lock, every, [this] { return stopping || poked; });
+      if (stopping) break;
+      poked = false;
       lock.unlock();
       const bool is_primary = primary();
       // Taking over: what a standby heard is nothing; every target gets the
@@ -101,9 +105,14 @@ Result<std::unique_ptr<MgmtdServer>> MgmtdServer::start(const MgmtdServerOptions
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   ASSIGN_OR_RETURN(impl->kv, openKv(options.kv));
-  impl->manager = std::make_unique<mgmtd::ClusterManager>(
-      *impl->kv, SystemClock::instance(),
-      mgmtd::ClusterManagerOptions{options.heartbeat_timeout_ms});
+  mgmtd::ClusterManagerOptions mo;
+  mo.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
+  mo.wake = [i = impl.get()] {
+    std::lock_guard lock(i->mu);
+    i->poked = true;
+    i->cv.notify_all();
+  };
+  impl->manager = std::make_unique<mgmtd::ClusterManager>(*impl->kv, SystemClock::instance(), mo);
   ASSIGN_OR_RETURN(net::Endpoint ep, net::Endpoint::parse(options.listen));
   net::ServerOptions so;
   so.listen_host = ep.host;

@@ -79,8 +79,16 @@ struct StorageServer::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
+  bool beat_now = false;  // a resync into this target finished: report it
   std::atomic<bool> stop_flag{false};
 
+  // Sleeps `d` until stopping (false) or a beat is due early (true).
+  bool pauseBeat(std::chrono::milliseconds d) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, d, [this] { return stopping || beat_now; });
+    beat_now = false;
+    return !stopping;
+  }
   // Sleeps `d` unless stopping; false once stopping.
   bool pause(std::chrono::milliseconds d) {
     std::unique_lock lock(mu);
@@ -155,7 +163,7 @@ struct StorageServer::Impl {
       }
       if (!s.ok() && !warned) CLOG_WARN("storage", "heartbeat to mgmtd: {}", s.toString());
       warned = !s.ok();  // once per run of failures
-    } while (pause(every));
+    } while (pauseBeat(every));
   }
 
   void syncLoop() {
@@ -211,6 +219,11 @@ Result<std::unique_ptr<StorageServer>> StorageServer::start(const StorageServerO
   impl->server = std::make_unique<net::RpcServer>(so);
   impl->service = std::make_unique<storage::StorageService>(
       *impl->engine, *impl->server, options.service, &impl->table, &impl->peers);
+  impl->service->onSynced([i = impl.get()] {
+    std::lock_guard lock(i->mu);
+    i->beat_now = true;
+    i->cv.notify_all();
+  });
   RETURN_ON_ERROR(impl->server->start());
   impl->endpoint =
       options.advertise.empty() ? impl->server->endpoint().toString() : options.advertise;

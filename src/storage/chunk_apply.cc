@@ -108,7 +108,8 @@ Result<ChunkMeta> ChunkEngine::write(ChunkId id, uint64_t offset, std::span<cons
 }
 
 Result<ChunkMeta> ChunkEngine::replace(ChunkId id, std::span<const uint8_t> data, uint32_t chain,
-                                       uint64_t chain_version, uint64_t chunk_version) {
+                                       uint64_t chain_version, uint64_t chunk_version,
+                                       bool durable) {
   if (failed_)
     return Status(ErrorCode::kIOError, fmt::format("target {} has failed", options_.path));
   if (data.size() > kMaxChunkBytes) {
@@ -126,7 +127,7 @@ Result<ChunkMeta> ChunkEngine::replace(ChunkId id, std::span<const uint8_t> data
   // replica's own may be newer by chain version (an update it took that
   // the chain never committed).
   return apply(id, old, 0, data.data(), data.size(), Stamp{chain, chain_version, chunk_version},
-               0);
+               0, /*stable=*/false, durable);
 }
 
 Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t chain_version,

@@ -204,8 +204,9 @@ class ChunkEngine {
   // append): a replica catching up with its predecessor's copy
   // (docs/chain_protocol.md, "Resync"). The chunk records `chain_version`
   // whatever the one it had (the predecessor's copy is the chain's).
+  // `durable`: false as in write() (a resync syncs once at its end).
   Result<ChunkMeta> replace(ChunkId id, std::span<const uint8_t> data, uint32_t chain,
-                            uint64_t chain_version, uint64_t chunk_version);
+                            uint64_t chain_version, uint64_t chunk_version, bool durable = true);
   // Makes every write acknowledged so far durable (one fdatasync per group
   // file unsynced writes went to). An error fails the target, as any
   // failed sync does.
@@ -322,6 +323,9 @@ class ChunkEngine {
   uint64_t usedSlots(uint32_t size_class) const;
   uint64_t heldSlots(uint32_t size_class) const;
   bool failed() const { return failed_.load(); }
+  // kLeaseExpired naming the chunk if the wall clock is past `not_after_ns`
+  // (0: never), as write() checks it once it holds the chunk.
+  Status checkNotAfter(ChunkId id, int64_t not_after_ns) const;
   const std::string& path() const { return options_.path; }
 
  private:
@@ -375,7 +379,6 @@ class ChunkEngine {
   Status checkReserve(uint64_t bytes);
   Status checkChainVersion(ChunkId id, const std::optional<ChunkMeta>& old,
                            uint64_t chain_version) const;
-  Status checkNotAfter(ChunkId id, int64_t not_after_ns) const;
   // Frees the slot; it keeps its blocks if the budget allows, else a hole is
   // punched. `removed`: freed by remove (a logged class punches only then).
   void releaseSlot(uint32_t size_class, SlotAddr a, bool removed);

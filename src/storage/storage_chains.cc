@@ -4,10 +4,16 @@
 // successor.
 #include <fmt/format.h>
 
+#include <asio/post.hpp>
+#include <asio/thread_pool.hpp>
+
+#include <condition_variable>
 #include <cstring>
 
 #include "common/fault.h"
 #include "common/log.h"
+#include <asio/experimental/awaitable_operators.hpp>
+
 #include "net/blocking.h"
 #include "net/rpc_client.h"
 #include "storage.pb.h"
@@ -43,10 +49,8 @@ net::Method method(const char* name) {
 
 constexpr uint64_t kRequestBytes = 4096;
 
-// A change applied here: the chunk's record before and after it.
-struct Applied {
-  std::optional<ChunkMeta> before, after;
-};
+// Chunks a resync copies at once.
+constexpr size_t kResyncCopies = 8;
 // A forward waits for the rest of the chain; a replica that does not
 // answer within this is treated as failed for this attempt (the client
 // retries; mgmtd takes a dead one out).
@@ -92,7 +96,7 @@ Result<std::optional<ChunkMeta>> StorageService::applyLocal(ChunkId id, const Ch
     }
     case ForwardReq::REPLACE: {
       ASSIGN_OR_RETURN(ChunkMeta m, engine_.replace(id, c.data, chain, chain_version,
-                                                    chunk_version));
+                                                    chunk_version, /*durable=*/!c.sync));
       return std::optional<ChunkMeta>(m);
     }
     case ForwardReq::REMOVE:
@@ -102,8 +106,8 @@ Result<std::optional<ChunkMeta>> StorageService::applyLocal(ChunkId id, const Ch
   return Status(ErrorCode::kInvalidArgument, fmt::format("unknown change {}", c.op));
 }
 
-asio::awaitable<Status> StorageService::forwardTo(const ChainPosition& pos, ForwardReq f,
-                                                  std::span<const uint8_t> payload) {
+asio::awaitable<Status> StorageService::forwardOnce(const ChainPosition& pos, ForwardReq f,
+                                                    std::span<const uint8_t> payload) {
   CO_ASSIGN_OR_RETURN(auto to, net::Endpoint::parse(pos.successor_endpoint));
   f.set_chain(pos.chain);
   f.set_chain_version(pos.version);
@@ -111,17 +115,16 @@ asio::awaitable<Status> StorageService::forwardTo(const ChainPosition& pos, Forw
   net::CallOptions co;
   co.timeout_ms = kForwardTimeoutMs;
   co.request_payload = payload;
-  Status s = co_await peers_->call(to, kForward(), f, &resp, co);
-  if (s.code() != ErrorCode::kChunkVersionMismatch) co_return s;
-  // The successor's copy is not the one this change applies to: it gets
-  // this replica's whole copy (or the removal) instead.
-  const ChunkId id = idOf(f.chunk());
+  co_return co_await peers_->call(to, kForward(), f, &resp, co);
+}
+
+asio::awaitable<Status> StorageService::replaceDownstream(const ChainPosition& pos, ChunkId id,
+                                                          bool sync) {
   CO_ASSIGN_OR_RETURN(Copy copy, co_await net::runBlocking(pool_, [&] { return copyOf(id, true); }));
   ForwardReq r;
-  *r.mutable_chunk() = f.chunk();
-  r.set_chain(pos.chain);
-  r.set_chain_version(pos.version);
-  r.set_sync(f.sync());
+  r.mutable_chunk()->set_inode(id.inode);
+  r.mutable_chunk()->set_index(id.index);
+  r.set_sync(sync);
   std::span<const uint8_t> bytes;
   if (copy.meta) {
     r.set_op(ForwardReq::REPLACE);
@@ -131,23 +134,42 @@ asio::awaitable<Status> StorageService::forwardTo(const ChainPosition& pos, Forw
   } else {
     r.set_op(ForwardReq::REMOVE);
   }
-  co.request_payload = bytes;
-  resp.Clear();
-  co_return co_await peers_->call(to, kForward(), r, &resp, co);
+  co_return co_await forwardOnce(pos, r, bytes);
+}
+
+asio::awaitable<StorageService::Outcome> StorageService::applyAndForward(
+    const ChainPosition& pos, const ForwardReq& f, std::span<const uint8_t> payload,
+    std::function<Result<std::optional<ChunkMeta>>()> apply) {
+  using namespace asio::experimental::awaitable_operators;
+  const auto local = [&]() -> Outcome {
+    Outcome o;
+    auto r = apply();
+    if (r.ok()) {
+      o.meta = std::move(*r);
+    } else {
+      o.applied = r.status();
+    }
+    return o;
+  };
+  Outcome out;
+  if (pos.successor == 0 || f.sync()) {
+    out = co_await net::runBlocking(pool_, local);
+    co_return out;
+  }
+  // Both at once: each is a durable write of about the same time, so the
+  // chain's latency is about one replica's instead of the sum.
+  auto [here, forwarded] = co_await (net::runBlocking(pool_, local) && forwardOnce(pos, f, payload));
+  out = std::move(here);
+  out.forwarded = std::move(forwarded);
+  // The successor holds another version than the one the change applies to:
+  // it gets this replica's whole copy, once the change is applied here.
+  if (out.forwarded.code() == ErrorCode::kChunkVersionMismatch && out.applied.ok())
+    out.forwarded = co_await replaceDownstream(pos, idOf(f.chunk()), false);
+  co_return out;
 }
 
 asio::awaitable<Status> StorageService::settle(ChunkId id, const ChainPosition& pos) {
-  if (pos.successor != 0) {
-    ForwardReq f;
-    f.mutable_chunk()->set_inode(id.inode);
-    f.mutable_chunk()->set_index(id.index);
-    // Matches no copy: the successor answers with a mismatch unless it
-    // holds this very version, and forwardTo() sends the whole chunk.
-    f.set_op(ForwardReq::WRITE);
-    f.set_base_version(~0ull);
-    f.set_chunk_version(~0ull);
-    CO_RETURN_ON_ERROR(co_await forwardTo(pos, f, {}));
-  }
+  if (pos.successor != 0) CO_RETURN_ON_ERROR(co_await replaceDownstream(pos, id, false));
   locks_->clearDirty(id);
   co_return Status::OK();
 }
@@ -190,47 +212,59 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
     if (*meta && info) fill(info, **meta);
     co_return Status::OK();
   }
-  locks_->markDirty(id);
-  Result<Applied> applied = co_await net::runBlocking(pool_, [&]() -> Result<Applied> {
-    Applied a;
-    ASSIGN_OR_RETURN(a.before, engine_.query(id));
-    ASSIGN_OR_RETURN(a.after, applyLocal(id, c, chain, chain_version, not_after_ns, 0));
-    return a;
-  });
-  if (!applied.ok()) {
-    locks_->clearDirty(id);  // a failed change changed nothing
-    co_return applied.status();
+  CO_ASSIGN_OR_RETURN(auto before,
+                      co_await net::runBlocking(pool_, [&] { return engine_.query(id); }));
+  ForwardReq f;
+  f.mutable_chunk()->set_inode(id.inode);
+  f.mutable_chunk()->set_index(id.index);
+  f.set_op(static_cast<ForwardReq::Op>(c.op));
+  f.set_offset(c.offset);
+  f.set_length(c.length);
+  if (before) {
+    f.set_base_version(before->chunk_version);
+    f.set_base_chain_version(before->chain_version);
   }
-  if (pos.successor != 0) {
-    ForwardReq f;
-    f.mutable_chunk()->set_inode(id.inode);
-    f.mutable_chunk()->set_index(id.index);
-    f.set_op(static_cast<ForwardReq::Op>(c.op));
-    f.set_offset(c.offset);
-    f.set_length(c.length);
-    if (applied->before) {
-      f.set_base_version(applied->before->chunk_version);
-      f.set_base_chain_version(applied->before->chain_version);
+  // Each change makes the next version (the chunk is held).
+  if (c.op != ForwardReq::REMOVE) f.set_chunk_version((before ? before->chunk_version : 0) + 1);
+  f.set_update_client(update.first);
+  f.set_update_seq(update.second);
+  // A late attempt is refused before any replica takes it (the local
+  // apply checks again, as the engine does).
+  CO_RETURN_ON_ERROR(engine_.checkNotAfter(id, not_after_ns));
+  locks_->markDirty(id);
+  Outcome out = co_await applyAndForward(
+      pos, f, c.data, [&] { return applyLocal(id, c, chain, chain_version, not_after_ns, 0); });
+  if (!out.applied.ok()) {
+    // Changed nothing here. Successors that took it get this copy back at
+    // once (docs/chain_protocol.md, "A head that fails to apply"); if that
+    // fails too the chunk stays dirty and the next change settles it.
+    if (pos.successor != 0 && out.forwarded.ok()) {
+      if (Status back = co_await replaceDownstream(pos, id, false); !back.ok())
+        co_return out.applied;
     }
-    if (applied->after) f.set_chunk_version(applied->after->chunk_version);
-    f.set_update_client(update.first);
-    f.set_update_seq(update.second);
-    Status s = co_await forwardTo(pos, f, c.data);
-    if (!s.ok()) {
-      // Stays dirty: the next change of the chunk, or the client's retry,
-      // settles it first. Transient for the client either way.
-      co_return Status(s.code() == ErrorCode::kStaleChainVersion ? s.code()
-                                                                 : ErrorCode::kConnectionFailed,
-                       fmt::format("chain {}: forwarding {} to target {}: {}", chain, idText(id),
-                                   pos.successor, s.toString()));
-    }
+    locks_->clearDirty(id);
+    co_return out.applied;
+  }
+  if (out.meta && c.op != ForwardReq::REMOVE && out.meta->chunk_version != f.chunk_version()) {
+    co_return Status(ErrorCode::kInternal,
+                     fmt::format("{}: applied as version {}, expected {}", idText(id),
+                                 out.meta->chunk_version, f.chunk_version()));
+  }
+  if (!out.forwarded.ok()) {
+    // Stays dirty: the next change of the chunk, or the client's retry,
+    // settles it first. Transient for the client either way.
+    const Status& s = out.forwarded;
+    co_return Status(s.code() == ErrorCode::kStaleChainVersion ? s.code()
+                                                               : ErrorCode::kConnectionFailed,
+                     fmt::format("chain {}: forwarding {} to target {}: {}", chain, idText(id),
+                                 pos.successor, s.toString()));
   }
   // The head dying here, its change committed down the chain but not
   // answered: the client's retry goes to the next head, which knows it.
   if (Status f = CISTERN_FAULT("storage.head.after_forward"); !f.ok()) co_return f;
   locks_->clearDirty(id);
   if (has_update) remember(update);
-  if (applied->after && info) fill(info, *applied->after);
+  if (out.meta && info) fill(info, *out.meta);
   co_return Status::OK();
 }
 
@@ -249,8 +283,14 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
                                  f.chain(), f.chain_version(), chains_->target(), pos->version));
   }
   if (f.op() == ForwardReq::SYNC_DONE) {
-    std::lock_guard lock(synced_mu_);
-    synced_.push_back({f.chain(), chains_->target()});
+    // The resync's copies were written unsynced: durable before the target
+    // can serve.
+    CO_RETURN_ON_ERROR(co_await net::runBlocking(pool_, [&] { return engine_.sync(); }));
+    {
+      std::lock_guard lock(synced_mu_);
+      synced_.push_back({f.chain(), chains_->target()});
+    }
+    if (on_synced_) on_synced_();
     co_return Status::OK();
   }
   const ChunkId id = idOf(f.chunk());
@@ -286,25 +326,25 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
       co_return Status(ErrorCode::kInvalidArgument, fmt::format("unknown change {}", f.op()));
   }
   locks_->markDirty(id);
-  std::optional<ChunkMeta> now = have;
-  if (apply) {
-    Change c{f.op(), f.offset(), f.length(), payload};
-    const uint64_t stamp =
-        f.op() == ForwardReq::REPLACE ? f.content_chain_version() : f.chain_version();
-    auto r = co_await net::runBlocking(
-        pool_, [&] { return applyLocal(id, c, f.chain(), stamp, 0, f.chunk_version()); });
-    if (!r.ok()) {
-      locks_->clearDirty(id);
-      co_return r.status().withContext(fmt::format("chain {}", f.chain()));
-    }
-    now = *r;
-    if (now && f.op() != ForwardReq::REMOVE && now->chunk_version != f.chunk_version()) {
-      co_return Status(ErrorCode::kInternal,
-                       fmt::format("{}: applied as version {}, the chain's is {}", idText(id),
-                                   now->chunk_version, f.chunk_version()));
-    }
+  Change c{f.op(), f.offset(), f.length(), payload, f.sync()};
+  const uint64_t stamp =
+      f.op() == ForwardReq::REPLACE ? f.content_chain_version() : f.chain_version();
+  Outcome out = co_await applyAndForward(
+      *pos, f, payload, [&]() -> Result<std::optional<ChunkMeta>> {
+        if (!apply) return have;
+        return applyLocal(id, c, f.chain(), stamp, 0, f.chunk_version());
+      });
+  if (!out.applied.ok()) {
+    if (pos->successor == 0 || !out.forwarded.ok()) locks_->clearDirty(id);
+    co_return out.applied.withContext(fmt::format("chain {}", f.chain()));
   }
-  if (pos->successor != 0 && !f.sync()) CO_RETURN_ON_ERROR(co_await forwardTo(*pos, f, payload));
+  std::optional<ChunkMeta> now = out.meta;
+  if (now && f.op() != ForwardReq::REMOVE && now->chunk_version != f.chunk_version()) {
+    co_return Status(ErrorCode::kInternal,
+                     fmt::format("{}: applied as version {}, the chain's is {}", idText(id),
+                                 now->chunk_version, f.chunk_version()));
+  }
+  CO_RETURN_ON_ERROR(out.forwarded);
   locks_->clearDirty(id);
   if (f.update_client() != 0) remember({f.update_client(), f.update_seq()});
   if (now) fill(resp.mutable_info(), *now);
@@ -436,9 +476,38 @@ Status StorageService::resync(const ChainPosition& p, const std::atomic<bool>* s
   const auto next = [](ChunkId id) {
     return id.index == UINT32_MAX ? ChunkId{id.inode + 1, 0} : ChunkId{id.inode, id.index + 1};
   };
+  // Chunks are copied kResyncCopies at a time (each a read here, a send
+  // and a durable write there): one at a time leaves both disks idle
+  // between them.
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t in_flight = 0;
+  Status failed;
+  asio::thread_pool copiers(kResyncCopies);  // last: joined first on an early return
+  const auto copy = [&](ChunkId id) {
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return in_flight < kResyncCopies; });
+      if (!failed.ok()) return false;
+      ++in_flight;
+    }
+    asio::post(copiers, [&, id] {
+      Status s = syncChunk(p, to, id).withContext(fmt::format(
+          "resync of chain {} to target {}: {}", p.chain, p.successor, idText(id)));
+      std::lock_guard lock(mu);
+      --in_flight;
+      if (!s.ok() && failed.ok()) failed = s;
+      cv.notify_all();
+    });
+    return true;
+  };
   uint64_t copied = 0;
+  const auto started = std::chrono::steady_clock::now();
   for (;;) {
-    if (stopped()) return Status(ErrorCode::kCancelled, "resync stopped");
+    if (stopped()) {
+      copiers.join();
+      return Status(ErrorCode::kCancelled, "resync stopped");
+    }
     while (mi == mine.size() && mine_more) {
       ASSIGN_OR_RETURN(auto page, engine_.list(mine_from, kPage));
       mine_more = page.size() == kPage;
@@ -483,18 +552,20 @@ Status StorageService::resync(const ChainPosition& p, const std::atomic<bool>* s
       ++ti;
     }
     if (!differ) continue;
-    RETURN_ON_ERROR(syncChunk(p, to, id).withContext(
-        fmt::format("resync of chain {} to target {}: {}", p.chain, p.successor, idText(id))));
+    if (!copy(id)) break;
     ++copied;
   }
+  copiers.join();
+  RETURN_ON_ERROR(failed);
   ForwardReq done;
   done.set_op(ForwardReq::SYNC_DONE);
   done.set_chain(p.chain);
   done.set_chain_version(p.version);
   ForwardResp resp;
   RETURN_ON_ERROR(peers_->callSync(to, kForward(), done, &resp));
-  CLOG_INFO("storage", "chain {}: target {} synced ({} chunks copied or removed)", p.chain,
-            p.successor, copied);
+  CLOG_INFO("storage", "chain {}: target {} synced ({} chunks copied or removed in {:.2f} s)",
+            p.chain, p.successor, copied,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return Status::OK();
 }
 

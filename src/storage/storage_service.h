@@ -28,6 +28,7 @@
 #include <asio/thread_pool.hpp>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <set>
 
 #include "net/buffer_pool.h"
@@ -69,6 +70,8 @@ class StorageService {
   // Chains whose resync into this target has finished (a predecessor's
   // SYNC_DONE), as (chain, target) for the next heartbeat; taken once.
   std::vector<std::pair<uint32_t, uint32_t>> takeSynced();
+  // Called when a resync into this target finished (to report it at once).
+  void onSynced(std::function<void()> f) { on_synced_ = std::move(f); }
   // Makes `p.successor` (SYNCING) hold what this target holds of chain
   // `p.chain` — every chunk it lacks or holds at another version, none this
   // target lacks — then tells it so (SYNC_DONE). Blocks; `stop` ends it
@@ -130,6 +133,7 @@ class StorageService {
     uint64_t offset = 0;
     uint64_t length = 0;  // TRUNCATE
     std::span<const uint8_t> data;
+    bool sync = false;  // a resync's copy: written unsynced (SYNC_DONE syncs)
   };
   void registerChainHandlers(net::RpcServer& server);
   // Write, Truncate, Remove and the same-process calls of one machine.
@@ -144,10 +148,22 @@ class StorageService {
   void remember(std::pair<uint64_t, uint64_t> update);
   asio::awaitable<Status> onForward(const ForwardReq& f, std::span<const uint8_t> payload,
                                     ForwardResp& resp);
-  // Sends `f` to the successor; a CHUNK_VERSION_MISMATCH answer is
-  // answered with a REPLACE of this target's copy of `id`.
-  asio::awaitable<Status> forwardTo(const ChainPosition& pos, ForwardReq f,
-                                    std::span<const uint8_t> payload);
+  // Sends `f` to the successor.
+  asio::awaitable<Status> forwardOnce(const ChainPosition& pos, ForwardReq f,
+                                      std::span<const uint8_t> payload);
+  // Sends the successor this target's whole copy of `id` (REPLACE), or its
+  // removal if there is none.
+  asio::awaitable<Status> replaceDownstream(const ChainPosition& pos, ChunkId id, bool sync);
+  // A change applied here (`apply`, on the pool) and forwarded as `f` at
+  // once; a successor holding another version gets this copy after.
+  struct Outcome {
+    Status applied;
+    std::optional<ChunkMeta> meta;
+    Status forwarded;
+  };
+  asio::awaitable<Outcome> applyAndForward(const ChainPosition& pos, const ForwardReq& f,
+                                           std::span<const uint8_t> payload,
+                                           std::function<Result<std::optional<ChunkMeta>>()> apply);
   // Pushes this target's copy of a dirty chunk down the chain (REPLACE or
   // REMOVE); clean after.
   asio::awaitable<Status> settle(ChunkId id, const ChainPosition& pos);
@@ -184,6 +200,7 @@ class StorageService {
   std::deque<std::pair<uint64_t, uint64_t>> update_order_;
   std::mutex synced_mu_;
   std::vector<std::pair<uint32_t, uint32_t>> synced_;
+  std::function<void()> on_synced_;
 };
 
 }  // namespace cistern::storage

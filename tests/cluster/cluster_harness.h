@@ -50,11 +50,15 @@ class ClusterHarness {
     uint32_t heartbeat_timeout_ms = 1500;
     // Extra environment of storage node i (1-based), e.g. CISTERN_FAULTS.
     std::map<int, std::string> storage_faults;
+    // Where under TMPDIR (several clusters at once need their own).
+    std::string name = "cluster";
+    // Client options besides the cluster's address.
+    uint32_t client_retry_ms = 30000;
   };
 
   // Starts everything; check ok() after.
   explicit ClusterHarness(Options o) : o_(std::move(o)) {
-    dir_ = ::testing::TempDir() + "/cistern-cluster-" + std::to_string(getpid());
+    dir_ = ::testing::TempDir() + "/cistern-" + o_.name + "-" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     etcd_ = EtcdCluster::start(dir_ + "/etcd", 3);
@@ -88,7 +92,7 @@ class ClusterHarness {
     if (!waitHealthy(10)) return;
     Client::Options co;
     co.cluster = mgmtdList();
-    co.retry_ms = 30000;
+    co.retry_ms = o_.client_retry_ms;
     co.call_timeout_ms = 5000;
     auto [c, err] = Client::connect(co);
     if (err) {
@@ -119,6 +123,14 @@ class ClusterHarness {
   static std::string endpointText(int port) { return "127.0.0.1:" + std::to_string(port); }
 
   ServeProcess& storage(int n) { return *storage_[static_cast<size_t>(n - 1)]; }
+  // Every process of the cluster but etcd (for their peak RSS).
+  std::vector<pid_t> cisternPids() const {
+    std::vector<pid_t> out;
+    for (const auto* v : {&mgmtd_, &meta_, &storage_})
+      for (const auto& p : *v)
+        if (p && p->pid() > 0) out.push_back(p->pid());
+    return out;
+  }
   ServeProcess& meta(int i) { return *meta_[static_cast<size_t>(i)]; }
   ServeProcess& mgmtd(int i) { return *mgmtd_[static_cast<size_t>(i)]; }
   int storageNodes() const { return o_.storage_nodes; }
@@ -270,7 +282,7 @@ class ClusterHarness {
     return waitFor([&] { return primary() >= 0; }, 15, "a primary mgmtd");
   }
   std::string kvConfig() {
-    std::string s = "kv.backend = \"etcd\"\nkv.etcd.prefix = \"cluster-" +
+    std::string s = "kv.backend = \"etcd\"\nkv.etcd.prefix = \"" + o_.name + "-" +
                     std::to_string(getpid()) + "/\"\nkv.etcd.endpoints = [";
     for (size_t i = 0; i < etcd_->size(); ++i)
       s += (i ? ", " : "") + std::string("\"") + etcd_->endpoint(i) + "\"";

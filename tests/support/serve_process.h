@@ -36,6 +36,7 @@ class ServeProcess {
     }
   }
   const std::string& log() const { return log_; }
+  pid_t pid() const { return pid_; }
 
  private:
   std::string bin_, role_, config_;
