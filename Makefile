@@ -2,6 +2,7 @@
 #
 #   make run     install deps, build the cistern binary, start the one-machine cluster
 #   make test    install deps, build, run every test
+#   make test-long  soak runs: 200 kill rounds of a whole cluster (about 10 minutes)
 #   make build   optimized build with debug info into build/ (CLI at build/cistern)
 #   make asan    ASan+UBSan build into build-asan/, runs every test (fsx: 20,000 operations)
 #   make fuzz    clang + libFuzzer build into build-fuzz/, runs each target FUZZ_SECONDS
@@ -13,7 +14,7 @@ FUZZ_SECONDS ?= 60
 CTEST_ARGS ?=
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps build test run asan fuzz bench clean format
+.PHONY: all deps build test test-long run asan fuzz bench clean format
 
 all: build
 
@@ -29,6 +30,11 @@ build: build/build.ninja
 test: deps
 	@$(MAKE) --no-print-directory build
 	cd build && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+test-long: deps
+	@$(MAKE) --no-print-directory build
+	cd build && CISTERN_KILL_ROUNDS=$${CISTERN_KILL_ROUNDS:-200} ./tests/cluster/data_cluster_test \
+	  --gtest_filter='DataCluster.KillRounds*'
 
 # Builds only the cistern binary (not the tests and benchmarks) before it runs.
 run: deps build/build.ninja

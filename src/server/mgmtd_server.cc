@@ -25,6 +25,8 @@ void MgmtdServerOptions::bind(ConfigBinder& b) {
          "how often the chains are stepped (0: a quarter of the heartbeat timeout)");
   b.bind("mgmtd.lease_ms", &lease_ms,
          "the primary mgmtd's etcd lease: a standby takes over within it and a third");
+  b.bind("mgmtd.compact_interval_s", &compact_interval_s,
+         "the primary compacts etcd's history older than one interval this often (0: never)");
   kv.bind(b);
 }
 
@@ -60,6 +62,31 @@ struct MgmtdServer::Impl {
   bool stopping = false;
   bool poked = false;  // news for a step before the next tick
 
+  // etcd's history: compacted up to the revision the previous pass saw.
+  SteadyTime next_compaction{};
+  int64_t seen_revision = 0;
+  void compactIfDue() {
+    if (!etcd || options.compact_interval_s == 0) return;
+    const SteadyTime now = SystemClock::instance().now();
+    if (now < next_compaction) return;
+    next_compaction = now + std::chrono::seconds(options.compact_interval_s);
+    kv::etcd::RangeRequest probe;
+    probe.key = options.kv.etcd_prefix + "\xff\xff/mgmtd/primary";
+    auto r = etcd->range(probe);
+    if (!r.ok()) {
+      CLOG_WARN("mgmtd", "etcd revision for compaction: {}", r.status().toString());
+      return;
+    }
+    if (seen_revision > 0) {
+      if (Status s = etcd->compact(seen_revision); !s.ok()) {
+        CLOG_WARN("mgmtd", "compacting etcd to revision {}: {}", seen_revision, s.toString());
+      } else {
+        CLOG_INFO("mgmtd", "compacted etcd's history before revision {}", seen_revision);
+      }
+    }
+    seen_revision = r->revision;
+  }
+
   void tickLoop() {
     const auto every = std::chrono::milliseconds(
         options.tick_ms ? options.tick_ms
@@ -79,6 +106,7 @@ struct MgmtdServer::Impl {
       if (is_primary) {
         if (auto v = manager->tick(); !v.ok())
           CLOG_WARN("mgmtd", "stepping the chains: {}", v.status().toString());
+        compactIfDue();
       }
       lock.lock();
     }

@@ -23,6 +23,10 @@ struct MgmtdServerOptions {
   uint32_t heartbeat_timeout_ms = 10000;
   uint32_t tick_ms = 0;      // 0: a quarter of the heartbeat timeout
   uint32_t lease_ms = 3000;  // the primary's etcd lease (whole seconds, at least etcd's minimum)
+  // etcd keeps every revision until compacted: the primary compacts, each
+  // interval, the history older than what the previous pass saw (one
+  // interval of history stays for reads in flight). 0: never.
+  uint32_t compact_interval_s = 300;
   KvOptions kv;
 
   void bind(ConfigBinder& b);  // mgmtd.* and kv.*

@@ -139,7 +139,9 @@ struct StorageServer::Impl {
       for (auto& s : service->takeSynced()) synced.push_back(s);
       mgmt::HeartbeatReq req;
       req.set_name(options.node);
-      req.add_alive_targets(target);
+      // A failed target (an fsync error: read-only for good) is left out:
+      // mgmtd takes it out of its chains as if it were silent.
+      if (!engine->failed()) req.add_alive_targets(target);
       for (auto [chain, t] : synced) {
         auto* st = req.add_synced();
         st->set_chain(chain);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "kv/etcd_client.h"
 #include "mgmt.pb.h"
 #include "net/rpc_client.h"
 #include "tests/support/etcd_cluster.h"
@@ -57,6 +58,7 @@ class MgmtdCluster : public ::testing::Test {
     std::ofstream f(path);
     f << "mgmtd.listen = \"127.0.0.1:" << port << "\"\n"
       << "mgmtd.heartbeat_timeout_ms = 1500\nmgmtd.tick_ms = 200\nmgmtd.lease_ms = 2000\n"
+      << "mgmtd.compact_interval_s = 1\n"
       << "kv.backend = \"etcd\"\nkv.etcd.prefix = \"test-" << getpid() << "/\"\n"
       << "kv.etcd.endpoints = [";
     for (size_t i = 0; i < etcd_->size(); ++i)
@@ -144,6 +146,33 @@ class MgmtdCluster : public ::testing::Test {
   std::vector<std::thread> beaters_;
   std::mutex synced_mu_;
 };
+
+// The primary compacts etcd's history every interval (1 s here), keeping
+// one interval: a read at an early revision is refused as compacted.
+TEST_F(MgmtdCluster, ThePrimaryCompactsEtcdsHistory) {
+  kv::etcd::Client::Options co;
+  co.endpoints = {etcd_->endpoint(0)};
+  auto etcd = kv::etcd::Client::create(co);
+  ASSERT_TRUE(etcd.ok()) << etcd.status().toString();
+  for (int n = 1; n <= 2; ++n) {  // writes: the revision moves past 2
+    mgmt::RegisterNodeReq reg;
+    reg.set_name("node" + std::to_string(n));
+    reg.set_endpoint("127.0.0.1:" + std::to_string(20000 + n));
+    reg.add_target_paths("/data/t0");
+    mgmt::RegisterNodeResp resp;
+    ASSERT_TRUE(call("RegisterNode", reg, &resp).ok());
+  }
+  kv::etcd::RangeRequest old;
+  old.key = "x";
+  old.revision = 2;
+  Status s;
+  for (auto until = Clock::now() + std::chrono::seconds(15); Clock::now() < until;) {
+    s = (*etcd)->range(old).status();
+    if (s.code() == ErrorCode::kTxnTooOld) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(s.code(), ErrorCode::kTxnTooOld) << "revision 2 still readable: " << s.toString();
+}
 
 TEST_F(MgmtdCluster, ASilentNodeIsRoutedAroundAndComesBackThroughASync) {
   std::atomic<bool> alive[5];
