@@ -147,8 +147,8 @@ uint64_t dataBytes(ClusterHarness& h, int node) {
 // fio's sequential O_DIRECT write of `bytes` into `dir`, MB/s.
 double fioWrite(const std::string& dir, uint64_t bytes) {
   const std::string cmd =
-      "fio --name=disk --directory=" + dir + " --filename=fio.data --size=" +
-      std::to_string(std::max<uint64_t>(bytes >> 20, 1)) +
+      "fio --name=disk --directory=" + dir +
+      " --filename=fio.data --size=" + std::to_string(std::max<uint64_t>(bytes >> 20, 1)) +
       "M --rw=write --bs=1M --direct=1 --ioengine=libaio --iodepth=8 --end_fsync=1 "
       "--output-format=json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; "
       "print(json.load(sys.stdin)[\"jobs\"][0][\"write\"][\"bw_bytes\"]/1e6)'";

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/remote.h"
@@ -33,6 +34,17 @@ Result<std::vector<net::Endpoint>> mgmtdEndpoints(const std::string& flag) {
     at = comma + 1;
   }
   return out;
+}
+
+// mgmtdEndpoints(), or nullopt after printing why (exit code 2).
+std::optional<std::vector<net::Endpoint>> mgmtdEndpointsOrReport(const std::string& flag) {
+  auto eps = mgmtdEndpoints(flag);
+  if (!eps.ok()) {
+    fmt::print(stderr, "cistern: --cluster: {}\n", eps.status().message());
+    setExitCode(2);
+    return std::nullopt;
+  }
+  return std::move(*eps);
 }
 
 const char* stateName(mgmt::TargetState s) {
@@ -98,8 +110,7 @@ void printStatus(const mgmt::Routing& r, std::vector<TargetRow>& rows, bool json
   for (const auto& c : r.chains()) {
     const auto members = membersOf(c);
     replication = std::max(replication, members.size());
-    if (static_cast<size_t>(c.targets_size()) < members.size() || c.targets_size() == 0)
-      ++degraded;
+    if (static_cast<size_t>(c.targets_size()) < members.size() || c.targets_size() == 0) ++degraded;
   }
   const bool healthy = bad_targets == 0 && degraded == 0;
   std::map<std::string, std::vector<uint32_t>> nodes;  // name -> targets
@@ -160,8 +171,8 @@ void printStatus(const mgmt::Routing& r, std::vector<TargetRow>& rows, bool json
     for (auto [chain, state] : row.states)
       states += fmt::format("{}{}:{}", states.empty() ? "" : " ", chain, stateName(state));
     fmt::print("{:>6} {:<8} {:<22} {:<9} {:>10} {:>10} {:>10} {:>10} {:>12}  {:<24} {}\n",
-               row.t->id(), row.t->node().empty() ? "-" : row.t->node(), row.t->endpoint(),
-               health, humanBytes(static_cast<double>(row.space.fs_total_bytes())),
+               row.t->id(), row.t->node().empty() ? "-" : row.t->node(), row.t->endpoint(), health,
+               humanBytes(static_cast<double>(row.space.fs_total_bytes())),
                humanBytes(static_cast<double>(row.space.fs_free_bytes())),
                humanBytes(static_cast<double>(row.space.kept_bytes())), row.space.chunks(),
                humanBytes(static_cast<double>(row.space.data_bytes())), states, row.t->path());
@@ -175,11 +186,11 @@ void printStatus(const mgmt::Routing& r, std::vector<TargetRow>& rows, bool json
       fmt::print("{:>6} {:>8}  {}\n", c.id(), c.version(), members);
     }
   }
-  fmt::print("{} targets, {} chains (replication {}), {} chunks, {} of data; {}\n", rows.size(),
-             r.chains_size(), replication, chunks, humanBytes(static_cast<double>(data)),
-             healthy ? "healthy"
-                     : fmt::format("{} target(s) unhealthy, {} chain(s) degraded", bad_targets,
-                                   degraded));
+  fmt::print(
+      "{} targets, {} chains (replication {}), {} chunks, {} of data; {}\n", rows.size(),
+      r.chains_size(), replication, chunks, humanBytes(static_cast<double>(data)),
+      healthy ? "healthy"
+              : fmt::format("{} target(s) unhealthy, {} chain(s) degraded", bad_targets, degraded));
   if (!healthy) setExitCode(1);
 }
 
@@ -192,12 +203,8 @@ void addStatusCommands(CLI::App& app) {
     static bool json = false;
     cmd->add_flag("--json", json, "one JSON document instead of tables");
     cmd->callback([&flags] {
-      auto eps = mgmtdEndpoints(flags.cluster);
-      if (!eps.ok()) {
-        fmt::print(stderr, "cistern: --cluster: {}\n", eps.status().message());
-        setExitCode(2);
-        return;
-      }
+      auto eps = mgmtdEndpointsOrReport(flags.cluster);
+      if (!eps) return;
       net::RpcClient rpc{net::ClientOptions{}};
       mgmt::Routing r;
       Status s;
@@ -240,12 +247,8 @@ void addStatusCommands(CLI::App& app) {
         ->capture_default_str();
     create->add_option("--count", count, "chains (default: as many as targets)");
     create->callback([&flags] {
-      auto eps = mgmtdEndpoints(flags.cluster);
-      if (!eps.ok()) {
-        fmt::print(stderr, "cistern: --cluster: {}\n", eps.status().message());
-        setExitCode(2);
-        return;
-      }
+      auto eps = mgmtdEndpointsOrReport(flags.cluster);
+      if (!eps) return;
       net::RpcClient rpc{net::ClientOptions{}};
       mgmt::CreateChainsReq req;
       req.set_replication(replication);
@@ -260,8 +263,8 @@ void addStatusCommands(CLI::App& app) {
       mgmt::CreateChainsResp resp;
       Status s;
       for (const auto& ep : *eps) {  // the primary answers; a standby says kNotPrimary
-        s = rpc.callSync(ep, net::Method::of("cistern.mgmt.MgmtService.CreateChains"), req,
-                         &resp, {.timeout_ms = flags.retry_ms});
+        s = rpc.callSync(ep, net::Method::of("cistern.mgmt.MgmtService.CreateChains"), req, &resp,
+                         {.timeout_ms = flags.retry_ms});
         if (s.code() != ErrorCode::kNotPrimary && s.code() != ErrorCode::kConnectionFailed) break;
       }
       if (!s.ok()) {
@@ -269,8 +272,8 @@ void addStatusCommands(CLI::App& app) {
         setExitCode(1);
         return;
       }
-      fmt::print("{} chains of {} replicas (routing version {})\n", resp.chains_size(),
-                 replication, resp.routing_version());
+      fmt::print("{} chains of {} replicas (routing version {})\n", resp.chains_size(), replication,
+                 resp.routing_version());
     });
   }
 }

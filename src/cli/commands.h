@@ -18,7 +18,7 @@ struct LocalClusterOptions;
 struct MgmtdServerOptions;
 struct MetaServerOptions;
 struct StorageServerOptions;
-}
+}  // namespace cistern::server
 namespace cistern::fuse {
 struct MountConfig;
 }
@@ -50,7 +50,7 @@ Status loadMetaConfig(const std::string& path, server::MetaServerOptions* option
 Status loadStorageConfig(const std::string& path, server::StorageServerOptions* options,
                          log::Level* level);
 void addUp(CLI::App& app);
-void addServe(CLI::App& app);  // serve --role mgmtd|meta|storage
+void addServe(CLI::App& app);            // serve --role mgmtd|meta|storage
 void addFileCommands(CLI::App& app);     // ls, stat, mkdir, rm, mv, cat
 void addCopyCommands(CLI::App& app);     // put, get
 void addClusterCommands(CLI::App& app);  // df, fsck

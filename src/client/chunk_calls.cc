@@ -180,11 +180,10 @@ Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
       },
       {.fence = [this](const net::Endpoint& to) { return blockingFence(to, kRemove()); },
        .foreground = true,
-       .chain_version =
-           [this](uint32_t chain) -> uint64_t {
-             auto r = route(chain);
-             return r.ok() ? r->version : 0;
-           },
+       .chain_version = [this](uint32_t chain) -> uint64_t {
+         auto r = route(chain);
+         return r.ok() ? r->version : 0;
+       },
        .refresh = [this] { (void)refreshRouting(); }});
   RETURN_ON_ERROR(remover.removeFrom(inode.ino(), layout, (new_size + chunk - 1) / chunk));
   if (new_size % chunk != 0)

@@ -45,10 +45,9 @@ Status RemoteChunkRemover::retried(const std::function<Status()>& once) {
   auto backoff = std::chrono::milliseconds(10);
   for (uint32_t attempt = 0;; ++attempt) {
     Status s = once();
-    const bool moved = s.code() == ErrorCode::kStaleChainVersion ||
-                       s.code() == ErrorCode::kNotServing ||
-                       s.code() == ErrorCode::kConnectionFailed ||
-                       s.code() == ErrorCode::kConnectionClosed;
+    const bool moved =
+        s.code() == ErrorCode::kStaleChainVersion || s.code() == ErrorCode::kNotServing ||
+        s.code() == ErrorCode::kConnectionFailed || s.code() == ErrorCode::kConnectionClosed;
     const bool again = s.code() == ErrorCode::kTargetBusy ||
                        (options_.fence && s.code() == ErrorCode::kLeaseExpired) ||
                        (options_.refresh && moved);

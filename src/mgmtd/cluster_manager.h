@@ -66,7 +66,7 @@ class ClusterManager {
   SteadyTime started_;                        // guarded by mu_
   std::map<uint32_t, SteadyTime> last_seen_;  // target -> its node's last heartbeat listing it
   std::set<std::pair<uint32_t, uint32_t>> synced_;  // (chain, target) reported synced
-  std::set<uint32_t> restarted_;  // targets registered since the last tick
+  std::set<uint32_t> restarted_;                    // targets registered since the last tick
 };
 
 }  // namespace cistern::mgmtd

@@ -13,6 +13,7 @@
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
 #include "server/gc_remover.h"
+#include "server/listen.h"
 #include "server/meta_gc_loop.h"
 
 namespace cistern::server {
@@ -102,11 +103,7 @@ Result<std::unique_ptr<MetaServer>> MetaServer::start(const MetaServerOptions& o
   mo.session_timeout_ms = options.session_timeout_ms;
   impl->meta = std::make_unique<meta::MetaStore>(*impl->kv, mo);
   RETURN_ON_ERROR(impl->meta->init());
-  ASSIGN_OR_RETURN(net::Endpoint ep, net::Endpoint::parse(options.listen));
-  net::ServerOptions so;
-  so.listen_host = ep.host;
-  so.listen_port = ep.port;
-  so.threads = options.rpc_threads;
+  ASSIGN_OR_RETURN(net::ServerOptions so, listenOn(options.listen, options.rpc_threads));
   impl->server = std::make_unique<net::RpcServer>(so);
   impl->service = std::make_unique<meta::MetaService>(*impl->meta, *impl->server);
   RETURN_ON_ERROR(impl->server->start());
@@ -117,18 +114,17 @@ Result<std::unique_ptr<MetaServer>> MetaServer::start(const MetaServerOptions& o
                       .withContext("listing the meta server in the routing table"));
   impl->reloadRouting();
   Impl* i = impl.get();
-  impl->remover = std::make_unique<GcRemover>(client::RemoteChunkRemover(
-      impl->gc_client,
-      [i](uint32_t chain) -> Result<net::Endpoint> {
-        ASSIGN_OR_RETURN(auto h, i->head(chain));
-        return h.first;
-      },
-      {.chain_version =
-           [i](uint32_t chain) -> uint64_t {
-             auto h = i->head(chain);
-             return h.ok() ? h->second : 0;
-           },
-       .refresh = [i] { i->reloadRouting(); }}));
+  impl->remover = std::make_unique<GcRemover>(
+      client::RemoteChunkRemover(impl->gc_client,
+                                 [i](uint32_t chain) -> Result<net::Endpoint> {
+                                   ASSIGN_OR_RETURN(auto h, i->head(chain));
+                                   return h.first;
+                                 },
+                                 {.chain_version = [i](uint32_t chain) -> uint64_t {
+                                    auto h = i->head(chain);
+                                    return h.ok() ? h->second : 0;
+                                  },
+                                  .refresh = [i] { i->reloadRouting(); }}));
   impl->gc = std::make_unique<MetaGcLoop>(*impl->kv, *impl->meta, *impl->remover);
   return std::unique_ptr<MetaServer>(new MetaServer(std::move(impl)));
 }

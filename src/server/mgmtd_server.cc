@@ -14,6 +14,7 @@
 #include "mgmtd/mgmt_service.h"
 #include "mgmtd/primary_lease.h"
 #include "net/rpc_server.h"
+#include "server/listen.h"
 
 namespace cistern::server {
 
@@ -141,11 +142,7 @@ Result<std::unique_ptr<MgmtdServer>> MgmtdServer::start(const MgmtdServerOptions
     i->cv.notify_all();
   };
   impl->manager = std::make_unique<mgmtd::ClusterManager>(*impl->kv, SystemClock::instance(), mo);
-  ASSIGN_OR_RETURN(net::Endpoint ep, net::Endpoint::parse(options.listen));
-  net::ServerOptions so;
-  so.listen_host = ep.host;
-  so.listen_port = ep.port;
-  so.threads = 2;
+  ASSIGN_OR_RETURN(net::ServerOptions so, listenOn(options.listen, 2));
   impl->server = std::make_unique<net::RpcServer>(so);
   mgmtd::MgmtHooks hooks{.cluster = impl->manager.get()};
   Impl* i = impl.get();

@@ -14,6 +14,7 @@
 #include "mgmt.pb.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
+#include "server/listen.h"
 #include "storage/chain_table.h"
 #include "storage/storage_service.h"
 
@@ -174,8 +175,8 @@ struct StorageServer::Impl {
     while (pause(std::chrono::milliseconds(100))) {
       for (const auto& p : table.syncsToRun()) {
         if (done.count({p.chain, p.version})) continue;
-        CLOG_INFO("storage", "chain {}: resyncing target {} from target {}", p.chain,
-                  p.successor, target.load());
+        CLOG_INFO("storage", "chain {}: resyncing target {} from target {}", p.chain, p.successor,
+                  target.load());
         Status s = service->resync(p, &stop_flag);
         if (s.ok()) {
           done.insert({p.chain, p.version});
@@ -213,11 +214,7 @@ Result<std::unique_ptr<StorageServer>> StorageServer::start(const StorageServerO
   storage::ChunkEngineOptions eo = options.engine;
   eo.path = options.target;
   ASSIGN_OR_RETURN(impl->engine, storage::ChunkEngine::open(eo));
-  ASSIGN_OR_RETURN(net::Endpoint ep, net::Endpoint::parse(options.listen));
-  net::ServerOptions so;
-  so.listen_host = ep.host;
-  so.listen_port = ep.port;
-  so.threads = 2;
+  ASSIGN_OR_RETURN(net::ServerOptions so, listenOn(options.listen, 2));
   impl->server = std::make_unique<net::RpcServer>(so);
   impl->service = std::make_unique<storage::StorageService>(
       *impl->engine, *impl->server, options.service, &impl->table, &impl->peers);

@@ -126,8 +126,8 @@ Result<ChunkMeta> ChunkEngine::replace(ChunkId id, std::span<const uint8_t> data
   // No chain-version check: the predecessor's copy is the chain's, and a
   // replica's own may be newer by chain version (an update it took that
   // the chain never committed).
-  return apply(id, old, 0, data.data(), data.size(), Stamp{chain, chain_version, chunk_version},
-               0, /*stable=*/false, durable);
+  return apply(id, old, 0, data.data(), data.size(), Stamp{chain, chain_version, chunk_version}, 0,
+               /*stable=*/false, durable);
 }
 
 Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t chain_version,
@@ -174,8 +174,8 @@ Result<ChunkMeta> ChunkEngine::truncate(ChunkId id, uint64_t length, uint64_t ch
 // zeros. REQUIRES: the chunk lock is held; keep <= old length.
 Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>& old,
                                      uint64_t offset, const uint8_t* data, uint64_t len,
-                                     const Stamp& stamp, uint64_t keep, bool stable,
-                                     bool durable, bool* unsynced) {
+                                     const Stamp& stamp, uint64_t keep, bool stable, bool durable,
+                                     bool* unsynced) {
   static auto& write_bytes = metrics::Registry::global().counter(
       "storage_write_bytes_total", {}, "Chunk bytes written by writes and truncates");
   write_bytes.inc(len);
@@ -322,8 +322,8 @@ Result<ChunkMeta> ChunkEngine::apply(ChunkId id, const std::optional<ChunkMeta>&
   m.size_class = c;
   m.addr = addr;
   m.length = static_cast<uint32_t>(new_len);
-  m.chunk_version = stamp.chunk_version != 0 ? stamp.chunk_version
-                                             : (old ? old->chunk_version : 0) + 1;
+  m.chunk_version =
+      stamp.chunk_version != 0 ? stamp.chunk_version : (old ? old->chunk_version : 0) + 1;
   m.chain_version = stamp.chain_version;
   m.chain = stamp.chain;
   m.tail_crc = tail_crc;

@@ -10,9 +10,9 @@
 #include <condition_variable>
 #include <cstring>
 
+#include <asio/experimental/awaitable_operators.hpp>
 #include "common/fault.h"
 #include "common/log.h"
-#include <asio/experimental/awaitable_operators.hpp>
 
 #include "net/blocking.h"
 #include "net/rpc_client.h"
@@ -68,8 +68,8 @@ Result<StorageService::Copy> StorageService::copyOf(ChunkId id, bool with_data) 
   ASSIGN_OR_RETURN(c.meta, engine_.query(id));
   if (!c.meta || !with_data) return c;
   c.bytes.emplace(buffers_.get(c.meta->length));
-  ASSIGN_OR_RETURN(size_t n, engine_.read(id, 0, std::span<uint8_t>(c.bytes->data(),
-                                                                    c.meta->length)));
+  ASSIGN_OR_RETURN(size_t n,
+                   engine_.read(id, 0, std::span<uint8_t>(c.bytes->data(), c.meta->length)));
   if (n != c.meta->length) {
     return Status(ErrorCode::kInternal,
                   fmt::format("{}: read {} of its {} bytes", idText(id), n, c.meta->length));
@@ -90,13 +90,13 @@ Result<std::optional<ChunkMeta>> StorageService::applyLocal(ChunkId id, const Ch
       return std::optional<ChunkMeta>(m);
     }
     case ForwardReq::TRUNCATE: {
-      ASSIGN_OR_RETURN(ChunkMeta m, engine_.truncate(id, c.length, chain_version, not_after_ns,
-                                                     chain));
+      ASSIGN_OR_RETURN(ChunkMeta m,
+                       engine_.truncate(id, c.length, chain_version, not_after_ns, chain));
       return std::optional<ChunkMeta>(m);
     }
     case ForwardReq::REPLACE: {
-      ASSIGN_OR_RETURN(ChunkMeta m, engine_.replace(id, c.data, chain, chain_version,
-                                                    chunk_version, /*durable=*/!c.sync));
+      ASSIGN_OR_RETURN(ChunkMeta m, engine_.replace(id, c.data, chain, chain_version, chunk_version,
+                                                    /*durable=*/!c.sync));
       return std::optional<ChunkMeta>(m);
     }
     case ForwardReq::REMOVE:
@@ -120,7 +120,8 @@ asio::awaitable<Status> StorageService::forwardOnce(const ChainPosition& pos, Fo
 
 asio::awaitable<Status> StorageService::replaceDownstream(const ChainPosition& pos, ChunkId id,
                                                           bool sync) {
-  CO_ASSIGN_OR_RETURN(Copy copy, co_await net::runBlocking(pool_, [&] { return copyOf(id, true); }));
+  CO_ASSIGN_OR_RETURN(Copy copy,
+                      co_await net::runBlocking(pool_, [&] { return copyOf(id, true); }));
   ForwardReq r;
   r.mutable_chunk()->set_inode(id.inode);
   r.mutable_chunk()->set_index(id.index);
@@ -158,7 +159,8 @@ asio::awaitable<StorageService::Outcome> StorageService::applyAndForward(
   }
   // Both at once: each is a durable write of about the same time, so the
   // chain's latency is about one replica's instead of the sum.
-  auto [here, forwarded] = co_await (net::runBlocking(pool_, local) && forwardOnce(pos, f, payload));
+  auto [here, forwarded] =
+      co_await (net::runBlocking(pool_, local) && forwardOnce(pos, f, payload));
   out = std::move(here);
   out.forwarded = std::move(forwarded);
   // The successor holds another version than the one the change applies to:
@@ -254,10 +256,10 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
     // Stays dirty: the next change of the chunk, or the client's retry,
     // settles it first. Transient for the client either way.
     const Status& s = out.forwarded;
-    co_return Status(s.code() == ErrorCode::kStaleChainVersion ? s.code()
-                                                               : ErrorCode::kConnectionFailed,
-                     fmt::format("chain {}: forwarding {} to target {}: {}", chain, idText(id),
-                                 pos.successor, s.toString()));
+    co_return Status(
+        s.code() == ErrorCode::kStaleChainVersion ? s.code() : ErrorCode::kConnectionFailed,
+        fmt::format("chain {}: forwarding {} to target {}: {}", chain, idText(id), pos.successor,
+                    s.toString()));
   }
   // The head dying here, its change committed down the chain but not
   // answered: the client's retry goes to the next head, which knows it.
@@ -273,9 +275,8 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
                                                   ForwardResp& resp) {
   auto pos = chains_->position(f.chain());
   if (!pos || !(pos->serving || pos->syncing)) {
-    co_return Status(ErrorCode::kNotServing,
-                     fmt::format("target {} takes no changes of chain {}", chains_->target(),
-                                 f.chain()));
+    co_return Status(ErrorCode::kNotServing, fmt::format("target {} takes no changes of chain {}",
+                                                         chains_->target(), f.chain()));
   }
   if (pos->version != f.chain_version()) {
     co_return Status(ErrorCode::kStaleChainVersion,
@@ -311,13 +312,12 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
                          fmt::format("{}: target {} holds version {}.{}, the change applies to "
                                      "{}.{}",
                                      idText(id), chains_->target(), have_version,
-                                     have_chain_version, f.base_version(),
-                                     f.base_chain_version()));
+                                     have_chain_version, f.base_version(), f.base_chain_version()));
       }
       break;
     case ForwardReq::REPLACE:
-      apply = !(have_version == f.chunk_version() &&
-                have_chain_version == f.content_chain_version());
+      apply =
+          !(have_version == f.chunk_version() && have_chain_version == f.content_chain_version());
       break;
     case ForwardReq::REMOVE:
       apply = have.has_value();
@@ -329,8 +329,8 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
   Change c{f.op(), f.offset(), f.length(), payload, f.sync()};
   const uint64_t stamp =
       f.op() == ForwardReq::REPLACE ? f.content_chain_version() : f.chain_version();
-  Outcome out = co_await applyAndForward(
-      *pos, f, payload, [&]() -> Result<std::optional<ChunkMeta>> {
+  Outcome out =
+      co_await applyAndForward(*pos, f, payload, [&]() -> Result<std::optional<ChunkMeta>> {
         if (!apply) return have;
         return applyLocal(id, c, f.chain(), stamp, 0, f.chunk_version());
       });
@@ -399,8 +399,7 @@ void StorageService::registerChainHandlers(net::RpcServer& server) {
         }
         if (req.has_from()) {
           // The chunks of the inode from `from.index` on, one change each.
-          const uint32_t limit =
-              req.limit() == 0 ? 1000 : std::min<uint32_t>(req.limit(), 10000);
+          const uint32_t limit = req.limit() == 0 ? 1000 : std::min<uint32_t>(req.limit(), 10000);
           const ChunkId from = idOf(req.from());
           CO_ASSIGN_OR_RETURN(auto chunks, co_await net::runBlocking(pool_, [&] {
                                 return engine_.list(from, limit + 1);
@@ -414,8 +413,8 @@ void StorageService::registerChainHandlers(net::RpcServer& server) {
               break;
             }
             if (m.chain != 0 && m.chain != req.chain()) continue;
-            CO_RETURN_ON_ERROR(co_await headChange(req.chain(), req.chain_version(), id, c,
-                                                   {0, 0}, not_after, nullptr));
+            CO_RETURN_ON_ERROR(co_await headChange(req.chain(), req.chain_version(), id, c, {0, 0},
+                                                   not_after, nullptr));
             ++removed;
           }
           resp.set_removed(removed);
@@ -423,14 +422,15 @@ void StorageService::registerChainHandlers(net::RpcServer& server) {
         }
         co_return Status::OK();
       });
-  server.handle<ForwardReq, ForwardResp>(
-      method("Forward"),
-      [this](net::CallContext& ctx, const ForwardReq& req,
-             ForwardResp& resp) -> asio::awaitable<Status> {
-        // Not admitted against the budget: refusing a forward would fail a
-        // change the head has applied; the head's admission bounds them.
-        co_return co_await onForward(req, ctx.requestPayload(), resp);
-      });
+  server.handle<ForwardReq, ForwardResp>(method("Forward"),
+                                         [this](net::CallContext& ctx, const ForwardReq& req,
+                                                ForwardResp& resp) -> asio::awaitable<Status> {
+                                           // Not admitted against the budget: refusing a forward
+                                           // would fail a change the head has applied; the head's
+                                           // admission bounds them.
+                                           co_return co_await onForward(req, ctx.requestPayload(),
+                                                                        resp);
+                                         });
 }
 
 Status StorageService::syncChunk(const ChainPosition& p, const net::Endpoint& to, ChunkId id) {
@@ -492,8 +492,8 @@ Status StorageService::resync(const ChainPosition& p, const std::atomic<bool>* s
       ++in_flight;
     }
     asio::post(copiers, [&, id] {
-      Status s = syncChunk(p, to, id).withContext(fmt::format(
-          "resync of chain {} to target {}: {}", p.chain, p.successor, idText(id)));
+      Status s = syncChunk(p, to, id).withContext(
+          fmt::format("resync of chain {} to target {}: {}", p.chain, p.successor, idText(id)));
       std::lock_guard lock(mu);
       --in_flight;
       if (!s.ok() && failed.ok()) failed = s;

@@ -67,9 +67,8 @@ class StorageChainsTest : public ::testing::Test {
     r->server = std::make_unique<net::RpcServer>(net::ServerOptions{.threads = 1});
     r->table.setTarget(t);
     r->table.renewLease(r->clock.now(), 2000);
-    r->service = std::make_unique<StorageService>(*r->engine, *r->server,
-                                                  StorageServiceOptions{.blocking_threads = 2},
-                                                  &r->table, &peers_);
+    r->service = std::make_unique<StorageService>(
+        *r->engine, *r->server, StorageServiceOptions{.blocking_threads = 2}, &r->table, &peers_);
     ASSERT_TRUE(r->server->start().ok());
     r->endpoint = r->server->endpoint().toString();
     replicas_[t] = std::move(r);

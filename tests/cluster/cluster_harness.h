@@ -177,7 +177,8 @@ class ClusterHarness {
     return true;
   }
   bool waitHealthy(int seconds) {
-    return waitFor([&] { return healthy(routing()); }, seconds, "every chain SERVING on all replicas");
+    return waitFor([&] { return healthy(routing()); }, seconds,
+                   "every chain SERVING on all replicas");
   }
   template <typename F>
   bool waitFor(F f, int seconds, const char* what) {
@@ -224,7 +225,7 @@ class ClusterHarness {
   // The chunks of `chain` on storage node n's target: (inode, index) ->
   // (chunk version, chain version).
   std::map<std::pair<uint64_t, uint32_t>, std::pair<uint64_t, uint64_t>> chunksOn(int n,
-                                                                                 uint32_t chain) {
+                                                                                  uint32_t chain) {
     std::map<std::pair<uint64_t, uint32_t>, std::pair<uint64_t, uint64_t>> out;
     storage::ListReq req;
     req.set_chain(chain);
@@ -296,8 +297,7 @@ class ClusterHarness {
   std::string mgmtdConfig(int i) {
     return write("mgmtd" + std::to_string(i),
                  "mgmtd.listen = \"" + endpointText(mgmtd_ports_[static_cast<size_t>(i)]) +
-                     "\"\nmgmtd.heartbeat_timeout_ms = " +
-                     std::to_string(o_.heartbeat_timeout_ms) +
+                     "\"\nmgmtd.heartbeat_timeout_ms = " + std::to_string(o_.heartbeat_timeout_ms) +
                      "\nmgmtd.tick_ms = 200\nmgmtd.lease_ms = 2000\n" + kvConfig());
   }
   std::string metaConfig(int i) {

@@ -166,7 +166,8 @@ TEST(DataCluster, KillRoundsLoseNoAcknowledgedWrite) {
     ASSERT_TRUE(h.waitHealthy(60)) << "round " << round << ": node " << n << " did not sync back";
   }
   load.stop();
-  std::fprintf(stderr, "%d kill rounds: %zu files written, %d reads checked, longest write %.2f s\n",
+  std::fprintf(stderr,
+               "%d kill rounds: %zu files written, %d reads checked, longest write %.2f s\n",
                rounds, load.written().size(), load.reads(), load.longestWriteS());
   EXPECT_EQ(load.failedWrites(), 0) << load.firstError();
   EXPECT_EQ(load.badReads(), 0) << load.firstError();
