@@ -246,6 +246,16 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     const double took = bench::secondsSince(*syncing);
+    // The predecessors' own account of the copies (storage logs).
+    for (int n = 1; n <= rf3.storageNodes(); ++n) {
+      const std::string log = rf3.storage(n).log();
+      for (size_t at = log.find("synced ("); at != std::string::npos;
+           at = log.find("synced (", at + 1)) {
+        const size_t line = log.rfind('\n', at) + 1;
+        if (round == 0 || log.find("round-mark", line) == std::string::npos)
+          std::printf("  node %d: %s\n", n, log.substr(line, log.find('\n', at) - line).c_str());
+      }
+    }
     const uint64_t gained = dataBytes(rf3, node) - before;
     const double r_mbps = static_cast<double>(gained) / 1e6 / took;
     const double d_mbps = fioWrite(base, gained);

@@ -13,8 +13,11 @@
 #include "mgmtd/cluster_manager.h"
 #include "mgmtd/mgmt_service.h"
 #include "mgmtd/primary_lease.h"
+#include "mgmtd/routing_table.h"
+#include "net/rpc_client.h"
 #include "net/rpc_server.h"
 #include "server/listen.h"
+#include "storage.pb.h"
 
 namespace cistern::server {
 
@@ -88,6 +91,47 @@ struct MgmtdServer::Impl {
     seen_revision = r->revision;
   }
 
+  // The routing table, pushed to every storage server when a step moved it
+  // (servers pull it with their beats too, so a push that is lost costs
+  // only time), by a thread of its own so that a server that does not
+  // answer never holds up a step: one call per server at once, each
+  // bounded.
+  std::mutex push_mu;
+  std::condition_variable push_cv;
+  uint64_t push_version = 0;  // guarded by push_mu; the newest to push
+  std::thread push_thread;
+  net::RpcClient pusher{net::ClientOptions{}};
+  void pushLoop() {
+    uint64_t pushed = 0;
+    std::unique_lock lock(push_mu);
+    for (;;) {
+      push_cv.wait(lock, [&] { return push_stopping || push_version > pushed; });
+      if (push_stopping) return;
+      pushed = push_version;
+      lock.unlock();
+      pushRouting();
+      lock.lock();
+    }
+  }
+  bool push_stopping = false;  // guarded by push_mu
+  void pushRouting() {
+    auto routing = mgmtd::loadRouting(*kv);
+    if (!routing.ok()) return;
+    storage::PushRoutingReq req;
+    req.set_routing(routing->SerializeAsString());
+    std::vector<std::thread> calls;
+    for (const auto& t : routing->targets()) {
+      auto ep = net::Endpoint::parse(t.endpoint());
+      if (!ep.ok()) continue;
+      calls.emplace_back([this, ep = *ep, &req] {
+        static const auto kPush = net::Method::of("cistern.storage.StorageService.PushRouting");
+        storage::PushRoutingResp resp;
+        (void)pusher.callSync(ep, kPush, req, &resp, {.timeout_ms = 500});
+      });
+    }
+    for (auto& c : calls) c.join();
+  }
+
   void tickLoop() {
     const auto every = std::chrono::milliseconds(
         options.tick_ms ? options.tick_ms
@@ -105,8 +149,16 @@ struct MgmtdServer::Impl {
       if (is_primary && !was_primary && elected) manager->restart();
       was_primary = is_primary;
       if (is_primary) {
-        if (auto v = manager->tick(); !v.ok())
+        auto v = manager->tick();
+        if (!v.ok()) {
           CLOG_WARN("mgmtd", "stepping the chains: {}", v.status().toString());
+        } else {
+          std::lock_guard push_lock(push_mu);
+          if (*v > push_version) {
+            push_version = *v;
+            push_cv.notify_all();
+          }
+        }
         compactIfDue();
       }
       lock.lock();
@@ -123,6 +175,12 @@ MgmtdServer::~MgmtdServer() {
   }
   impl_->cv.notify_all();
   if (impl_->ticker.joinable()) impl_->ticker.join();
+  {
+    std::lock_guard lock(impl_->push_mu);
+    impl_->push_stopping = true;
+  }
+  impl_->push_cv.notify_all();
+  if (impl_->push_thread.joinable()) impl_->push_thread.join();
   if (impl_->server) impl_->server->stop();
   impl_->service.reset();
   impl_->lease_ptr = nullptr;
@@ -166,6 +224,7 @@ Result<std::unique_ptr<MgmtdServer>> MgmtdServer::start(const MgmtdServerOptions
         impl->server->endpoint().toString(), options.lease_ms);
     impl->lease_ptr = impl->lease.get();
   }
+  impl->push_thread = std::thread([i = impl.get()] { i->pushLoop(); });
   impl->ticker = std::thread([i = impl.get()] { i->tickLoop(); });
   return std::unique_ptr<MgmtdServer>(new MgmtdServer(std::move(impl)));
 }

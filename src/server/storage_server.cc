@@ -77,10 +77,17 @@ struct StorageServer::Impl {
   // (chain, target) whose resync finished, until a beat reports them.
   std::vector<std::pair<uint32_t, uint32_t>> synced;
   std::thread beater, syncer;
+  // Resyncs by (chain, chain version): streamed already, and running.
+  std::mutex syncs_mu;
+  std::set<std::pair<uint32_t, uint64_t>> syncs_done, syncs_running;
+  // The syncer's resync threads, each with its "finished" flag; finished
+  // ones are joined before new ones start, the rest at the end.
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> sync_threads;
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
-  bool beat_now = false;  // a resync into this target finished: report it
+  bool beat_now = false;       // a resync into this target finished: report it
+  bool routing_moved = false;  // mgmtd pushed a routing table: look for syncs
   std::atomic<bool> stop_flag{false};
 
   // Sleeps `d` until stopping (false) or a beat is due early (true).
@@ -161,6 +168,9 @@ struct StorageServer::Impl {
         if (resp.has_routing()) {
           if (Status u = table.update(resp.routing()); !u.ok())
             CLOG_WARN("storage", "routing from mgmtd: {}", u.toString());
+          std::lock_guard lock(mu);
+          routing_moved = true;
+          cv.notify_all();
         }
         table.renewLease(sent, timeout_ms);
       }
@@ -170,20 +180,49 @@ struct StorageServer::Impl {
   }
 
   void syncLoop() {
-    // (chain, chain version) streamed already.
-    std::set<std::pair<uint32_t, uint64_t>> done;
-    while (pause(std::chrono::milliseconds(100))) {
+    for (;;) {
+      {
+        std::unique_lock lock(mu);
+        cv.wait_for(lock, std::chrono::milliseconds(100),
+                    [this] { return stopping || routing_moved; });
+        if (stopping) return;
+        routing_moved = false;
+      }
+      // Each chain's resync on a thread of its own: a target is the
+      // predecessor in several chains, and their successors differ.
+      std::erase_if(sync_threads, [](auto& t) {
+        if (!t.second->load()) return false;
+        t.first.join();
+        return true;
+      });
       for (const auto& p : table.syncsToRun()) {
-        if (done.count({p.chain, p.version})) continue;
+        const std::pair<uint32_t, uint64_t> key{p.chain, p.version};
+        {
+          std::lock_guard lock(syncs_mu);
+          if (syncs_done.count(key) || syncs_running.count(key)) continue;
+          syncs_running.insert(key);
+        }
         CLOG_INFO("storage", "chain {}: resyncing target {} from target {}", p.chain, p.successor,
                   target.load());
-        Status s = service->resync(p, &stop_flag);
-        if (s.ok()) {
-          done.insert({p.chain, p.version});
-        } else {
-          CLOG_WARN("storage", "chain {}: resync of target {}: {}", p.chain, p.successor,
-                    s.toString());
-        }
+        auto finished = std::make_shared<std::atomic<bool>>(false);
+        std::thread t([this, p, key, finished] {
+          Status s = service->resync(p, &stop_flag);
+          if (!s.ok()) {
+            CLOG_WARN("storage", "chain {}: resync of target {}: {}", p.chain, p.successor,
+                      s.toString());
+          }
+          std::lock_guard lock(syncs_mu);
+          syncs_running.erase(key);
+          if (s.ok()) {
+            // Older versions of the chain are past.
+            std::erase_if(syncs_done, [&](const auto& d) {
+              return d.first == key.first && d.second < key.second;
+            });
+            syncs_done.insert(key);
+          }
+          *finished = true;
+        });
+        sync_threads.emplace_back(std::move(t), std::move(finished));
       }
     }
   }
@@ -200,6 +239,7 @@ StorageServer::~StorageServer() {
   impl_->cv.notify_all();
   if (impl_->beater.joinable()) impl_->beater.join();
   if (impl_->syncer.joinable()) impl_->syncer.join();
+  for (auto& t : impl_->sync_threads) t.first.join();
   if (impl_->server) impl_->server->stop();
   impl_->service.reset();
   impl_->server.reset();
@@ -218,6 +258,11 @@ Result<std::unique_ptr<StorageServer>> StorageServer::start(const StorageServerO
   impl->server = std::make_unique<net::RpcServer>(so);
   impl->service = std::make_unique<storage::StorageService>(
       *impl->engine, *impl->server, options.service, &impl->table, &impl->peers);
+  impl->service->onRouting([i = impl.get()] {
+    std::lock_guard lock(i->mu);
+    i->routing_moved = true;
+    i->cv.notify_all();
+  });
   impl->service->onSynced([i = impl.get()] {
     std::lock_guard lock(i->mu);
     i->beat_now = true;

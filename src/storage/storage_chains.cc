@@ -14,6 +14,7 @@
 #include "common/fault.h"
 #include "common/log.h"
 
+#include "mgmt.pb.h"
 #include "net/blocking.h"
 #include "net/rpc_client.h"
 #include "storage.pb.h"
@@ -420,6 +421,17 @@ void StorageService::registerChainHandlers(net::RpcServer& server) {
           resp.set_removed(removed);
           resp.set_more(more);
         }
+        co_return Status::OK();
+      });
+  server.handle<PushRoutingReq, PushRoutingResp>(
+      method("PushRouting"),
+      [this](net::CallContext&, const PushRoutingReq& req,
+             PushRoutingResp&) -> asio::awaitable<Status> {
+        mgmt::Routing routing;
+        if (!routing.ParseFromString(req.routing()))
+          co_return Status(ErrorCode::kBadMessage, "pushed routing does not parse");
+        CO_RETURN_ON_ERROR(chains_->update(routing));
+        if (on_routing_) on_routing_();
         co_return Status::OK();
       });
   server.handle<ForwardReq, ForwardResp>(method("Forward"),

@@ -72,6 +72,8 @@ class StorageService {
   std::vector<std::pair<uint32_t, uint32_t>> takeSynced();
   // Called when a resync into this target finished (to report it at once).
   void onSynced(std::function<void()> f) { on_synced_ = std::move(f); }
+  // Called after mgmtd pushed a routing table (PushRouting).
+  void onRouting(std::function<void()> f) { on_routing_ = std::move(f); }
   // Makes `p.successor` (SYNCING) hold what this target holds of chain
   // `p.chain` — every chunk it lacks or holds at another version, none this
   // target lacks — then tells it so (SYNC_DONE). Blocks; `stop` ends it
@@ -201,6 +203,7 @@ class StorageService {
   std::mutex synced_mu_;
   std::vector<std::pair<uint32_t, uint32_t>> synced_;
   std::function<void()> on_synced_;
+  std::function<void()> on_routing_;
 };
 
 }  // namespace cistern::storage

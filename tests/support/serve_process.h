@@ -1,6 +1,12 @@
 // Test support: `cistern serve --role ROLE --config FILE` as a child process;
-// start() waits for its "ready" line.
+// start() waits for its "ready" line, then a thread keeps reading its output
+// (a pipe nobody reads would stop a chatty process once it fills), keeping
+// the last 256 KiB for log().
 #pragma once
+
+#include <cerrno>
+#include <mutex>
+#include <thread>
 
 #include "tests/support/cluster_process.h"
 
@@ -17,7 +23,13 @@ class ServeProcess {
     pid_ = spawnPiped({bin_, "serve", "--role", role_, "--config", config_}, &out_fd_,
                       /*stderr_too=*/true, /*die_with_us=*/true);
     if (pid_ < 0) return false;
-    if (readUntil(out_fd_, &log_, "ready", std::chrono::seconds(30))) return true;
+    std::string first;
+    if (readUntil(out_fd_, &first, "ready", std::chrono::seconds(30))) {
+      log_ = std::move(first);
+      drainer_ = std::thread([this] { drain(); });
+      return true;
+    }
+    log_ = std::move(first);
     ADD_FAILURE() << "cistern serve --role " << role_ << " did not start; its output:\n" << log_;
     kill(SIGKILL);
     return false;
@@ -30,19 +42,38 @@ class ServeProcess {
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
+    if (drainer_.joinable()) drainer_.join();  // the pipe's end: the process is gone
     if (out_fd_ >= 0) {
       close(out_fd_);
       out_fd_ = -1;
     }
   }
-  const std::string& log() const { return log_; }
+  std::string log() const {
+    std::lock_guard lock(mu_);
+    return log_;
+  }
   pid_t pid() const { return pid_; }
 
  private:
+  void drain() {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = read(out_fd_, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      std::lock_guard lock(mu_);
+      log_.append(buf, static_cast<size_t>(n));
+      constexpr size_t kKept = 256 << 10;
+      if (log_.size() > 2 * kKept) log_.erase(0, log_.size() - kKept);
+    }
+  }
+
   std::string bin_, role_, config_;
   pid_t pid_ = -1;
   int out_fd_ = -1;
+  mutable std::mutex mu_;
   std::string log_;
+  std::thread drainer_;
 };
 
 }  // namespace cistern::testing
