@@ -59,8 +59,7 @@ Status ClientImpl::retryBlocking(uint32_t chain, const Once& once, const What& w
   std::chrono::milliseconds backoff(5);
   for (;;) {
     auto r = route(chain);
-    if (!r.ok()) return r.status().withContext(what());
-    Status s = once(*r);
+    Status s = r.ok() ? once(*r) : r.status();
     if (s.ok()) return s;
     if (auto end = giveUp(s, deadline, backoff, fenced)) return end->withContext(what());
     std::this_thread::sleep_for(backoff);

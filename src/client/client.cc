@@ -233,9 +233,13 @@ Status ClientImpl::refreshRouting() {
   }
   std::map<uint32_t, ChainRoute> chains;
   for (const auto& c : routing.chains()) {
-    if (c.targets_size() == 0) continue;
     ChainRoute route;
     route.version = c.version();
+    if (c.targets_size() == 0) {
+      route.down = true;
+      chains[c.id()] = std::move(route);
+      continue;
+    }
     for (uint32_t t : c.targets()) {  // serving, head first
       auto it = target_ep.find(t);
       if (it == target_ep.end()) {
@@ -265,6 +269,10 @@ Result<ClientImpl::ChainRoute> ClientImpl::route(uint32_t chain) {
   auto it = chains_.find(chain);
   if (it == chains_.end())
     return Status(ErrorCode::kIOError, fmt::format("chain {} is not in the routing table", chain));
+  if (it->second.down) {
+    return Status(ErrorCode::kNotServing,
+                  fmt::format("chain {} has no serving replica (waiting for its last one)", chain));
+  }
   return it->second;
 }
 

@@ -250,6 +250,9 @@ class ClientImpl final : public Client {
     // A replicated chain's serving replicas, head to tail (empty: one).
     std::vector<net::Endpoint> replicas;
     bool replicated() const { return replicas.size() > 1; }
+    // No replica serves (its last one is away: LASTSRV): route() answers
+    // kNotServing, which callers wait out like any refusal.
+    bool down = false;
   };
   // The replica a read of `p` (chunk `p.index` of `ino`) goes to on a
   // replicated chain: spread over the serving replicas by chunk, the next

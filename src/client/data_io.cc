@@ -217,20 +217,23 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
   for (;;) {
     Status s;
     auto r = pieceRoute(write, inode.ino(), p);
-    if (!r.ok()) co_return r.status().withContext(pieceName(write, inode, p));
-    // (Not a co_await inside a conditional expression: GCC 12 destroys its
-    // temporaries twice.) Shared memory only on one machine: a replicated
-    // write's bytes travel down the chain anyway.
-    std::optional<Status> via;
-    if (shm_ && write && !r->replicated()) via = co_await shmWrite(*r, inode, p);
-    if (shm_ && !write && !r->replicated()) via = co_await shmRead(*r, inode, p);
-    if (via) {
-      s = *via;
+    if (!r.ok()) {
+      s = r.status();  // a chain with no serving replica now: waited for, as any refusal
     } else {
-      SocketPiece call(*this, write, inode, p, *r, write ? attemptFence() : 0);
-      s = co_await rpc_->call(r->endpoint, call.method(), call.request(), call.response(),
-                              call.options());
-      s = call.finish(std::move(s));
+      // (Not a co_await inside a conditional expression: GCC 12 destroys its
+      // temporaries twice.) Shared memory only on one machine: a replicated
+      // write's bytes travel down the chain anyway.
+      std::optional<Status> via;
+      if (shm_ && write && !r->replicated()) via = co_await shmWrite(*r, inode, p);
+      if (shm_ && !write && !r->replicated()) via = co_await shmRead(*r, inode, p);
+      if (via) {
+        s = *via;
+      } else {
+        SocketPiece call(*this, write, inode, p, *r, write ? attemptFence() : 0);
+        s = co_await rpc_->call(r->endpoint, call.method(), call.request(), call.response(),
+                                call.options());
+        s = call.finish(std::move(s));
+      }
     }
     if (s.ok()) co_return s;
     if (!write) afterReadAttempt(p, s);

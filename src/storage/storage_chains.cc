@@ -195,13 +195,16 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
                                                    ChunkId id, const Change& c,
                                                    std::pair<uint64_t, uint64_t> update,
                                                    int64_t not_after_ns, ChunkInfo* info) {
+  CO_RETURN_ON_ERROR(chains_->serving(chain, chain_version).status());
+  ChunkLocks::Guard guard = co_await locks_->lock(id);
+  // Where this replica stands once it holds the chunk (the chain may have
+  // moved while it waited).
   CO_ASSIGN_OR_RETURN(ChainPosition pos, chains_->serving(chain, chain_version));
   if (!pos.head) {
     co_return Status(ErrorCode::kNotServing,
                      fmt::format("target {} is not the head of chain {} (version {})",
                                  chains_->target(), chain, chain_version));
   }
-  ChunkLocks::Guard guard = co_await locks_->lock(id);
   // A change of this chunk that did not get down the chain (a successor
   // failed): the chain gets this replica's copy first.
   if (locks_->dirty(id)) {
@@ -297,6 +300,12 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
   }
   const ChunkId id = idOf(f.chunk());
   ChunkLocks::Guard guard = co_await locks_->lock(id);
+  pos = chains_->position(f.chain());  // once it holds the chunk: the chain may have moved
+  if (!pos || !(pos->serving || pos->syncing) || pos->version != f.chain_version()) {
+    co_return Status(ErrorCode::kStaleChainVersion,
+                     fmt::format("chain {} moved past version {} at target {}", f.chain(),
+                                 f.chain_version(), chains_->target()));
+  }
   CO_ASSIGN_OR_RETURN(auto have,
                       co_await net::runBlocking(pool_, [&] { return engine_.query(id); }));
   const uint64_t have_version = have ? have->chunk_version : 0;

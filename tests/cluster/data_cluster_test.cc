@@ -302,5 +302,58 @@ TEST(DataCluster, TheHeadDyingAfterForwardingLeavesEachWriteAppliedOnce) {
   h.expectReplicasAgree();
 }
 
+// Every storage process dies at once: each chain keeps its last serving
+// replica as LASTSRV and serves nothing. A write meanwhile waits (the
+// client retries a chain with no serving replica) and completes once the
+// processes are back, with the bytes written before the outage intact.
+TEST(DataCluster, AChainWithNoServingReplicaIsWaitedFor) {
+  ClusterHarness h({});
+  ASSERT_TRUE(h.ok());
+  Client& c = h.client();
+  auto before = patternBytes(300000, 1);
+  {
+    std::unique_ptr<File> f;
+    ASSERT_FALSE(c.open("/before", O_CREAT | O_WRONLY, 0644, &f));
+    size_t done = 0;
+    ASSERT_FALSE(f->pwrite(before.data(), before.size(), 0, &done));
+    ASSERT_FALSE(f->close());
+  }
+  for (int n = 1; n <= h.storageNodes(); ++n) h.storage(n).kill(SIGKILL);
+  ASSERT_TRUE(h.waitFor(
+      [&] {
+        const auto r = h.routing();
+        for (const auto& chain : r.chains())
+          if (chain.targets_size() > 0) return false;
+        return r.chains_size() > 0;
+      },
+      15, "no chain with a serving replica"));
+  auto during = patternBytes(300000, 2);
+  std::atomic<bool> written{false};
+  Error write_error;
+  std::thread writer([&] {
+    std::unique_ptr<File> f;
+    write_error = c.open("/during", O_CREAT | O_WRONLY, 0644, &f);
+    size_t done = 0;
+    if (!write_error) write_error = f->pwrite(during.data(), during.size(), 0, &done);
+    if (!write_error) write_error = f->close();
+    written = true;
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_FALSE(written.load()) << "a write completed with no storage process running";
+  for (int n = 1; n <= h.storageNodes(); ++n) ASSERT_TRUE(h.restartStorage(n));
+  writer.join();
+  ASSERT_FALSE(write_error) << write_error.message;
+  ASSERT_TRUE(h.waitHealthy(60));
+  for (auto [path, want] : {std::pair{"/before", &before}, std::pair{"/during", &during}}) {
+    std::unique_ptr<File> f;
+    ASSERT_FALSE(c.open(path, O_RDONLY, 0, &f));
+    std::vector<uint8_t> got(want->size());
+    size_t done = 0;
+    ASSERT_FALSE(f->pread(got.data(), got.size(), 0, &done));
+    EXPECT_EQ(got, *want) << path;
+  }
+  h.expectReplicasAgree();
+}
+
 }  // namespace
 }  // namespace cistern
