@@ -180,6 +180,7 @@ struct StorageServer::Impl {
   }
 
   void syncLoop() {
+    SteadyTime next_settle = SystemClock::instance().now();
     for (;;) {
       {
         std::unique_lock lock(mu);
@@ -187,6 +188,12 @@ struct StorageServer::Impl {
                     [this] { return stopping || routing_moved; });
         if (stopping) return;
         routing_moved = false;
+      }
+      // Dirty chunks whose changes nobody retries, about twice a second.
+      if (SystemClock::instance().now() >= next_settle) {
+        next_settle = SystemClock::instance().now() + std::chrono::milliseconds(500);
+        if (Status s = service->settleDirty(); !s.ok())
+          CLOG_WARN("storage", "settling dirty chunks: {}", s.toString());
       }
       // Each chain's resync on a thread of its own: a target is the
       // predecessor in several chains, and their successors differ.

@@ -52,9 +52,14 @@ ChunkLocks::Guard ChunkLocks::lockBlocking(ChunkId id) {
   return Guard(this, id);
 }
 
-void ChunkLocks::markDirty(ChunkId id) {
+void ChunkLocks::markDirty(ChunkId id, uint32_t chain) {
   std::lock_guard lock(mu_);
-  dirty_.insert(id);
+  dirty_[id] = chain;
+}
+
+std::vector<std::pair<ChunkId, uint32_t>> ChunkLocks::dirtyChunks() const {
+  std::lock_guard lock(mu_);
+  return {dirty_.begin(), dirty_.end()};
 }
 
 void ChunkLocks::clearDirty(ChunkId id) {

@@ -15,7 +15,7 @@
 #include <functional>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
+#include <vector>
 
 #include "storage/chunk_meta.h"
 
@@ -49,9 +49,13 @@ class ChunkLocks {
   asio::awaitable<Guard> lock(ChunkId id);
   Guard lockBlocking(ChunkId id);
 
-  void markDirty(ChunkId id);
+  // A chunk changed here under `chain` and not yet acknowledged by the rest
+  // of the chain.
+  void markDirty(ChunkId id, uint32_t chain);
   void clearDirty(ChunkId id);
   bool dirty(ChunkId id) const;
+  // The dirty chunks now, with their chains.
+  std::vector<std::pair<ChunkId, uint32_t>> dirtyChunks() const;
 
  private:
   // Takes the chunk now (true) or queues `wake` to be called when it is
@@ -63,7 +67,7 @@ class ChunkLocks {
   mutable std::mutex mu_;
   // Held chunks, with the waiters to hand them to in order.
   std::unordered_map<ChunkId, std::deque<std::function<void()>>, ChunkIdHash> held_;
-  std::unordered_set<ChunkId, ChunkIdHash> dirty_;
+  std::unordered_map<ChunkId, uint32_t, ChunkIdHash> dirty_;
 };
 
 }  // namespace cistern::storage

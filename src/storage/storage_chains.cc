@@ -177,6 +177,47 @@ asio::awaitable<Status> StorageService::settle(ChunkId id, const ChainPosition& 
   co_return Status::OK();
 }
 
+Status StorageService::stillAt(uint32_t chain, uint64_t chain_version) const {
+  auto pos = chains_->position(chain);
+  if (pos && pos->version == chain_version) return Status::OK();
+  return Status(
+      ErrorCode::kStaleChainVersion,
+      fmt::format("chain {} moved past version {} during the change", chain, chain_version));
+}
+
+Status StorageService::settleDirty() {
+  for (const auto& [id, chain] : locks_->dirtyChunks()) {
+    auto pos = chains_->position(chain);
+    if (!pos || !pos->head) continue;  // a head's to settle; it is dirty too
+    ChunkLocks::Guard guard = locks_->lockBlocking(id);
+    if (!locks_->dirty(id)) continue;
+    if (pos->successor != 0) {
+      ASSIGN_OR_RETURN(auto to, net::Endpoint::parse(pos->successor_endpoint));
+      ASSIGN_OR_RETURN(Copy copy, copyOf(id, true));
+      ForwardReq r;
+      r.mutable_chunk()->set_inode(id.inode);
+      r.mutable_chunk()->set_index(id.index);
+      r.set_chain(pos->chain);
+      r.set_chain_version(pos->version);
+      net::CallOptions co;
+      co.timeout_ms = kForwardTimeoutMs;
+      if (copy.meta) {
+        r.set_op(ForwardReq::REPLACE);
+        r.set_chunk_version(copy.meta->chunk_version);
+        r.set_content_chain_version(copy.meta->chain_version);
+        co.request_payload = {copy.bytes->data(), copy.meta->length};
+      } else {
+        r.set_op(ForwardReq::REMOVE);
+      }
+      ForwardResp resp;
+      Status s = peers_->callSync(to, kForward(), r, &resp, co);
+      if (!s.ok()) continue;  // the next pass tries again
+    }
+    locks_->clearDirty(id);
+  }
+  return Status::OK();
+}
+
 bool StorageService::committedHere(std::pair<uint64_t, uint64_t> update) {
   std::lock_guard lock(updates_mu_);
   return updates_.count(update) > 0;
@@ -237,7 +278,7 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
   // A late attempt is refused before any replica takes it (the local
   // apply checks again, as the engine does).
   CO_RETURN_ON_ERROR(engine_.checkNotAfter(id, not_after_ns));
-  locks_->markDirty(id);
+  locks_->markDirty(id, chain);
   Outcome out = co_await applyAndForward(
       pos, f, c.data, [&] { return applyLocal(id, c, chain, chain_version, not_after_ns, 0); });
   if (!out.applied.ok()) {
@@ -256,6 +297,10 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
                      fmt::format("{}: applied as version {}, expected {}", idText(id),
                                  out.meta->chunk_version, f.chunk_version()));
   }
+  // In this copy now, which reaches the whole chain before any other change
+  // of the chunk (a dirty chunk is settled first): a retry is answered, not
+  // applied again, whatever happens to the forward.
+  if (has_update) remember(update);
   if (!out.forwarded.ok()) {
     // Stays dirty: the next change of the chunk, or the client's retry,
     // settles it first. Transient for the client either way.
@@ -265,11 +310,15 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
         fmt::format("chain {}: forwarding {} to target {}: {}", chain, idText(id), pos.successor,
                     s.toString()));
   }
+  // The chain moved while the change was under way: a resync of a new
+  // member that listed this target's chunks meanwhile may have missed it,
+  // so it is not acknowledged (it stays dirty; the client's retry, or the
+  // background settle, carries it down the new chain).
+  CO_RETURN_ON_ERROR(stillAt(chain, chain_version));
   // The head dying here, its change committed down the chain but not
   // answered: the client's retry goes to the next head, which knows it.
   if (Status f = CISTERN_FAULT("storage.head.after_forward"); !f.ok()) co_return f;
   locks_->clearDirty(id);
-  if (has_update) remember(update);
   if (out.meta && info) fill(info, *out.meta);
   co_return Status::OK();
 }
@@ -335,7 +384,7 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
     default:
       co_return Status(ErrorCode::kInvalidArgument, fmt::format("unknown change {}", f.op()));
   }
-  locks_->markDirty(id);
+  locks_->markDirty(id, f.chain());
   Change c{f.op(), f.offset(), f.length(), payload, f.sync()};
   const uint64_t stamp =
       f.op() == ForwardReq::REPLACE ? f.content_chain_version() : f.chain_version();
@@ -354,9 +403,10 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
                      fmt::format("{}: applied as version {}, the chain's is {}", idText(id),
                                  now->chunk_version, f.chunk_version()));
   }
+  if (f.update_client() != 0) remember({f.update_client(), f.update_seq()});  // as at the head
   CO_RETURN_ON_ERROR(out.forwarded);
+  CO_RETURN_ON_ERROR(stillAt(f.chain(), f.chain_version()));  // as in headChange
   locks_->clearDirty(id);
-  if (f.update_client() != 0) remember({f.update_client(), f.update_seq()});
   if (now) fill(resp.mutable_info(), *now);
   co_return Status::OK();
 }

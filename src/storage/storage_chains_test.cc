@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <thread>
 
+#include "common/fault.h"
 #include "common/random.h"
 #include "mgmt.pb.h"
 #include "net/rpc_client.h"
@@ -279,6 +281,54 @@ TEST_F(StorageChainsTest, AResyncReplacesAVersionTheChainNeverCommitted) {
   std::vector<uint8_t> got;
   ASSERT_EQ(read(1, 4, 0, &got), ErrorCode::kOk);
   EXPECT_EQ(got, b);
+}
+
+// The chain moves while a write is under way (every replica's apply held up
+// by a fault delay): the write is not acknowledged — a new member's resync
+// may have listed the chunks meanwhile — and the client's retry under the
+// new version is answered without applying it a second time.
+TEST_F(StorageChainsTest, AWriteUnderWayWhenTheChainMovesIsNotAcknowledged) {
+  auto a = bytes(8192, 11);
+  fault::enable("storage.write.queued",
+                {.action = fault::Action::kDelay, .delay = std::chrono::milliseconds(300)});
+  std::thread mover([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    route({{1, mgmt::SERVING}, {2, mgmt::SERVING}, {3, mgmt::SERVING}}, 2);
+  });
+  Status s = write(1, 1, 0, 0, a, 7);
+  mover.join();
+  fault::disable("storage.write.queued");
+  EXPECT_EQ(s.code(), ErrorCode::kStaleChainVersion) << s.toString();
+  std::vector<uint8_t> got;
+  EXPECT_EQ(read(1, 2, 0, &got), ErrorCode::kChunkNotCommitted) << "the head holds it dirty";
+  WriteResp resp;
+  ASSERT_TRUE(write(1, 2, 0, 0, a, 7, &resp).ok());
+  for (uint32_t t = 1; t <= 3; ++t) {
+    ASSERT_TRUE(meta(t, 0).has_value()) << "target " << t;
+    EXPECT_EQ(meta(t, 0)->chunk_version, 1u) << "target " << t << ": applied once";
+    ASSERT_EQ(read(t, 2, 0, &got), ErrorCode::kOk) << "target " << t;
+    EXPECT_EQ(got, a);
+  }
+}
+
+// A change that failed down the chain and that nobody retries is pushed
+// down by the head's background settle: the chunk is readable again.
+TEST_F(StorageChainsTest, TheHeadSettlesADirtyChunkNobodyRetries) {
+  auto a = bytes(8192, 12);
+  ASSERT_TRUE(write(1, 1, 0, 0, a).ok());
+  stop(3);
+  auto b = bytes(8192, 13);
+  EXPECT_FALSE(write(1, 1, 0, 0, b).ok());  // the tail is gone: dirty on 1 and 2
+  route({{1, mgmt::SERVING}, {2, mgmt::SERVING}, {3, mgmt::OFFLINE}}, 2);
+  std::vector<uint8_t> got;
+  EXPECT_EQ(read(2, 2, 0, &got), ErrorCode::kChunkNotCommitted);
+  ASSERT_TRUE(at(2).service->settleDirty().ok());  // not its to settle: 1 heads the chain
+  EXPECT_EQ(read(2, 2, 0, &got), ErrorCode::kChunkNotCommitted);
+  ASSERT_TRUE(at(1).service->settleDirty().ok());
+  for (uint32_t t : {1u, 2u}) {
+    ASSERT_EQ(read(t, 2, 0, &got), ErrorCode::kOk) << "target " << t;
+    EXPECT_EQ(got, b) << "target " << t << ": the head's copy, which took the change";
+  }
 }
 
 }  // namespace

@@ -80,6 +80,10 @@ class StorageService {
   // early (kCancelled). Writes to the chain go on meanwhile: each chunk is
   // copied under its lock, and writes reach the successor too.
   Status resync(const ChainPosition& p, const std::atomic<bool>* stop = nullptr);
+  // Pushes every dirty chunk of a chain this target heads down the chain
+  // (REPLACE of its copy), so that a change whose client gave up does not
+  // leave the chunk unreadable. Blocks; run it every so often.
+  Status settleDirty();
 
  private:
   // Holds `bytes` of the target's budget while a request runs.
@@ -147,6 +151,9 @@ class StorageService {
                                      const Change& c, std::pair<uint64_t, uint64_t> update,
                                      int64_t not_after_ns, ChunkInfo* info);
   bool committedHere(std::pair<uint64_t, uint64_t> update);
+  // kStaleChainVersion unless this target is still at `chain_version` of
+  // `chain` (checked once a change is applied and passed on).
+  Status stillAt(uint32_t chain, uint64_t chain_version) const;
   void remember(std::pair<uint64_t, uint64_t> update);
   asio::awaitable<Status> onForward(const ForwardReq& f, std::span<const uint8_t> payload,
                                     ForwardResp& resp);

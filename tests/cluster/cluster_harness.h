@@ -10,6 +10,7 @@
 #include <fcntl.h>
 
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "cistern/client.h"
@@ -104,6 +105,15 @@ class ClusterHarness {
   }
   ~ClusterHarness() {
     client_.reset();
+    if (::testing::Test::HasFailure()) {  // the processes' logs, beside their data
+      for (size_t i = 0; i < storage_.size(); ++i)
+        if (storage_[i])
+          std::ofstream(dir_ + "/storage" + std::to_string(i + 1) + ".log") << storage_[i]->log();
+      for (size_t i = 0; i < mgmtd_.size(); ++i)
+        if (mgmtd_[i])
+          std::ofstream(dir_ + "/mgmtd" + std::to_string(i) + ".log") << mgmtd_[i]->log();
+      std::fprintf(stderr, "cluster logs and data kept in %s\n", dir_.c_str());
+    }
     meta_.clear();
     storage_.clear();
     mgmtd_.clear();
@@ -265,10 +275,27 @@ class ClusterHarness {
         auto chunks = chunksOn(nodeOf(r, c.targets(i)), c.id());
         if (i == 0) {
           first = chunks;
-        } else {
-          EXPECT_EQ(chunks, first) << "chain " << c.id() << ": target " << c.targets(i)
-                                   << " differs from the head " << c.targets(0);
+          continue;
         }
+        // The differences only: (inode, index) -> (chunk version, chain version).
+        std::string diff;
+        int shown = 0;
+        auto text = [](const auto& m, const std::pair<uint64_t, uint32_t>& k) {
+          auto it = m.find(k);
+          return it == m.end()
+                     ? std::string("none")
+                     : std::to_string(it->second.first) + "." + std::to_string(it->second.second);
+        };
+        std::set<std::pair<uint64_t, uint32_t>> keys;
+        for (const auto& [k, v] : first) keys.insert(k);
+        for (const auto& [k, v] : chunks) keys.insert(k);
+        for (const auto& k : keys) {
+          if (text(first, k) == text(chunks, k) || shown++ >= 10) continue;
+          diff += " " + std::to_string(k.first) + ":" + std::to_string(k.second) + " head " +
+                  text(first, k) + " here " + text(chunks, k) + ";";
+        }
+        EXPECT_TRUE(diff.empty()) << "chain " << c.id() << ": target " << c.targets(i)
+                                  << " differs from the head " << c.targets(0) << ":" << diff;
       }
     }
   }

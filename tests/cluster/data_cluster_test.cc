@@ -103,9 +103,20 @@ class Workload {
       return false;
     }
     got.resize(done);
-    if (got != patternBytes(w.size, w.seed)) {
-      note("read " + w.path + ": other bytes (" + std::to_string(done) + " of " +
-           std::to_string(w.size) + ")");
+    const auto want = patternBytes(w.size, w.seed);
+    if (got != want) {
+      size_t first = 0, last = 0, zeros = 0, differ = 0;
+      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+        if (got[i] == want[i]) continue;
+        if (differ++ == 0) first = i;
+        last = i;
+        zeros += got[i] == 0;
+      }
+      note("read " + w.path + " (inode " + std::to_string(f->ino()) + "): other bytes (" +
+           std::to_string(done) + " of " + std::to_string(w.size) + "; " + std::to_string(differ) +
+           " differ, from " + std::to_string(first) + " to " + std::to_string(last) + ", " +
+           std::to_string(zeros) + " of them zero)");
+      if (on_bad) on_bad(f->ino());
       return false;
     }
     return true;
@@ -132,6 +143,12 @@ class Workload {
   }
 
   Client& c_;
+
+ public:
+  // Called with the inode of a file that read other bytes (diagnostics).
+  std::function<void(uint64_t ino)> on_bad;
+
+ private:
   std::atomic<bool> stop_{false};
   std::thread writer_;
   std::vector<std::thread> readers_;
@@ -155,6 +172,36 @@ TEST(DataCluster, KillRoundsLoseNoAcknowledgedWrite) {
   ClusterHarness h({});
   ASSERT_TRUE(h.ok());
   Workload load(h.client());
+  load.on_bad = [&](uint64_t ino) {
+    const auto r = h.routing();
+    std::string text =
+        "DIAG inode " + std::to_string(ino) + " routing v" + std::to_string(r.version()) + ":";
+    for (const auto& c : r.chains()) {
+      text += " chain " + std::to_string(c.id()) + " v" + std::to_string(c.version()) + " [";
+      for (const auto& m : c.members())
+        text += std::to_string(m.target()) + ":" + std::to_string(m.state()) + " ";
+      text += "]";
+    }
+    for (int n = 1; n <= h.storageNodes(); ++n) {
+      for (uint32_t idx = 0; idx < 3; ++idx) {
+        storage::QueryReq q;
+        q.mutable_chunk()->set_inode(ino);
+        q.mutable_chunk()->set_index(idx);
+        storage::QueryResp resp;
+        net::RpcClient rpc{net::ClientOptions{}};
+        Status st =
+            rpc.callSync(*net::Endpoint::parse(h.storageEndpoint(n)),
+                         cistern::testing::storageMethod("Query"), q, &resp, {.timeout_ms = 1000});
+        text += "\n  node " + std::to_string(n) + " chunk " + std::to_string(idx) + ": " +
+                (st.ok() ? (resp.exists() ? "v" + std::to_string(resp.info().chunk_version()) +
+                                                "." + std::to_string(resp.info().chain_version()) +
+                                                " chain " + std::to_string(resp.info().chain())
+                                          : std::string("none"))
+                         : st.toString());
+      }
+    }
+    std::fprintf(stderr, "%s\n", text.c_str());
+  };
   std::mt19937 rng(11);
   const int rounds = killRounds();
   for (int round = 0; round < rounds; ++round) {
