@@ -120,6 +120,7 @@ if ((check)); then
   "$bin" get /sample "$dir/sample.back"
   cmp "$dir/sample" "$dir/sample.back"
   "$bin" status --json | grep -q '"healthy": true'
+  "$bin" df | grep -q Avail  # capacity from the targets, through a meta server
   echo "local-cluster: check passed"
   exit 0
 fi

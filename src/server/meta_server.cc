@@ -15,6 +15,7 @@
 #include "server/gc_remover.h"
 #include "server/listen.h"
 #include "server/meta_gc_loop.h"
+#include "storage.pb.h"
 
 namespace cistern::server {
 
@@ -62,6 +63,41 @@ struct MetaServer::Impl {
     std::unique_lock lock(routing_mu);
     routing = std::move(*r);
   }
+  // statfs's (total, free) bytes: every target's file system (Space) over
+  // the replication — what files can still take — asked at most every 2 s.
+  std::mutex capacity_mu;
+  SteadyTime capacity_at{};
+  std::pair<uint64_t, uint64_t> capacity_cached{0, 0};
+  Result<std::pair<uint64_t, uint64_t>> capacity() {
+    std::lock_guard lock(capacity_mu);
+    const SteadyTime now = SystemClock::instance().now();
+    if (capacity_at != SteadyTime{} && now - capacity_at < std::chrono::seconds(2))
+      return capacity_cached;
+    reloadRouting();
+    mgmt::Routing r;
+    {
+      std::shared_lock routing_lock(routing_mu);
+      r = routing;
+    }
+    uint64_t total = 0, free_bytes = 0, replication = 1;
+    for (const auto& c : r.chains())
+      replication = std::max<uint64_t>(replication, std::max(c.members_size(), c.targets_size()));
+    static const auto kSpace = net::Method::of("cistern.storage.StorageService.Space");
+    for (const auto& t : r.targets()) {
+      auto ep = net::Endpoint::parse(t.endpoint());
+      if (!ep.ok()) continue;
+      storage::SpaceResp s;
+      if (!gc_client.callSync(*ep, kSpace, storage::SpaceReq(), &s, {.timeout_ms = 1000}).ok())
+        continue;  // a target away counts for nothing until it is back
+      total += s.fs_total_bytes();
+      free_bytes +=
+          s.kept_bytes() +
+          (s.fs_free_bytes() > s.reserved_bytes() ? s.fs_free_bytes() - s.reserved_bytes() : 0);
+    }
+    capacity_cached = {total / replication, free_bytes / replication};
+    capacity_at = now;
+    return capacity_cached;
+  }
   // The head of `chain` and the chain's version.
   Result<std::pair<net::Endpoint, uint64_t>> head(uint32_t chain) {
     std::shared_lock lock(routing_mu);
@@ -103,6 +139,7 @@ Result<std::unique_ptr<MetaServer>> MetaServer::start(const MetaServerOptions& o
   mo.session_timeout_ms = options.session_timeout_ms;
   impl->meta = std::make_unique<meta::MetaStore>(*impl->kv, mo);
   RETURN_ON_ERROR(impl->meta->init());
+  impl->meta->setCapacitySource([i = impl.get()] { return i->capacity(); });
   ASSIGN_OR_RETURN(net::ServerOptions so, listenOn(options.listen, options.rpc_threads));
   impl->server = std::make_unique<net::RpcServer>(so);
   impl->service = std::make_unique<meta::MetaService>(*impl->meta, *impl->server);

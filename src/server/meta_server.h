@@ -4,8 +4,10 @@
 //
 // Several meta servers serve one namespace side by side: every operation
 // is a KV transaction, so they need no leader and hold nothing another
-// lacks. Each lists itself in the routing table (ClusterConfig
-// .meta_endpoints) when it starts and unlists itself on a clean stop;
+// lacks. `statfs` sums the targets' file systems (their Space, at most
+// every 2 s) over the replication. Each lists itself in the routing table
+// (ClusterConfig.meta_endpoints) when it starts and unlists itself on a
+// clean stop;
 // clients go to the next one when one does not answer (a SIGKILLed one
 // stays listed and costs a client one failed connect). Unlike a storage
 // server it needs no lease from mgmtd: it has no state of its own that
