@@ -15,7 +15,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   libcpp-httplib-dev libcurl4-openssl-dev libssl-dev pybind11-dev python3-dev libjemalloc-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy fio
+  libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy python3-torch fio
   etcd-server iproute2 nftables procps psmisc git
 )
 

@@ -1,0 +1,457 @@
+// The Python module `cistern._cistern` (pybind11) over libcistern
+// (include/cistern/client.h): a connection and file objects that behave like
+// Python's own. `python/cistern/__init__.py` re-exports it and adds what is
+// plain Python (walk). Every call that talks to the cluster releases the GIL;
+// errors are OSError subclasses chosen by errno (FileNotFoundError, ...),
+// with errno, strerror and the path set.
+#include <fcntl.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cistern/client.h"
+
+namespace py = pybind11;
+
+namespace cistern::python {
+namespace {
+
+// Raises the OSError subclass Python picks for `e.errno_value`.
+[[noreturn]] void raise(const Error& e, const std::string& path) {
+  py::gil_scoped_acquire gil;
+  py::object err =
+      py::module_::import("builtins")
+          .attr("OSError")(
+              e.errno_value,
+              e.message.empty() ? std::string(std::strerror(e.errno_value)) : e.message, path);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
+  throw py::error_already_set();
+}
+
+void check(const Error& e, const std::string& path) {
+  if (e) raise(e, path);
+}
+
+// open()'s mode string ("r", "rb", "w", "wb", "a", "r+", "x", ...) as flags.
+int flagsOf(const std::string& mode) {
+  int access = O_RDONLY, extra = 0;
+  bool plus = mode.find('+') != std::string::npos;
+  switch (mode.empty() ? 'r' : mode[0]) {
+    case 'r':
+      access = plus ? O_RDWR : O_RDONLY;
+      break;
+    case 'w':
+      access = plus ? O_RDWR : O_WRONLY;
+      extra = O_CREAT | O_TRUNC;
+      break;
+    case 'a':
+      access = plus ? O_RDWR : O_WRONLY;
+      extra = O_CREAT | O_APPEND;
+      break;
+    case 'x':
+      access = plus ? O_RDWR : O_WRONLY;
+      extra = O_CREAT | O_EXCL;
+      break;
+    default:
+      throw py::value_error("invalid mode: '" + mode + "'");
+  }
+  for (char c : mode) {
+    if (std::string("rwaxb+").find(c) == std::string::npos)
+      throw py::value_error("invalid mode: '" + mode + "'");
+  }
+  if (mode.find('b') == std::string::npos) {
+    throw py::value_error("mode '" + mode +
+                          "': text mode is not supported, use binary ('rb', 'wb', 'ab', ...)");
+  }
+  return access | extra;
+}
+
+// A contiguous writable (or readable) buffer of any object that exports one
+// (bytearray, memoryview, numpy arrays, torch tensors on the CPU).
+py::buffer_info bufferOf(const py::buffer& b, bool writable) {
+  py::buffer_info info;
+  try {
+    info = b.request(writable);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_BufferError)) throw;
+    throw py::type_error(
+        "a writable bytes-like object is required (bytearray, memoryview, "
+        "numpy array, tensor), not '" +
+        std::string(Py_TYPE(b.ptr())->tp_name) + "'");
+  }
+  if (info.ndim > 1) {
+    // C-contiguous: strides descending, the last one the item size.
+    py::ssize_t expect = info.itemsize;
+    for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+      if (info.strides[static_cast<size_t>(d)] != expect)
+        throw py::value_error("buffer is not C-contiguous");
+      expect *= info.shape[static_cast<size_t>(d)];
+    }
+  } else if (info.ndim == 1 && info.strides[0] != info.itemsize) {
+    throw py::value_error("buffer is not contiguous");
+  }
+  return info;
+}
+
+py::object statResult(const FileInfo& i) {
+  py::object os = py::module_::import("os");
+  // os.stat_result(st_mode, st_ino, st_dev, st_nlink, st_uid, st_gid,
+  // st_size, st_atime, st_mtime, st_ctime) plus the _ns fields by keyword
+  // index: built from a 16-tuple as os.stat does.
+  py::tuple t(16);
+  t[0] = i.mode;
+  t[1] = i.ino;
+  t[2] = 0;
+  t[3] = i.nlink;
+  t[4] = i.uid;
+  t[5] = i.gid;
+  t[6] = i.size;
+  t[7] = static_cast<int64_t>(i.atime_ns / 1000000000);
+  t[8] = static_cast<int64_t>(i.mtime_ns / 1000000000);
+  t[9] = static_cast<int64_t>(i.ctime_ns / 1000000000);
+  t[10] = static_cast<double>(i.atime_ns) / 1e9;
+  t[11] = static_cast<double>(i.mtime_ns) / 1e9;
+  t[12] = static_cast<double>(i.ctime_ns) / 1e9;
+  t[13] = i.atime_ns;
+  t[14] = i.mtime_ns;
+  t[15] = i.ctime_ns;
+  return os.attr("stat_result")(t);
+}
+
+class PyFile {
+ public:
+  PyFile(std::unique_ptr<File> f, std::string path, int flags)
+      : f_(std::move(f)), path_(std::move(path)), flags_(flags) {
+    if (flags & O_APPEND) pos_ = f_->size();
+  }
+  ~PyFile() {
+    if (f_) {
+      py::gil_scoped_release nogil;
+      (void)f_->close();
+    }
+  }
+
+  py::bytes read(py::ssize_t n) {
+    ensure(true, false);
+    const uint64_t size = f_->size();
+    uint64_t want = n < 0 ? (size > pos_ ? size - pos_ : 0) : static_cast<uint64_t>(n);
+    std::string out(want, '\0');
+    size_t done = 0;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = f_->pread(out.data(), want, pos_, &done);
+    }
+    check(e, path_);
+    pos_ += done;
+    out.resize(done);
+    return py::bytes(out);
+  }
+  // Into the caller's buffer, no copy through Python objects.
+  size_t readinto(const py::buffer& b) {
+    ensure(true, false);
+    py::buffer_info info = bufferOf(b, true);
+    const size_t n = static_cast<size_t>(info.size * info.itemsize);
+    size_t done = 0;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = f_->pread(info.ptr, n, pos_, &done);
+    }
+    check(e, path_);
+    pos_ += done;
+    return done;
+  }
+  py::bytes pread(size_t n, uint64_t offset) {
+    ensure(true, false);
+    std::string out(n, '\0');
+    size_t done = 0;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = f_->pread(out.data(), n, offset, &done);
+    }
+    check(e, path_);
+    out.resize(done);
+    return py::bytes(out);
+  }
+  size_t preadinto(const py::buffer& b, uint64_t offset) {
+    ensure(true, false);
+    py::buffer_info info = bufferOf(b, true);
+    size_t done = 0;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = f_->pread(info.ptr, static_cast<size_t>(info.size * info.itemsize), offset, &done);
+    }
+    check(e, path_);
+    return done;
+  }
+  size_t write(const py::buffer& b) {
+    ensure(false, true);
+    py::buffer_info info = bufferOf(b, false);
+    const size_t n = static_cast<size_t>(info.size * info.itemsize);
+    if (flags_ & O_APPEND) pos_ = f_->size();
+    size_t done = 0;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = f_->pwrite(info.ptr, n, pos_, &done);
+    }
+    check(e, path_);
+    pos_ += done;
+    return done;
+  }
+  size_t pwrite(const py::buffer& b, uint64_t offset) {
+    ensure(false, true);
+    py::buffer_info info = bufferOf(b, false);
+    size_t done = 0;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = f_->pwrite(info.ptr, static_cast<size_t>(info.size * info.itemsize), offset, &done);
+    }
+    check(e, path_);
+    return done;
+  }
+  uint64_t seek(int64_t offset, int whence) {
+    ensure(false, false);
+    int64_t base = whence == 0   ? 0
+                   : whence == 1 ? static_cast<int64_t>(pos_)
+                   : whence == 2 ? static_cast<int64_t>(f_->size())
+                                 : throw py::value_error("whence must be 0, 1 or 2");
+    if (base + offset < 0) raise(Error{EINVAL, "negative seek position"}, path_);
+    pos_ = static_cast<uint64_t>(base + offset);
+    return pos_;
+  }
+  uint64_t tell() {
+    ensure(false, false);
+    return pos_;
+  }
+  void flush() {
+    ensure(false, false);
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = f_->flush();
+    }
+    check(e, path_);
+  }
+  void fsync() {
+    ensure(false, false);
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = f_->fsync();
+    }
+    check(e, path_);
+  }
+  void close() {
+    if (!f_) return;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = f_->close();
+    }
+    f_.reset();
+    check(e, path_);
+  }
+  bool closed() const { return !f_; }
+  uint64_t size() {
+    ensure(false, false);
+    return f_->size();
+  }
+  const std::string& name() const { return path_; }
+  bool readable() const { return (flags_ & O_ACCMODE) != O_WRONLY; }
+  bool writable() const { return (flags_ & O_ACCMODE) != O_RDONLY; }
+
+ private:
+  void ensure(bool reading, bool writing) {
+    if (!f_) throw py::value_error("I/O operation on closed file");
+    if (reading && !readable()) raise(Error{EBADF, "file not open for reading"}, path_);
+    if (writing && !writable()) raise(Error{EBADF, "file not open for writing"}, path_);
+  }
+
+  std::unique_ptr<File> f_;
+  std::string path_;
+  int flags_;
+  uint64_t pos_ = 0;
+};
+
+class PyClient {
+ public:
+  explicit PyClient(const std::string& cluster, uint32_t retry_ms) {
+    Client::Options o;
+    o.cluster = cluster;
+    if (retry_ms) o.retry_ms = retry_ms;
+    std::pair<std::unique_ptr<Client>, Error> r;
+    {
+      py::gil_scoped_release nogil;
+      r = Client::connect(o);
+    }
+    check(r.second, cluster.empty() ? "$CISTERN_CLUSTER" : cluster);
+    c_ = std::move(r.first);
+  }
+
+  std::unique_ptr<PyFile> open(const std::string& path, const std::string& mode, uint32_t perms) {
+    const int flags = flagsOf(mode);
+    std::unique_ptr<File> f;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = c_->open(path, flags, perms, &f);
+    }
+    check(e, path);
+    return std::make_unique<PyFile>(std::move(f), path, flags);
+  }
+  py::object stat(const std::string& path) {
+    FileInfo info;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = c_->stat(path, &info);
+    }
+    check(e, path);
+    return statResult(info);
+  }
+  std::vector<std::string> listdir(const std::string& path) {
+    std::vector<DirEntry> entries;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = c_->list(path, &entries);
+    }
+    check(e, path);
+    std::vector<std::string> out;
+    out.reserve(entries.size());
+    for (auto& d : entries) out.push_back(std::move(d.name));
+    return out;
+  }
+  // (name, is_dir, stat_result) per entry: what os.scandir's DirEntry gives
+  // without another call.
+  py::list scandir(const std::string& path) {
+    std::vector<DirEntry> entries;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = c_->list(path, &entries);
+    }
+    check(e, path);
+    py::list out;
+    for (const auto& d : entries)
+      out.append(py::make_tuple(d.name, d.info.isDir(), statResult(d.info)));
+    return out;
+  }
+  void makedirs(const std::string& path, uint32_t mode, bool exist_ok) {
+    Error e;
+    FileInfo info;
+    {
+      py::gil_scoped_release nogil;
+      if (exist_ok) {
+        e = c_->mkdir(path, mode, /*parents=*/true);
+      } else {
+        e = c_->stat(path, &info);
+        e = !e ? Error{EEXIST, path + ": exists"} : c_->mkdir(path, mode, /*parents=*/true);
+      }
+    }
+    check(e, path);
+  }
+  void mkdir(const std::string& path, uint32_t mode) {
+    run(path, [&] { return c_->mkdir(path, mode, false); });
+  }
+  void remove(const std::string& path) {
+    run(path, [&] { return c_->unlink(path); });
+  }
+  void rmdir(const std::string& path) {
+    run(path, [&] { return c_->rmdir(path); });
+  }
+  void rename(const std::string& from, const std::string& to) {
+    run(from, [&] { return c_->rename(from, to); });
+  }
+  void truncate(const std::string& path, uint64_t size) {
+    run(path, [&] { return c_->truncate(path, size); });
+  }
+  bool exists(const std::string& path) {
+    FileInfo info;
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = c_->stat(path, &info);
+    }
+    if (!e) return true;
+    if (e.errno_value == ENOENT || e.errno_value == ENOTDIR) return false;
+    raise(e, path);
+  }
+
+ private:
+  template <typename F>
+  void run(const std::string& path, F f) {
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = f();
+    }
+    check(e, path);
+  }
+
+  std::unique_ptr<Client> c_;
+};
+
+}  // namespace
+}  // namespace cistern::python
+
+PYBIND11_MODULE(_cistern, m) {
+  using namespace cistern::python;
+  m.doc() = "cistern's native client (libcistern): files and directories of a cluster";
+  py::class_<PyFile>(m, "File", "A file of the cluster, as Python's binary file objects")
+      .def("read", &PyFile::read, py::arg("size") = -1,
+           "Up to `size` bytes from the position (all to the end if negative)")
+      .def("readinto", &PyFile::readinto, py::arg("buffer"),
+           "Reads into a writable buffer (bytearray, memoryview, numpy array, CPU tensor) "
+           "without a copy; returns the bytes read")
+      .def("pread", &PyFile::pread, py::arg("size"), py::arg("offset"),
+           "Up to `size` bytes at `offset`; the position does not move")
+      .def("preadinto", &PyFile::preadinto, py::arg("buffer"), py::arg("offset"),
+           "readinto() at `offset`; the position does not move")
+      .def("write", &PyFile::write, py::arg("data"), "Writes a bytes-like object at the position")
+      .def("pwrite", &PyFile::pwrite, py::arg("data"), py::arg("offset"),
+           "Writes at `offset`; the position does not move")
+      .def("seek", &PyFile::seek, py::arg("offset"), py::arg("whence") = 0)
+      .def("tell", &PyFile::tell)
+      .def("flush", &PyFile::flush,
+           "Makes this client's writes visible to other clients (as close(2) of one descriptor)")
+      .def("fsync", &PyFile::fsync, "Makes the writes durable")
+      .def("close", &PyFile::close)
+      .def("readable", &PyFile::readable)
+      .def("writable", &PyFile::writable)
+      .def("seekable", [](const PyFile&) { return true; })
+      .def_property_readonly("closed", &PyFile::closed)
+      .def_property_readonly("name", &PyFile::name)
+      .def("size", &PyFile::size, "The length as this handle knows it")
+      .def(
+          "__enter__", [](PyFile& f) -> PyFile& { return f; }, py::return_value_policy::reference)
+      .def("__exit__", [](PyFile& f, py::args) { f.close(); });
+  py::class_<PyClient>(m, "Client", "A connection to a cluster")
+      .def(py::init<const std::string&, uint32_t>(), py::arg("cluster") = "",
+           py::arg("retry_ms") = 0)
+      .def("open", &PyClient::open, py::arg("path"), py::arg("mode") = "rb",
+           py::arg("perms") = 0644, "Opens a file: mode as Python's open(), binary only")
+      .def("stat", &PyClient::stat, py::arg("path"))
+      .def("listdir", &PyClient::listdir, py::arg("path") = "/")
+      .def("scandir_raw", &PyClient::scandir, py::arg("path") = "/")
+      .def("makedirs", &PyClient::makedirs, py::arg("path"), py::arg("mode") = 0777,
+           py::arg("exist_ok") = false)
+      .def("mkdir", &PyClient::mkdir, py::arg("path"), py::arg("mode") = 0777)
+      .def("remove", &PyClient::remove, py::arg("path"))
+      .def("unlink", &PyClient::remove, py::arg("path"))
+      .def("rmdir", &PyClient::rmdir, py::arg("path"))
+      .def("rename", &PyClient::rename, py::arg("src"), py::arg("dst"))
+      .def("truncate", &PyClient::truncate, py::arg("path"), py::arg("length"))
+      .def("exists", &PyClient::exists, py::arg("path"));
+}
