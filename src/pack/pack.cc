@@ -1,0 +1,382 @@
+// Pack writer and reader over libcistern (pack.h).
+#include "pack/pack.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "common/crc32c.h"
+
+namespace cistern::pack {
+
+Status statusOf(const Error& e) {
+  if (!e) return Status::OK();
+  ErrorCode code = ErrorCode::kIOError;
+  switch (e.errno_value) {
+    case ENOENT:
+      code = ErrorCode::kNotFound;
+      break;
+    case EEXIST:
+      code = ErrorCode::kAlreadyExists;
+      break;
+    case EACCES:
+    case EPERM:
+      code = ErrorCode::kPermissionDenied;
+      break;
+    case EINVAL:
+      code = ErrorCode::kInvalidArgument;
+      break;
+    case ENOSPC:
+      code = ErrorCode::kNoSpace;
+      break;
+    default:
+      break;
+  }
+  return Status(code, e.message);
+}
+
+namespace {
+
+std::string join(const std::string& dir, const std::string& name) {
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+// Writes all of `bytes` at `offset`.
+Status writeAll(File& f, const void* bytes, size_t n, uint64_t offset) {
+  size_t done = 0;
+  return statusOf(f.pwrite(bytes, n, offset, &done));
+}
+
+// The newest generation in `dir` whose header verifies, with its header.
+Result<std::pair<uint64_t, IndexHeader>> newestIndex(Client& c, const std::string& dir) {
+  std::vector<DirEntry> entries;
+  RETURN_ON_ERROR(statusOf(c.list(dir, &entries)).withContext(dir));
+  std::vector<uint64_t> gens;
+  for (const auto& e : entries) {
+    if (auto g = indexGeneration(e.name)) gens.push_back(*g);
+  }
+  std::sort(gens.rbegin(), gens.rend());
+  for (uint64_t g : gens) {
+    // A generation whose writer died before its header was written reads
+    // as zeros there: skipped for the one before.
+    std::unique_ptr<File> f;
+    if (c.open(join(dir, indexName(g)), O_RDONLY, 0, &f)) continue;
+    std::string head(kHeaderBytes, '\0');
+    size_t done = 0;
+    if (f->pread(head.data(), head.size(), 0, &done) || done != head.size()) continue;
+    auto h = decodeIndexHeader(head);
+    if (h.ok() && h->generation == g) return std::make_pair(g, *h);
+  }
+  return Status(ErrorCode::kNotFound, fmt::format("{}: no pack index (index-*.idx)", dir));
+}
+
+}  // namespace
+
+PackWriter::PackWriter(Client& client, std::string dir, WriterOptions options)
+    : client_(client), dir_(std::move(dir)), options_(options) {}
+
+PackWriter::~PackWriter() {
+  if (shard_) (void)shard_->close();
+}
+
+Result<std::unique_ptr<PackWriter>> PackWriter::create(Client& client, const std::string& dir,
+                                                       WriterOptions options, bool append) {
+  if (options.shard_bytes < kHeaderBytes + 1 || options.buffer_bytes == 0)
+    return Status(ErrorCode::kInvalidArgument, "pack shard_bytes and buffer_bytes too small");
+  std::unique_ptr<PackWriter> w(new PackWriter(client, dir, options));
+  RETURN_ON_ERROR(statusOf(client.mkdir(dir, 0755, /*parents=*/true)).withContext(dir));
+  auto existing = newestIndex(client, dir);
+  if (existing.ok() && !append) {
+    return Status(ErrorCode::kAlreadyExists,
+                  fmt::format("{} holds a pack already (generation {}); append to it instead", dir,
+                              existing->first));
+  }
+  w->pack_id_ = std::random_device{}() | uint64_t{std::random_device{}()} << 32;
+  if (existing.ok()) {  // append: everything the newest generation has, kept
+    w->generation_ = existing->first + 1;
+    w->shards_ = existing->second.shards;
+    ASSIGN_OR_RETURN(auto reader, PackReader::open(client, dir));
+    w->entries_.reserve(reader->size());
+    for (uint64_t i = 0; i < reader->size(); ++i) {
+      ASSIGN_OR_RETURN(Entry e, reader->entry(i));
+      ASSIGN_OR_RETURN(std::string name, reader->name(e));
+      w->entries_.push_back({std::move(name), e});
+    }
+  } else if (existing.code() != ErrorCode::kNotFound) {
+    return existing.status();
+  }
+  w->buffer_.reserve(options.buffer_bytes);
+  return w;
+}
+
+Status PackWriter::openShard() {
+  const std::string path = join(dir_, shardName(shards_));
+  RETURN_ON_ERROR(
+      statusOf(client_.open(path, O_CREAT | O_EXCL | O_WRONLY, 0644, &shard_)).withContext(path));
+  ++shards_;
+  buffer_ = encodeShardHeader({shards_ - 1, pack_id_});
+  buffer_at_ = 0;
+  shard_at_ = kHeaderBytes;
+  return Status::OK();
+}
+
+Status PackWriter::flushBuffer() {
+  if (buffer_.empty()) return Status::OK();
+  RETURN_ON_ERROR(writeAll(*shard_, buffer_.data(), buffer_.size(), buffer_at_));
+  buffer_at_ += buffer_.size();
+  buffer_.clear();
+  return Status::OK();
+}
+
+Status PackWriter::closeShard() {
+  if (!shard_) return Status::OK();
+  RETURN_ON_ERROR(flushBuffer());
+  RETURN_ON_ERROR(statusOf(shard_->close()));
+  shard_.reset();
+  return Status::OK();
+}
+
+Status PackWriter::add(std::string_view name, std::span<const uint8_t> bytes, int64_t mtime_ns,
+                       int64_t label) {
+  if (finished_) return Status(ErrorCode::kInvalidArgument, "pack writer already finished");
+  if (name.empty() || name.find('\0') != std::string_view::npos)
+    return Status(ErrorCode::kInvalidArgument, "a sample name must be non-empty, without NUL");
+  if (bytes.size() > UINT32_MAX) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("sample {} of {} bytes: at most 4 GiB", name, bytes.size()));
+  }
+  if (shard_ && shard_at_ + bytes.size() > options_.shard_bytes && shard_at_ > kHeaderBytes)
+    RETURN_ON_ERROR(closeShard());
+  if (!shard_) RETURN_ON_ERROR(openShard());
+  Entry e;
+  e.shard = shards_ - 1;
+  e.offset = shard_at_;
+  e.length = static_cast<uint32_t>(bytes.size());
+  e.crc = crc32c(bytes.data(), bytes.size());
+  e.mtime_ns = mtime_ns;
+  e.label = label;
+  if (buffer_.size() + bytes.size() > options_.buffer_bytes) {
+    RETURN_ON_ERROR(flushBuffer());
+    if (bytes.size() >= options_.buffer_bytes) {  // large: straight to the shard
+      RETURN_ON_ERROR(writeAll(*shard_, bytes.data(), bytes.size(), buffer_at_));
+      buffer_at_ += bytes.size();
+    }
+  }
+  if (buffer_at_ + buffer_.size() == shard_at_)
+    buffer_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  shard_at_ += bytes.size();
+  entries_.push_back({std::string(name), e});
+  ++added_;
+  return Status::OK();
+}
+
+Status PackWriter::finish() {
+  if (finished_) return Status::OK();
+  RETURN_ON_ERROR(closeShard());
+  finished_ = true;
+  // Name order; of one name added twice (an append replacing a sample), the
+  // last added.
+  std::stable_sort(entries_.begin(), entries_.end(),
+                   [](const Pending& a, const Pending& b) { return a.name < b.name; });
+  std::vector<Pending*> kept;
+  kept.reserve(entries_.size());
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (i + 1 < entries_.size() && entries_[i + 1].name == entries_[i].name) continue;
+    kept.push_back(&entries_[i]);
+  }
+  std::string names;
+  std::string body;
+  body.reserve(kept.size() * kEntryBytes);
+  Bloom bloom = Bloom::forCount(kept.size());
+  for (Pending* p : kept) {
+    p->entry.name_offset = names.size();
+    p->entry.name_len = static_cast<uint32_t>(p->name.size());
+    names += p->name;
+    bloom.add(p->name);
+    body += encodeEntry(p->entry);
+  }
+  body += names;
+  body += bloom.bytes();
+  IndexHeader h;
+  h.generation = generation_;
+  h.count = kept.size();
+  h.shards = shards_;
+  h.names_bytes = names.size();
+  h.bloom_bits = bloom.bits();
+  h.bloom_hashes = bloom.hashes();
+  h.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  h.body_crc = crc32c(body.data(), body.size());
+  // The body first, the header last: a generation whose writer dies
+  // midway has no valid header and readers keep the one before.
+  const std::string path = join(dir_, indexName(generation_));
+  std::unique_ptr<File> f;
+  RETURN_ON_ERROR(
+      statusOf(client_.open(path, O_CREAT | O_EXCL | O_WRONLY, 0644, &f)).withContext(path));
+  RETURN_ON_ERROR(writeAll(*f, body.data(), body.size(), kHeaderBytes));
+  RETURN_ON_ERROR(statusOf(f->fsync()));
+  const std::string head = encodeIndexHeader(h);
+  RETURN_ON_ERROR(writeAll(*f, head.data(), head.size(), 0));
+  return statusOf(f->close()).withContext(path);
+}
+
+Result<std::unique_ptr<PackReader>> PackReader::open(Client& client, const std::string& dir,
+                                                     Options options) {
+  ASSIGN_OR_RETURN(auto newest, newestIndex(client, dir));
+  std::unique_ptr<PackReader> r(new PackReader(client, dir, options));
+  r->header_ = newest.second;
+  const std::string path = join(dir, indexName(newest.first));
+  RETURN_ON_ERROR(statusOf(client.open(path, O_RDONLY, 0, &r->index_)).withContext(path));
+  if (r->index_->size() < r->header_.fileBytes()) {
+    return Status(ErrorCode::kCorruption, fmt::format("{}: {} bytes, its header describes {}", path,
+                                                      r->index_->size(), r->header_.fileBytes()));
+  }
+  return r;
+}
+
+Status PackReader::indexBytes(uint64_t offset, size_t n, char* out) {
+  while (n > 0) {
+    const uint64_t page = offset / kPageBytes;
+    auto it = pages_.find(page);
+    if (it == pages_.end()) {
+      std::string bytes(kPageBytes, '\0');
+      size_t done = 0;
+      RETURN_ON_ERROR(statusOf(index_->pread(bytes.data(), kPageBytes, page * kPageBytes, &done)));
+      bytes.resize(done);
+      while (!lru_.empty() && (pages_.size() + 1) * kPageBytes > options_.cache_bytes) {
+        pages_.erase(lru_.back());
+        lru_.pop_back();
+      }
+      lru_.push_front(page);
+      it = pages_.emplace(page, std::make_pair(std::move(bytes), lru_.begin())).first;
+    } else {
+      lru_.splice(lru_.begin(), lru_, it->second.second);
+    }
+    const std::string& bytes = it->second.first;
+    const uint64_t at = offset - page * kPageBytes;
+    if (at >= bytes.size())
+      return Status(ErrorCode::kCorruption,
+                    fmt::format("{}: index shorter than its header says", dir_));
+    const size_t take = std::min<size_t>(n, bytes.size() - at);
+    std::memcpy(out, bytes.data() + at, take);
+    out += take;
+    offset += take;
+    n -= take;
+  }
+  return Status::OK();
+}
+
+Result<Entry> PackReader::entry(uint64_t i) {
+  if (i >= header_.count) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("sample {} of a pack of {}", i, header_.count));
+  }
+  char raw[kEntryBytes];
+  RETURN_ON_ERROR(indexBytes(header_.entriesOffset() + i * kEntryBytes, kEntryBytes, raw));
+  ASSIGN_OR_RETURN(Entry e, decodeEntry(std::string_view(raw, kEntryBytes)));
+  if (e.name_offset + e.name_len > header_.names_bytes || e.shard >= header_.shards) {
+    return Status(ErrorCode::kCorruption,
+                  fmt::format("{}: entry {} points outside the pack", dir_, i));
+  }
+  return e;
+}
+
+Result<std::string> PackReader::name(const Entry& e) {
+  std::string out(e.name_len, '\0');
+  RETURN_ON_ERROR(indexBytes(header_.namesOffset() + e.name_offset, e.name_len, out.data()));
+  return out;
+}
+
+Result<std::optional<uint64_t>> PackReader::find(std::string_view want) {
+  if (header_.bloom_bits > 0) {
+    // Only the bytes the probes touch are read (through the page cache).
+    const auto [h1, h2] = bloomHashes(want);
+    for (uint32_t i = 0; i < header_.bloom_hashes; ++i) {
+      const uint64_t bit = (h1 + i * h2) % header_.bloom_bits;
+      char byte = 0;
+      RETURN_ON_ERROR(indexBytes(header_.bloomOffset() + bit / 8, 1, &byte));
+      if (!(static_cast<uint8_t>(byte) >> (bit % 8) & 1)) return std::optional<uint64_t>();
+    }
+  }
+  uint64_t lo = 0, hi = header_.count;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    ASSIGN_OR_RETURN(Entry e, entry(mid));
+    ASSIGN_OR_RETURN(std::string n, name(e));
+    if (n == want) return std::optional<uint64_t>(mid);
+    if (n < want) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return std::optional<uint64_t>();
+}
+
+Result<File*> PackReader::shard(uint32_t s) {
+  auto it = shards_.find(s);
+  if (it != shards_.end()) return it->second.get();
+  if (shards_.size() >= 64) shards_.clear();  // a bound on open handles
+  const std::string path = join(dir_, shardName(s));
+  std::unique_ptr<File> f;
+  RETURN_ON_ERROR(statusOf(client_.open(path, O_RDONLY, 0, &f)).withContext(path));
+  File* raw = f.get();
+  shards_[s] = std::move(f);
+  return raw;
+}
+
+Status PackReader::read(const Entry& e, std::span<uint8_t> out) {
+  if (out.size() < e.length)
+    return Status(ErrorCode::kInvalidArgument, "buffer smaller than the sample");
+  ASSIGN_OR_RETURN(File * f, shard(e.shard));
+  size_t done = 0;
+  RETURN_ON_ERROR(statusOf(f->pread(out.data(), e.length, e.offset, &done)));
+  if (done != e.length || crc32c(out.data(), e.length) != e.crc) {
+    auto n = name(e);
+    return Status(
+        ErrorCode::kCorruption,
+        fmt::format("{}: sample {} ({} bytes at {} of {}) does not match its checksum", dir_,
+                    n.ok() ? *n : std::string("?"), e.length, e.offset, shardName(e.shard)));
+  }
+  return Status::OK();
+}
+
+Status PackReader::verify() {
+  // The index body against its CRC, a page at a time.
+  uint32_t crc = 0;
+  std::string page;
+  for (uint64_t at = kHeaderBytes; at < header_.fileBytes();) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPageBytes, header_.fileBytes() - at));
+    page.resize(n);
+    RETURN_ON_ERROR(indexBytes(at, n, page.data()));
+    crc = crc32cExtend(crc, page.data(), n);
+    at += n;
+  }
+  if (crc != header_.body_crc)
+    return Status(ErrorCode::kCorruption, fmt::format("{}: index body checksum mismatch", dir_));
+  for (uint32_t s = 0; s < header_.shards; ++s) {
+    ASSIGN_OR_RETURN(File * f, shard(s));
+    std::string head(kHeaderBytes, '\0');
+    size_t done = 0;
+    RETURN_ON_ERROR(statusOf(f->pread(head.data(), head.size(), 0, &done)));
+    auto h = decodeShardHeader(head);
+    if (!h.ok() || h->shard != s) {
+      return Status(ErrorCode::kCorruption,
+                    fmt::format("{}: {} header: {}", dir_, shardName(s),
+                                h.ok() ? std::string("another shard's") : h.status().message()));
+    }
+  }
+  std::vector<uint8_t> buf;
+  for (uint64_t i = 0; i < header_.count; ++i) {
+    ASSIGN_OR_RETURN(Entry e, entry(i));
+    buf.resize(e.length);
+    RETURN_ON_ERROR(read(e, buf));
+  }
+  return Status::OK();
+}
+
+}  // namespace cistern::pack

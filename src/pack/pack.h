@@ -1,0 +1,128 @@
+// Packs over libcistern (docs/pack_format.md): PackWriter puts samples into
+// shard files and writes an index generation; PackReader finds and reads
+// them, verifying each sample's CRC32C.
+//
+// Memory: the writer keeps one entry (48 bytes) and the name of every
+// sample of the pack until finish() sorts and writes them (a pack of 10
+// million samples with 40-byte names: ~1 GB while writing), plus one shard
+// buffer of `buffer_bytes`. The reader keeps only `cache_bytes` of index
+// pages (64 KiB each) and reads the rest of the index as it needs it.
+// Not thread-safe (one writer or reader per thread; readers are cheap).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "cistern/client.h"
+#include "common/result.h"
+#include "pack/pack_format.h"
+
+namespace cistern::pack {
+
+// A client call's Error as a Status (the errno's code: ENOENT kNotFound, ...).
+Status statusOf(const Error& e);
+
+struct WriterOptions {
+  uint64_t shard_bytes = 256ull << 20;  // a shard is closed once it holds this much
+  uint64_t buffer_bytes = 8ull << 20;   // written to the shard a buffer at a time
+};
+
+class PackWriter {
+ public:
+  // A new pack at `dir` (created; kAlreadyExists if it holds an index), or,
+  // with `append`, the next generation of the pack there: new samples go to
+  // new shards, the old shards stay as they are; a name added again
+  // replaces the old sample in the index.
+  static Result<std::unique_ptr<PackWriter>> create(Client& client, const std::string& dir,
+                                                    WriterOptions options = {},
+                                                    bool append = false);
+  ~PackWriter();
+
+  // kInvalidArgument for an empty name, one with a NUL byte, or a sample
+  // over 4 GiB.
+  Status add(std::string_view name, std::span<const uint8_t> bytes, int64_t mtime_ns = 0,
+             int64_t label = kNoLabel);
+  // Closes the last shard and writes the index (sorted by name, with its
+  // Bloom filter) as generation g+1. The samples are readable once it
+  // returns; nothing is, through this generation, before.
+  Status finish();
+  uint64_t added() const { return added_; }
+
+ private:
+  PackWriter(Client& client, std::string dir, WriterOptions options);
+  Status openShard();
+  Status flushBuffer();
+  Status closeShard();
+
+  Client& client_;
+  std::string dir_;
+  WriterOptions options_;
+  uint64_t pack_id_ = 0;
+  uint64_t generation_ = 1;
+  uint32_t shards_ = 0;  // shard files so far (the open one included)
+  std::unique_ptr<File> shard_;
+  uint64_t shard_at_ = 0;  // bytes of the open shard written or buffered
+  std::string buffer_;
+  uint64_t buffer_at_ = 0;  // the shard offset of buffer_[0]
+  struct Pending {
+    std::string name;
+    Entry entry;
+  };
+  std::vector<Pending> entries_;
+  uint64_t added_ = 0;
+  bool finished_ = false;
+};
+
+class PackReader {
+ public:
+  struct Options {
+    uint64_t cache_bytes = 64ull << 20;  // index pages kept in memory
+  };
+  // The newest generation whose header verifies. kNotFound without one.
+  static Result<std::unique_ptr<PackReader>> open(Client& client, const std::string& dir,
+                                                  Options options);
+  static Result<std::unique_ptr<PackReader>> open(Client& client, const std::string& dir) {
+    return open(client, dir, Options());
+  }
+
+  const IndexHeader& header() const { return header_; }
+  uint64_t size() const { return header_.count; }
+  // The i-th sample in name order (kInvalidArgument past the end).
+  Result<Entry> entry(uint64_t i);
+  Result<std::string> name(const Entry& e);
+  // The index of the sample called `name`; nullopt if there is none (the
+  // Bloom filter answers most absent names without reading entries).
+  Result<std::optional<uint64_t>> find(std::string_view name);
+  // The sample's bytes into `out` (e.length bytes), verified: kCorruption
+  // naming the sample, its shard and offset if its CRC32C does not match.
+  Status read(const Entry& e, std::span<uint8_t> out);
+  // Reads every sample and checks every checksum: the header's body CRC,
+  // each shard's header, each sample's bytes. The first problem found.
+  Status verify();
+
+ private:
+  PackReader(Client& client, std::string dir, Options options)
+      : client_(client), dir_(std::move(dir)), options_(options) {}
+  // `n` bytes of the index file at `offset`, through the page cache.
+  Status indexBytes(uint64_t offset, size_t n, char* out);
+  Result<File*> shard(uint32_t s);
+
+  Client& client_;
+  std::string dir_;
+  Options options_;
+  IndexHeader header_;
+  std::unique_ptr<File> index_;
+  static constexpr uint64_t kPageBytes = 64 << 10;
+  std::list<uint64_t> lru_;  // page numbers, most recent first
+  std::unordered_map<uint64_t, std::pair<std::string, std::list<uint64_t>::iterator>> pages_;
+  std::unordered_map<uint32_t, std::unique_ptr<File>> shards_;  // opened on first use
+};
+
+}  // namespace cistern::pack
