@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   cistern::cli::addStatusCommands(app);
   cistern::cli::addBench(app);
   cistern::cli::addMount(app);
+  cistern::cli::addPackCommands(app);
   CLI11_PARSE(app, argc, argv);
   return cistern::cli::exitCode();
 }

@@ -53,7 +53,7 @@ Status writeAll(File& f, const void* bytes, size_t n, uint64_t offset) {
 // The newest generation in `dir` whose header verifies, with its header.
 Result<std::pair<uint64_t, IndexHeader>> newestIndex(Client& c, const std::string& dir) {
   std::vector<DirEntry> entries;
-  RETURN_ON_ERROR(statusOf(c.list(dir, &entries)).withContext(dir));
+  RETURN_ON_ERROR(statusOf(c.list(dir, &entries)));  // the message names the path
   std::vector<uint64_t> gens;
   for (const auto& e : entries) {
     if (auto g = indexGeneration(e.name)) gens.push_back(*g);
