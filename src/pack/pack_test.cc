@@ -2,6 +2,7 @@
 // trips across shards, lookups of present and absent names, an appended
 // generation, a crashed append, and a flipped byte named by verify.
 #include "pack/pack.h"
+#include "pack/prefetch.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -163,6 +164,36 @@ TEST_F(PackTest, BadInputIsRefusedWithAClearError) {
   EXPECT_EQ(PackReader::open(*client_, "/empty").code(), ErrorCode::kNotFound);
   EXPECT_EQ(PackWriter::create(*client_, "/q", WriterOptions{.shard_bytes = 10}).code(),
             ErrorCode::kInvalidArgument);
+}
+
+// The prefetcher returns the samples in the order asked (a permutation),
+// holding at most its byte bound (plus the one sample the consumer waits
+// for) whatever the thread count.
+TEST_F(PackTest, ThePrefetcherFollowsTheOrderWithinItsMemoryBound) {
+  auto want = write("/p", 300, 0, false, WriterOptions{.shard_bytes = 512 << 10});
+  std::vector<std::string> names;
+  for (auto& [k, v] : want) names.push_back(k);
+  std::vector<uint64_t> order(names.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = (i * 7919) % order.size();  // a permutation
+  for (uint64_t bound : {uint64_t{1}, uint64_t{64} << 10, uint64_t{16} << 20}) {
+    Prefetcher::Options o;
+    o.threads = 3;
+    o.max_bytes = bound;
+    auto p = Prefetcher::start(*client_, "/p", order, o);
+    ASSERT_TRUE(p.ok()) << p.status().toString();
+    for (size_t i = 0; i < order.size(); ++i) {
+      auto s = (*p)->next();
+      ASSERT_TRUE(s.ok() && s->has_value()) << i;
+      EXPECT_EQ((*s)->index, order[i]);
+      EXPECT_EQ((*s)->name, names[order[i]]);
+      EXPECT_EQ((*s)->bytes, want[names[order[i]]]);
+    }
+    auto end = (*p)->next();
+    ASSERT_TRUE(end.ok());
+    EXPECT_FALSE(end->has_value());
+    EXPECT_LE((*p)->peakBytes(), bound + 3 * 20000) << "bound " << bound;
+  }
+  EXPECT_EQ(Prefetcher::start(*client_, "/p", {5, 300}, {}).code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace
