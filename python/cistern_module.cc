@@ -16,6 +16,8 @@
 #include <string>
 
 #include "cistern/client.h"
+#include "pack/pack.h"
+#include "pack/prefetch.h"
 
 namespace py = pybind11;
 
@@ -377,6 +379,8 @@ class PyClient {
   void truncate(const std::string& path, uint64_t size) {
     run(path, [&] { return c_->truncate(path, size); });
   }
+  Client& client() { return *c_; }
+
   bool exists(const std::string& path) {
     FileInfo info;
     Error e;
@@ -401,6 +405,148 @@ class PyClient {
   }
 
   std::unique_ptr<Client> c_;
+};
+
+// Status as the OSError (or ValueError for a bad argument) it stands for.
+[[noreturn]] void raiseStatus(const Status& s, const std::string& path) {
+  int e = EIO;
+  switch (s.code()) {
+    case ErrorCode::kNotFound:
+      e = ENOENT;
+      break;
+    case ErrorCode::kAlreadyExists:
+      e = EEXIST;
+      break;
+    case ErrorCode::kPermissionDenied:
+      e = EACCES;
+      break;
+    case ErrorCode::kInvalidArgument:
+      e = EINVAL;
+      break;
+    default:
+      break;
+  }
+  raise(Error{e, std::string(s.message())}, path);
+}
+
+// A pack (docs/pack_format.md) opened for reading.
+class PyPack {
+ public:
+  PyPack(PyClient& c, std::string path, uint64_t cache_bytes) : c_(c), path_(std::move(path)) {
+    auto r = [&]() -> Result<std::unique_ptr<pack::PackReader>> {
+      py::gil_scoped_release nogil;
+      return pack::PackReader::open(c.client(), path_, {.cache_bytes = cache_bytes});
+    }();
+    if (!r.ok()) raiseStatus(r.status(), path_);
+    r_ = std::move(*r);
+  }
+  uint64_t size() const { return r_->size(); }
+  pack::Entry entry(int64_t i) {
+    if (i < 0) i += static_cast<int64_t>(r_->size());
+    if (i < 0 || static_cast<uint64_t>(i) >= r_->size())
+      throw py::index_error("pack index out of range");
+    auto e = [&]() -> Result<pack::Entry> {
+      py::gil_scoped_release nogil;
+      return r_->entry(static_cast<uint64_t>(i));
+    }();
+    if (!e.ok()) raiseStatus(e.status(), path_);
+    return *e;
+  }
+  std::string name(int64_t i) {
+    pack::Entry e = entry(i);
+    auto n = [&]() -> Result<std::string> {
+      py::gil_scoped_release nogil;
+      return r_->name(e);
+    }();
+    if (!n.ok()) raiseStatus(n.status(), path_);
+    return *n;
+  }
+  py::tuple info(int64_t i) {
+    pack::Entry e = entry(i);
+    py::object label = e.label == pack::kNoLabel ? py::none() : py::cast(e.label);
+    return py::make_tuple(name(i), e.length, label, e.mtime_ns);
+  }
+  py::bytes read(int64_t i) {
+    pack::Entry e = entry(i);
+    std::string out(e.length, '\0');
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = r_->read(e, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+    }
+    if (!s.ok()) raiseStatus(s, path_);
+    return py::bytes(out);
+  }
+  size_t readinto(int64_t i, const py::buffer& b) {
+    pack::Entry e = entry(i);
+    py::buffer_info info = bufferOf(b, true);
+    const size_t n = static_cast<size_t>(info.size * info.itemsize);
+    if (n < e.length) throw py::value_error("buffer smaller than the sample");
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = r_->read(e, {static_cast<uint8_t*>(info.ptr), n});
+    }
+    if (!s.ok()) raiseStatus(s, path_);
+    return e.length;
+  }
+  py::object find(const std::string& name) {
+    auto f = [&]() -> Result<std::optional<uint64_t>> {
+      py::gil_scoped_release nogil;
+      return r_->find(name);
+    }();
+    if (!f.ok()) raiseStatus(f.status(), path_);
+    return *f ? py::cast(**f) : py::none();
+  }
+  void verify() {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = r_->verify();
+    }
+    if (!s.ok()) raiseStatus(s, path_);
+  }
+  PyClient& client() { return c_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  PyClient& c_;
+  std::string path_;
+  std::unique_ptr<pack::PackReader> r_;
+};
+
+// Iterates (index, name, label, bytes) in a given order, read ahead in C++.
+class PyPrefetch {
+ public:
+  PyPrefetch(PyPack& p, std::vector<uint64_t> order, uint32_t threads, uint64_t max_bytes) {
+    pack::Prefetcher::Options o;
+    o.threads = threads;
+    o.max_bytes = max_bytes;
+    auto r = [&]() -> Result<std::unique_ptr<pack::Prefetcher>> {
+      py::gil_scoped_release nogil;
+      return pack::Prefetcher::start(p.client().client(), p.path(), std::move(order), o);
+    }();
+    if (!r.ok()) raiseStatus(r.status(), p.path());
+    p_ = std::move(*r);
+    path_ = p.path();
+  }
+  py::tuple next() {
+    auto s = [&]() -> Result<std::optional<pack::Prefetcher::Sample>> {
+      py::gil_scoped_release nogil;
+      return p_->next();
+    }();
+    if (!s.ok()) raiseStatus(s.status(), path_);
+    if (!*s) throw py::stop_iteration();
+    auto& v = **s;
+    py::object label = v.label == pack::kNoLabel ? py::none() : py::cast(v.label);
+    return py::make_tuple(v.index, v.name, label,
+                          py::bytes(reinterpret_cast<const char*>(v.bytes.data()), v.bytes.size()));
+  }
+  uint64_t peakBytes() const { return p_->peakBytes(); }
+
+ private:
+  std::unique_ptr<pack::Prefetcher> p_;
+  std::string path_;
 };
 
 }  // namespace
@@ -454,4 +600,31 @@ PYBIND11_MODULE(_cistern, m) {
       .def("rename", &PyClient::rename, py::arg("src"), py::arg("dst"))
       .def("truncate", &PyClient::truncate, py::arg("path"), py::arg("length"))
       .def("exists", &PyClient::exists, py::arg("path"));
+  py::class_<PyPack>(m, "Pack", "A pack of samples (docs/pack_format.md), opened for reading")
+      .def(py::init<PyClient&, std::string, uint64_t>(), py::arg("connection"), py::arg("path"),
+           py::arg("cache_bytes") = 64ull << 20, py::keep_alive<1, 2>())
+      .def("__len__", &PyPack::size)
+      .def("name", &PyPack::name, py::arg("i"), "The i-th sample's name (name order)")
+      .def("info", &PyPack::info, py::arg("i"), "(name, length, label or None, mtime_ns)")
+      .def("read", &PyPack::read, py::arg("i"), "The i-th sample's bytes, checksum verified")
+      .def("readinto", &PyPack::readinto, py::arg("i"), py::arg("buffer"),
+           "The i-th sample into a writable buffer; returns its length")
+      .def("find", &PyPack::find, py::arg("name"), "The index of `name`, or None")
+      .def("verify", &PyPack::verify, "Checks every checksum of the pack (raises on the first bad)")
+      .def_property_readonly("path", &PyPack::path)
+      .def(
+          "prefetch",
+          [](PyPack& p, std::vector<uint64_t> order, uint32_t threads, uint64_t max_bytes) {
+            return std::make_unique<PyPrefetch>(p, std::move(order), threads, max_bytes);
+          },
+          py::arg("order"), py::arg("threads") = 4, py::arg("max_bytes") = 256ull << 20,
+          py::keep_alive<0, 1>(),
+          "An iterator of (index, name, label, bytes) in `order`, read ahead by `threads` "
+          "C++ threads holding at most `max_bytes`");
+  py::class_<PyPrefetch>(m, "Prefetch")
+      .def(
+          "__iter__", [](PyPrefetch& p) -> PyPrefetch& { return p; },
+          py::return_value_policy::reference_internal)
+      .def("__next__", &PyPrefetch::next)
+      .def("peak_bytes", &PyPrefetch::peakBytes);
 }

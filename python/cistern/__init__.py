@@ -19,8 +19,9 @@ import stat as _stat
 
 from ._cistern import Client as _Client
 from ._cistern import File
+from ._cistern import Pack
 
-__all__ = ["connect", "Connection", "File", "DirEntry"]
+__all__ = ["connect", "Connection", "File", "DirEntry", "Pack"]
 
 
 class DirEntry:
