@@ -40,6 +40,14 @@ void check(const Error& e, const std::string& path) {
   if (e) raise(e, path);
 }
 
+// f() with the GIL released: other Python threads run while it waits on
+// the cluster.
+template <typename F>
+auto withoutGil(F f) {
+  py::gil_scoped_release nogil;
+  return f();
+}
+
 // open()'s mode string ("r", "rb", "w", "wb", "a", "r+", "x", ...) as flags.
 int flagsOf(const std::string& mode) {
   int access = O_RDONLY, extra = 0;
@@ -145,12 +153,7 @@ class PyFile {
     uint64_t want = n < 0 ? (size > pos_ ? size - pos_ : 0) : static_cast<uint64_t>(n);
     std::string out(want, '\0');
     size_t done = 0;
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = f_->pread(out.data(), want, pos_, &done);
-    }
-    check(e, path_);
+    check(withoutGil([&] { return f_->pread(out.data(), want, pos_, &done); }), path_);
     pos_ += done;
     out.resize(done);
     return py::bytes(out);
@@ -161,12 +164,7 @@ class PyFile {
     py::buffer_info info = bufferOf(b, true);
     const size_t n = static_cast<size_t>(info.size * info.itemsize);
     size_t done = 0;
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = f_->pread(info.ptr, n, pos_, &done);
-    }
-    check(e, path_);
+    check(withoutGil([&] { return f_->pread(info.ptr, n, pos_, &done); }), path_);
     pos_ += done;
     return done;
   }
@@ -174,12 +172,7 @@ class PyFile {
     ensure(true, false);
     std::string out(n, '\0');
     size_t done = 0;
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = f_->pread(out.data(), n, offset, &done);
-    }
-    check(e, path_);
+    check(withoutGil([&] { return f_->pread(out.data(), n, offset, &done); }), path_);
     out.resize(done);
     return py::bytes(out);
   }
@@ -187,12 +180,11 @@ class PyFile {
     ensure(true, false);
     py::buffer_info info = bufferOf(b, true);
     size_t done = 0;
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = f_->pread(info.ptr, static_cast<size_t>(info.size * info.itemsize), offset, &done);
-    }
-    check(e, path_);
+    check(withoutGil([&] {
+            return f_->pread(info.ptr, static_cast<size_t>(info.size * info.itemsize), offset,
+                             &done);
+          }),
+          path_);
     return done;
   }
   size_t write(const py::buffer& b) {
@@ -201,12 +193,7 @@ class PyFile {
     const size_t n = static_cast<size_t>(info.size * info.itemsize);
     if (flags_ & O_APPEND) pos_ = f_->size();
     size_t done = 0;
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = f_->pwrite(info.ptr, n, pos_, &done);
-    }
-    check(e, path_);
+    check(withoutGil([&] { return f_->pwrite(info.ptr, n, pos_, &done); }), path_);
     pos_ += done;
     return done;
   }
@@ -214,12 +201,11 @@ class PyFile {
     ensure(false, true);
     py::buffer_info info = bufferOf(b, false);
     size_t done = 0;
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = f_->pwrite(info.ptr, static_cast<size_t>(info.size * info.itemsize), offset, &done);
-    }
-    check(e, path_);
+    check(withoutGil([&] {
+            return f_->pwrite(info.ptr, static_cast<size_t>(info.size * info.itemsize), offset,
+                              &done);
+          }),
+          path_);
     return done;
   }
   uint64_t seek(int64_t offset, int whence) {
@@ -238,21 +224,11 @@ class PyFile {
   }
   void flush() {
     ensure(false, false);
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = f_->flush();
-    }
-    check(e, path_);
+    check(withoutGil([&] { return f_->flush(); }), path_);
   }
   void fsync() {
     ensure(false, false);
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = f_->fsync();
-    }
-    check(e, path_);
+    check(withoutGil([&] { return f_->fsync(); }), path_);
   }
   void close() {
     if (!f_) return;
@@ -304,32 +280,17 @@ class PyClient {
   std::unique_ptr<PyFile> open(const std::string& path, const std::string& mode, uint32_t perms) {
     const int flags = flagsOf(mode);
     std::unique_ptr<File> f;
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = c_->open(path, flags, perms, &f);
-    }
-    check(e, path);
+    check(withoutGil([&] { return c_->open(path, flags, perms, &f); }), path);
     return std::make_unique<PyFile>(std::move(f), path, flags);
   }
   py::object stat(const std::string& path) {
     FileInfo info;
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = c_->stat(path, &info);
-    }
-    check(e, path);
+    check(withoutGil([&] { return c_->stat(path, &info); }), path);
     return statResult(info);
   }
   std::vector<std::string> listdir(const std::string& path) {
     std::vector<DirEntry> entries;
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = c_->list(path, &entries);
-    }
-    check(e, path);
+    check(withoutGil([&] { return c_->list(path, &entries); }), path);
     std::vector<std::string> out;
     out.reserve(entries.size());
     for (auto& d : entries) out.push_back(std::move(d.name));
@@ -339,12 +300,7 @@ class PyClient {
   // without another call.
   py::list scandir(const std::string& path) {
     std::vector<DirEntry> entries;
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = c_->list(path, &entries);
-    }
-    check(e, path);
+    check(withoutGil([&] { return c_->list(path, &entries); }), path);
     py::list out;
     for (const auto& d : entries)
       out.append(py::make_tuple(d.name, d.info.isDir(), statResult(d.info)));
@@ -396,12 +352,7 @@ class PyClient {
  private:
   template <typename F>
   void run(const std::string& path, F f) {
-    Error e;
-    {
-      py::gil_scoped_release nogil;
-      e = f();
-    }
-    check(e, path);
+    check(withoutGil([&] { return f(); }), path);
   }
 
   std::unique_ptr<Client> c_;
