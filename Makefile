@@ -7,14 +7,18 @@
 #   make asan    ASan+UBSan build into build-asan/, runs every test (fsx: 20,000 operations)
 #   make fuzz    clang + libFuzzer build into build-fuzz/, runs each target FUZZ_SECONDS
 #   make bench   every benchmark under bench/ (bench/run NAME for one)
+#   make install the cistern binary into $(PREFIX)/bin, the Python module into Debian's
+#                site directory for /usr/bin/python3 (PREFIX=/usr/local)
 
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 CTEST_ARGS ?=
 PYTHON ?= /usr/bin/python3
+PREFIX ?= /usr/local
+PYSITE ?= $(PREFIX)/lib/python3.$(shell $(PYTHON) -c 'import sys; print(sys.version_info[1])')/dist-packages
 
-.PHONY: all deps build test test-long run asan fuzz bench clean format
+.PHONY: all deps build test test-long run asan fuzz bench clean format install
 
 all: build
 
@@ -30,6 +34,13 @@ build: build/build.ninja
 test: deps
 	@$(MAKE) --no-print-directory build
 	cd build && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+install: build
+	install -D -m 755 build/cistern $(DESTDIR)$(PREFIX)/bin/cistern
+	install -d $(DESTDIR)$(PYSITE)/cistern
+	install -m 644 build/python/cistern/*.py build/python/cistern/*.pyi $(DESTDIR)$(PYSITE)/cistern/
+	install -m 755 build/python/cistern/_cistern*.so $(DESTDIR)$(PYSITE)/cistern/
+	@echo "installed: $(DESTDIR)$(PREFIX)/bin/cistern, $(DESTDIR)$(PYSITE)/cistern"
 
 test-long: deps
 	@$(MAKE) --no-print-directory build
