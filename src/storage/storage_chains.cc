@@ -19,22 +19,12 @@
 #include "net/rpc_client.h"
 #include "storage.pb.h"
 #include "storage/storage_service.h"
+#include "storage/storage_service_util.h"
 
 namespace cistern::storage {
 namespace {
 
-ChunkId idOf(const ChunkRef& r) { return ChunkId{r.inode(), r.index()}; }
-
 std::string idText(ChunkId id) { return fmt::format("chunk {}:{}", id.inode, id.index); }
-
-void fill(ChunkInfo* out, const ChunkMeta& m) {
-  out->set_length(m.length);
-  out->set_chunk_version(m.chunk_version);
-  out->set_chain_version(m.chain_version);
-  out->set_tail_crc(m.tail_crc);
-  out->set_size_class(m.size_class);
-  out->set_chain(m.chain);
-}
 
 const net::Method& kForward() {
   static const auto m = net::Method::of("cistern.storage.StorageService.Forward");
@@ -44,12 +34,6 @@ const net::Method& kList() {
   static const auto m = net::Method::of("cistern.storage.StorageService.List");
   return m;
 }
-net::Method method(const char* name) {
-  return net::Method::of(std::string("cistern.storage.StorageService.") + name);
-}
-
-constexpr uint64_t kRequestBytes = 4096;
-
 // Chunks a resync copies at once.
 constexpr size_t kResyncCopies = 8;
 // A forward waits for the rest of the chain; a replica that does not
@@ -119,23 +103,44 @@ asio::awaitable<Status> StorageService::forwardOnce(const ChainPosition& pos, Fo
   co_return co_await peers_->call(to, kForward(), f, &resp, co);
 }
 
+ForwardReq StorageService::copyRequest(ChunkId id, const Copy& copy, uint32_t only_chain,
+                                       std::span<const uint8_t>* payload) {
+  ForwardReq r;
+  r.mutable_chunk()->set_inode(id.inode);
+  r.mutable_chunk()->set_index(id.index);
+  *payload = {};
+  if (copy.meta && (only_chain == 0 || copy.meta->chain == only_chain)) {
+    r.set_op(ForwardReq::REPLACE);
+    r.set_chunk_version(copy.meta->chunk_version);
+    r.set_content_chain_version(copy.meta->chain_version);
+    *payload = {copy.bytes->data(), copy.meta->length};
+  } else {
+    r.set_op(ForwardReq::REMOVE);
+  }
+  return r;
+}
+
+Status StorageService::sendCopyBlocking(const ChainPosition& p, ChunkId id, bool sync) {
+  ASSIGN_OR_RETURN(auto to, net::Endpoint::parse(p.successor_endpoint));
+  ASSIGN_OR_RETURN(Copy copy, copyOf(id, true));
+  net::CallOptions co;
+  co.timeout_ms = kForwardTimeoutMs;
+  // A resync sends only the chain's chunks (a target is in several).
+  ForwardReq r = copyRequest(id, copy, sync ? p.chain : 0, &co.request_payload);
+  r.set_chain(p.chain);
+  r.set_chain_version(p.version);
+  r.set_sync(sync);
+  ForwardResp resp;
+  return peers_->callSync(to, kForward(), r, &resp, co);
+}
+
 asio::awaitable<Status> StorageService::replaceDownstream(const ChainPosition& pos, ChunkId id,
                                                           bool sync) {
   CO_ASSIGN_OR_RETURN(Copy copy,
                       co_await net::runBlocking(pool_, [&] { return copyOf(id, true); }));
-  ForwardReq r;
-  r.mutable_chunk()->set_inode(id.inode);
-  r.mutable_chunk()->set_index(id.index);
-  r.set_sync(sync);
   std::span<const uint8_t> bytes;
-  if (copy.meta) {
-    r.set_op(ForwardReq::REPLACE);
-    r.set_chunk_version(copy.meta->chunk_version);
-    r.set_content_chain_version(copy.meta->chain_version);
-    bytes = {copy.bytes->data(), copy.meta->length};
-  } else {
-    r.set_op(ForwardReq::REMOVE);
-  }
+  ForwardReq r = copyRequest(id, copy, 0, &bytes);
+  r.set_sync(sync);
   co_return co_await forwardOnce(pos, r, bytes);
 }
 
@@ -191,28 +196,8 @@ Status StorageService::settleDirty() {
     if (!pos || !pos->head) continue;  // a head's to settle; it is dirty too
     ChunkLocks::Guard guard = locks_->lockBlocking(id);
     if (!locks_->dirty(id)) continue;
-    if (pos->successor != 0) {
-      ASSIGN_OR_RETURN(auto to, net::Endpoint::parse(pos->successor_endpoint));
-      ASSIGN_OR_RETURN(Copy copy, copyOf(id, true));
-      ForwardReq r;
-      r.mutable_chunk()->set_inode(id.inode);
-      r.mutable_chunk()->set_index(id.index);
-      r.set_chain(pos->chain);
-      r.set_chain_version(pos->version);
-      net::CallOptions co;
-      co.timeout_ms = kForwardTimeoutMs;
-      if (copy.meta) {
-        r.set_op(ForwardReq::REPLACE);
-        r.set_chunk_version(copy.meta->chunk_version);
-        r.set_content_chain_version(copy.meta->chain_version);
-        co.request_payload = {copy.bytes->data(), copy.meta->length};
-      } else {
-        r.set_op(ForwardReq::REMOVE);
-      }
-      ForwardResp resp;
-      Status s = peers_->callSync(to, kForward(), r, &resp, co);
-      if (!s.ok()) continue;  // the next pass tries again
-    }
+    // A failed send leaves it dirty: the next pass tries again.
+    if (pos->successor != 0 && !sendCopyBlocking(*pos, id, /*sync=*/false).ok()) continue;
     locks_->clearDirty(id);
   }
   return Status::OK();
@@ -504,27 +489,9 @@ void StorageService::registerChainHandlers(net::RpcServer& server) {
                                          });
 }
 
-Status StorageService::syncChunk(const ChainPosition& p, const net::Endpoint& to, ChunkId id) {
+Status StorageService::syncChunk(const ChainPosition& p, ChunkId id) {
   ChunkLocks::Guard guard = locks_->lockBlocking(id);
-  ASSIGN_OR_RETURN(Copy copy, copyOf(id, true));
-  ForwardReq f;
-  f.mutable_chunk()->set_inode(id.inode);
-  f.mutable_chunk()->set_index(id.index);
-  f.set_chain(p.chain);
-  f.set_chain_version(p.version);
-  f.set_sync(true);
-  net::CallOptions co;
-  co.timeout_ms = kForwardTimeoutMs;
-  if (copy.meta && copy.meta->chain == p.chain) {
-    f.set_op(ForwardReq::REPLACE);
-    f.set_chunk_version(copy.meta->chunk_version);
-    f.set_content_chain_version(copy.meta->chain_version);
-    co.request_payload = {copy.bytes->data(), copy.meta->length};
-  } else {
-    f.set_op(ForwardReq::REMOVE);
-  }
-  ForwardResp resp;
-  return peers_->callSync(to, kForward(), f, &resp, co);
+  return sendCopyBlocking(p, id, /*sync=*/true);
 }
 
 Status StorageService::resync(const ChainPosition& p, const std::atomic<bool>* stop) {
@@ -563,7 +530,7 @@ Status StorageService::resync(const ChainPosition& p, const std::atomic<bool>* s
       ++in_flight;
     }
     asio::post(copiers, [&, id] {
-      Status s = syncChunk(p, to, id).withContext(
+      Status s = syncChunk(p, id).withContext(
           fmt::format("resync of chain {} to target {}: {}", p.chain, p.successor, idText(id)));
       std::lock_guard lock(mu);
       --in_flight;

@@ -11,27 +11,10 @@
 #include "net/blocking.h"
 #include "storage.pb.h"
 #include "storage/loop_ring.h"
+#include "storage/storage_service_util.h"
 
 namespace cistern::storage {
 namespace {
-
-ChunkId idOf(const ChunkRef& r) { return ChunkId{r.inode(), r.index()}; }
-
-void fill(ChunkInfo* out, const ChunkMeta& m) {
-  out->set_length(m.length);
-  out->set_chunk_version(m.chunk_version);
-  out->set_chain_version(m.chain_version);
-  out->set_tail_crc(m.tail_crc);
-  out->set_size_class(m.size_class);
-  out->set_chain(m.chain);
-}
-
-net::Method method(const char* name) {
-  return net::Method::of(std::string("cistern.storage.StorageService.") + name);
-}
-
-// What a request without a payload counts against the budget.
-constexpr uint64_t kRequestBytes = 4096;
 
 // Ranges of one Locate: a client asks for one read-ahead window's chunks.
 constexpr int kLocateRangesMax = 64;

@@ -185,8 +185,16 @@ class StorageService {
   Result<std::optional<ChunkMeta>> applyLocal(ChunkId id, const Change& c, uint32_t chain,
                                               uint64_t chain_version, int64_t not_after_ns,
                                               uint64_t chunk_version);
+  // The Forward that gives a successor this target's copy of `id`: its
+  // REPLACE, or a REMOVE when there is none (or, with `only_chain`, it is
+  // of another chain); `*payload` the copy's bytes.
+  ForwardReq copyRequest(ChunkId id, const Copy& copy, uint32_t only_chain,
+                         std::span<const uint8_t>* payload);
+  // Sends `p.successor` this target's copy of `id` (blocking; the caller
+  // holds the chunk); `sync`: as part of a resync.
+  Status sendCopyBlocking(const ChainPosition& p, ChunkId id, bool sync);
   // A successor's REPLACE or REMOVE during a resync (blocking).
-  Status syncChunk(const ChainPosition& p, const net::Endpoint& to, ChunkId id);
+  Status syncChunk(const ChainPosition& p, ChunkId id);
 
   ChunkEngine& engine_;
   StorageServiceOptions options_;
