@@ -5,9 +5,11 @@
 // errors are OSError subclasses chosen by errno (FileNotFoundError, ...),
 // with errno, strerror and the path set.
 #include <fcntl.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -134,6 +136,15 @@ py::object statResult(const FileInfo& i) {
   return os.attr("stat_result")(t);
 }
 
+// A native object made before a fork() is leaked, not destroyed, in the
+// child: its destructor would wait on threads (the client's, the
+// prefetcher's) that only the parent has. DataLoader workers fork, and
+// the parent's garbage may be collected in them.
+template <typename T>
+void releaseIfForked(std::unique_ptr<T>& p, pid_t owner) {
+  if (::getpid() != owner) (void)p.release();
+}
+
 class PyFile {
  public:
   PyFile(std::unique_ptr<File> f, std::string path, int flags)
@@ -141,6 +152,7 @@ class PyFile {
     if (flags & O_APPEND) pos_ = f_->size();
   }
   ~PyFile() {
+    releaseIfForked(f_, pid_);
     if (f_) {
       py::gil_scoped_release nogil;
       (void)f_->close();
@@ -257,6 +269,7 @@ class PyFile {
   }
 
   std::unique_ptr<File> f_;
+  pid_t pid_ = ::getpid();
   std::string path_;
   int flags_;
   uint64_t pos_ = 0;
@@ -276,6 +289,8 @@ class PyClient {
     check(r.second, cluster.empty() ? "$CISTERN_CLUSTER" : cluster);
     c_ = std::move(r.first);
   }
+
+  ~PyClient() { releaseIfForked(c_, pid_); }
 
   std::unique_ptr<PyFile> open(const std::string& path, const std::string& mode, uint32_t perms) {
     const int flags = flagsOf(mode);
@@ -356,6 +371,7 @@ class PyClient {
   }
 
   std::unique_ptr<Client> c_;
+  pid_t pid_ = ::getpid();
 };
 
 // Status as the OSError (or ValueError for a bad argument) it stands for.
@@ -457,13 +473,30 @@ class PyPack {
     }
     if (!s.ok()) raiseStatus(s, path_);
   }
+  // (G, 2) int64: each WebDataset sample's [begin, end) entry range.
+  py::array_t<int64_t> webdatasetGroups() {
+    auto g = [&]() -> Result<std::vector<std::pair<uint64_t, uint64_t>>> {
+      py::gil_scoped_release nogil;
+      return r_->webdatasetGroups();
+    }();
+    if (!g.ok()) raiseStatus(g.status(), path_);
+    py::array_t<int64_t> out({static_cast<py::ssize_t>(g->size()), py::ssize_t{2}});
+    auto v = out.mutable_unchecked<2>();
+    for (size_t i = 0; i < g->size(); ++i) {
+      v(i, 0) = static_cast<int64_t>((*g)[i].first);
+      v(i, 1) = static_cast<int64_t>((*g)[i].second);
+    }
+    return out;
+  }
   PyClient& client() { return c_; }
   const std::string& path() const { return path_; }
+  ~PyPack() { releaseIfForked(r_, pid_); }
 
  private:
   PyClient& c_;
   std::string path_;
   std::unique_ptr<pack::PackReader> r_;
+  pid_t pid_ = ::getpid();
 };
 
 // Iterates (index, name, label, bytes) in a given order, read ahead in C++.
@@ -494,9 +527,11 @@ class PyPrefetch {
                           py::bytes(reinterpret_cast<const char*>(v.bytes.data()), v.bytes.size()));
   }
   uint64_t peakBytes() const { return p_->peakBytes(); }
+  ~PyPrefetch() { releaseIfForked(p_, pid_); }
 
  private:
   std::unique_ptr<pack::Prefetcher> p_;
+  pid_t pid_ = ::getpid();
   std::string path_;
 };
 
@@ -506,6 +541,16 @@ class PyPrefetch {
 PYBIND11_MODULE(_cistern, m) {
   using namespace cistern::python;
   m.doc() = "cistern's native client (libcistern): files and directories of a cluster";
+  m.def(
+      "webdataset_name",
+      [](const std::string& name) -> py::object {
+        auto w = cistern::pack::webdatasetName(name);
+        if (!w) return py::none();
+        return py::make_tuple(std::string(w->key), std::string(w->field));
+      },
+      py::arg("name"),
+      "WebDataset's (key, field) of a member name (the key runs to the first '.' of the "
+      "last component), or None for names WebDataset skips");
   py::class_<PyFile>(m, "File", "A file of the cluster, as Python's binary file objects")
       .def("read", &PyFile::read, py::arg("size") = -1,
            "Up to `size` bytes from the position (all to the end if negative)")
@@ -562,6 +607,10 @@ PYBIND11_MODULE(_cistern, m) {
            "The i-th sample into a writable buffer; returns its length")
       .def("find", &PyPack::find, py::arg("name"), "The index of `name`, or None")
       .def("verify", &PyPack::verify, "Checks every checksum of the pack (raises on the first bad)")
+      .def("webdataset_groups", &PyPack::webdatasetGroups,
+           "WebDataset samples as a (G, 2) int64 array of [begin, end) entry ranges: runs of "
+           "entries whose names share a key (the name up to the first '.' of its last "
+           "component); reads every name once")
       .def_property_readonly("path", &PyPack::path)
       .def(
           "prefetch",

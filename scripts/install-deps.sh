@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that cistern's build, tests and benchmarks need
-# (DESIGN.md §11, plus libjemalloc-dev: the cistern binary's allocator).
+# (DESIGN.md §11, plus libjemalloc-dev: the cistern binary's allocator, and
+# libarchive-dev: `cistern pack` reading tar and WebDataset shards).
 # Idempotent: when every package is already installed it only
 # runs dpkg-query and exits, without touching apt.
 set -euo pipefail
@@ -14,6 +15,7 @@ PACKAGES=(
   liburing-dev libfuse3-dev fuse3 libzstd-dev liblz4-dev libxxhash-dev
   libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   libcpp-httplib-dev libcurl4-openssl-dev libssl-dev pybind11-dev python3-dev libjemalloc-dev
+  libarchive-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy python3-torch fio
   etcd-server iproute2 nftables procps psmisc git

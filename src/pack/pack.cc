@@ -103,7 +103,7 @@ Result<std::unique_ptr<PackWriter>> PackWriter::create(Client& client, const std
     for (uint64_t i = 0; i < reader->size(); ++i) {
       ASSIGN_OR_RETURN(Entry e, reader->entry(i));
       ASSIGN_OR_RETURN(std::string name, reader->name(e));
-      w->entries_.push_back({std::move(name), e});
+      w->entries_.push_back({std::move(name), e, false});
     }
   } else if (existing.code() != ErrorCode::kNotFound) {
     return existing.status();
@@ -168,7 +168,7 @@ Status PackWriter::add(std::string_view name, std::span<const uint8_t> bytes, in
   if (buffer_at_ + buffer_.size() == shard_at_)
     buffer_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   shard_at_ += bytes.size();
-  entries_.push_back({std::string(name), e});
+  entries_.push_back({std::string(name), e, true});
   ++added_;
   return Status::OK();
 }
@@ -177,14 +177,22 @@ Status PackWriter::finish() {
   if (finished_) return Status::OK();
   RETURN_ON_ERROR(closeShard());
   finished_ = true;
-  // Name order; of one name added twice (an append replacing a sample), the
-  // last added.
+  // Name order; of a name in the previous generation and added again (an
+  // append replacing a sample), the one added. A name added twice by this
+  // writer (two tar shards holding the same member) is an error: which
+  // one a reader should get is not for the writer to guess.
   std::stable_sort(entries_.begin(), entries_.end(),
                    [](const Pending& a, const Pending& b) { return a.name < b.name; });
   std::vector<Pending*> kept;
   kept.reserve(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) {
-    if (i + 1 < entries_.size() && entries_[i + 1].name == entries_[i].name) continue;
+    if (i + 1 < entries_.size() && entries_[i + 1].name == entries_[i].name) {
+      if (entries_[i].fresh) {
+        return Status(ErrorCode::kInvalidArgument,
+                      fmt::format("sample name {:?} added twice", entries_[i].name));
+      }
+      continue;
+    }
     kept.push_back(&entries_[i]);
   }
   std::string names;
@@ -343,6 +351,29 @@ Status PackReader::read(const Entry& e, std::span<uint8_t> out) {
                     n.ok() ? *n : std::string("?"), e.length, e.offset, shardName(e.shard)));
   }
   return Status::OK();
+}
+
+Result<std::vector<std::pair<uint64_t, uint64_t>>> PackReader::webdatasetGroups() {
+  std::vector<std::pair<uint64_t, uint64_t>> groups;
+  std::string key;  // of the open group (the last of `groups`)
+  bool open = false;
+  for (uint64_t i = 0; i < size(); ++i) {
+    ASSIGN_OR_RETURN(Entry e, entry(i));
+    ASSIGN_OR_RETURN(std::string n, name(e));
+    auto w = webdatasetName(n);
+    if (!w) {
+      open = false;
+      continue;
+    }
+    if (open && w->key == key) {
+      groups.back().second = i + 1;
+    } else {
+      key.assign(w->key);
+      groups.emplace_back(i, i + 1);
+      open = true;
+    }
+  }
+  return groups;
 }
 
 Status PackReader::verify() {

@@ -50,7 +50,8 @@ class PackWriter {
   Status add(std::string_view name, std::span<const uint8_t> bytes, int64_t mtime_ns = 0,
              int64_t label = kNoLabel);
   // Closes the last shard and writes the index (sorted by name, with its
-  // Bloom filter) as generation g+1. The samples are readable once it
+  // Bloom filter) as generation g+1; kInvalidArgument, and no new
+  // generation, if one name was added twice. The samples are readable once it
   // returns; nothing is, through this generation, before.
   Status finish();
   uint64_t added() const { return added_; }
@@ -74,6 +75,7 @@ class PackWriter {
   struct Pending {
     std::string name;
     Entry entry;
+    bool fresh;  // added by this writer (not carried from the previous generation)
   };
   std::vector<Pending> entries_;
   uint64_t added_ = 0;
@@ -103,6 +105,10 @@ class PackReader {
   // The sample's bytes into `out` (e.length bytes), verified: kCorruption
   // naming the sample, its shard and offset if its CRC32C does not match.
   Status read(const Entry& e, std::span<uint8_t> out);
+  // WebDataset samples: runs of entries (in name order) whose names share
+  // a key (webdatasetName), as [begin, end) entry ranges; entries
+  // WebDataset skips belong to none. Reads every name once: O(count).
+  Result<std::vector<std::pair<uint64_t, uint64_t>>> webdatasetGroups();
   // Reads every sample and checks every checksum: the header's body CRC,
   // each shard's header, each sample's bytes. The first problem found.
   Status verify();

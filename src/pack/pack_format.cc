@@ -35,6 +35,25 @@ Status corrupt(const std::string& what) { return Status(ErrorCode::kCorruption, 
 std::string shardName(uint32_t shard) { return fmt::format("shard-{:05}.dat", shard); }
 std::string indexName(uint64_t generation) { return fmt::format("index-{:06}.idx", generation); }
 
+std::optional<WebDatasetName> webdatasetName(std::string_view name) {
+  if (name.find('/') == std::string_view::npos && name.size() >= 4 && name.starts_with("__") &&
+      name.ends_with("__"))
+    return std::nullopt;
+  const size_t last = name.rfind('/');
+  const size_t c = last == std::string_view::npos ? 0 : last + 1;  // the last component
+  const size_t dot = name.find('.', c);
+  if (dot == std::string_view::npos) return std::nullopt;
+  if (dot > c) return WebDatasetName{name.substr(0, dot), name.substr(dot + 1)};
+  // The last component starts with '.': the regex backtracks, and the key
+  // is the directory part ("d/.x" -> "d/") when the component before it
+  // holds no '.' (nothing earlier can: `[^.]+` would span it).
+  if (c == 0) return std::nullopt;
+  const size_t prev = c >= 2 ? name.rfind('/', c - 2) : std::string_view::npos;
+  const size_t from = prev == std::string_view::npos ? 0 : prev + 1;
+  if (name.substr(from, c - from).find('.') != std::string_view::npos) return std::nullopt;
+  return WebDatasetName{name.substr(0, c), name.substr(c + 1)};
+}
+
 std::optional<uint64_t> indexGeneration(std::string_view name) {
   if (name.size() < 11 || name.substr(0, 6) != "index-" || name.substr(name.size() - 4) != ".idx")
     return std::nullopt;

@@ -27,6 +27,17 @@ std::string indexName(uint64_t generation);
 // The generation an index file name carries; nullopt for other names.
 std::optional<uint64_t> indexGeneration(std::string_view name);
 
+// WebDataset's split of a member name into sample key and field, exactly
+// as its regex `^((?:.*/|)[^.]+)[.]([^/]*)$` does: the key runs to the
+// first '.' of the last path component ("d/s001.seg.png" -> "d/s001",
+// "seg.png"). nullopt for names WebDataset skips: no '.' in the last
+// component, and top-level metadata files "__*__".
+struct WebDatasetName {
+  std::string_view key;
+  std::string_view field;
+};
+std::optional<WebDatasetName> webdatasetName(std::string_view name);
+
 struct IndexHeader {
   uint64_t generation = 0;  // 1, 2, ...: each append writes the next
   uint64_t count = 0;       // entries

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <map>
+#include <regex>
 
 #include "common/random.h"
 #include "server/local_cluster.h"
@@ -164,6 +165,65 @@ TEST_F(PackTest, BadInputIsRefusedWithAClearError) {
   EXPECT_EQ(PackReader::open(*client_, "/empty").code(), ErrorCode::kNotFound);
   EXPECT_EQ(PackWriter::create(*client_, "/q", WriterOptions{.shard_bytes = 10}).code(),
             ErrorCode::kInvalidArgument);
+  // One name added twice by one writer (two tars holding the same member):
+  // refused at finish, naming it, and no generation is written.
+  ASSERT_TRUE((*w)->add("x.jpg", b).ok());
+  ASSERT_TRUE((*w)->add("y.jpg", b).ok());
+  ASSERT_TRUE((*w)->add("x.jpg", b).ok());
+  Status dup = (*w)->finish();
+  EXPECT_EQ(dup.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(dup.toString().find("\"x.jpg\" added twice"), std::string::npos) << dup.toString();
+  EXPECT_EQ(PackReader::open(*client_, "/p").code(), ErrorCode::kNotFound);
+}
+
+// webdatasetName splits names exactly as WebDataset's regex does, odd
+// names (dots in directories, hidden files, "//") included.
+TEST(WebDatasetName, MatchesWebDatasetsRegex) {
+  const std::regex re(R"(^((?:.*/|)[^.]+)[.]([^/]*)$)");
+  auto check = [&](const std::string& n) {
+    std::smatch m;
+    auto got = webdatasetName(n);
+    const bool meta = n.find('/') == std::string::npos && n.size() >= 4 && n.starts_with("__") &&
+                      n.ends_with("__");
+    if (meta || !std::regex_match(n, m, re)) {
+      EXPECT_FALSE(got) << n;
+      return;
+    }
+    ASSERT_TRUE(got) << n;
+    EXPECT_EQ(got->key, m[1].str()) << n;
+    EXPECT_EQ(got->field, m[2].str()) << n;
+  };
+  for (const char* n : {"s001.jpg", "d/s001.seg.png", "d.x/s.cls", "a.", ".x", "d/.x", "a//.x",
+                        "/.x", "d.e/.x", "noext", "d/noext", "__key__", "__a.b__", "d/__k__"})
+    check(n);
+  auto got = webdatasetName("train/s001.seg.png");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->key, "train/s001");
+  EXPECT_EQ(got->field, "seg.png");
+  Xoshiro256 rng(7);
+  const char alphabet[] = "ab./_";
+  for (int i = 0; i < 20000; ++i) {
+    std::string n(1 + rng.next() % 8, 'a');
+    for (auto& ch : n) ch = alphabet[rng.next() % 5];
+    check(n);
+  }
+}
+
+// A WebDataset pack's groups: each key's fields, in name order.
+TEST_F(PackTest, WebDatasetGroupsAreTheRunsOfOneKey) {
+  auto w = PackWriter::create(*client_, "/w", WriterOptions{});
+  ASSERT_TRUE(w.ok());
+  std::vector<uint8_t> b(3);
+  for (const char* n : {"a/s1.jpg", "a/s1.cls", "a/s10.jpg", "a/s2.json", "README", "a/s2.jpg"})
+    ASSERT_TRUE((*w)->add(n, b).ok());
+  ASSERT_TRUE((*w)->finish().ok());
+  auto r = PackReader::open(*client_, "/w");
+  ASSERT_TRUE(r.ok());
+  // README, a/s1.cls, a/s1.jpg, a/s10.jpg, a/s2.jpg, a/s2.json
+  auto g = (*r)->webdatasetGroups();
+  ASSERT_TRUE(g.ok());
+  using G = std::vector<std::pair<uint64_t, uint64_t>>;
+  EXPECT_EQ(*g, (G{{1, 3}, {3, 4}, {4, 6}}));
 }
 
 // The prefetcher returns the samples in the order asked (a permutation),
