@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that cistern's build, tests and benchmarks need
 # (DESIGN.md §11, plus libjemalloc-dev: the cistern binary's allocator, and
-# libarchive-dev: `cistern pack` reading tar and WebDataset shards).
+# libarchive-dev: `cistern pack` reading tar and WebDataset shards, and
+# python3-torchvision: ImageFolder over the mount and pack views in tests
+# and benchmarks).
 # Idempotent: when every package is already installed it only
 # runs dpkg-query and exits, without touching apt.
 set -euo pipefail
@@ -17,7 +19,8 @@ PACKAGES=(
   libcpp-httplib-dev libcurl4-openssl-dev libssl-dev pybind11-dev python3-dev libjemalloc-dev
   libarchive-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy python3-torch fio
+  libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy python3-torch
+  python3-torchvision fio
   etcd-server iproute2 nftables procps psmisc git
 )
 

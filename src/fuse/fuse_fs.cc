@@ -8,6 +8,7 @@
 #include "common/metrics.h"
 #include "fuse/fuse_fs.h"
 #include "fuse/ops.h"
+#include "fuse/pack_view.h"
 
 namespace cistern::fuse {
 
@@ -90,6 +91,7 @@ void infoToStat(const FileInfo& n, struct stat* st) {
 FuseFs::FuseFs(Client* client, MountOptions options)
     : client_(client),
       options_(std::move(options)),
+      views_(std::make_unique<PackViews>(*client)),
       no_xattrs_(std::make_unique<NoXattrs[]>(kNoXattrSlots)),
       no_caps_(std::make_unique<NoCaps[]>(kNoCapsSlots)),
       caps_gen_(std::make_unique<uint64_t[]>(kNoCapsSlots)),

@@ -35,6 +35,8 @@
 
 namespace cistern::fuse {
 
+class PackViews;
+
 // fi->fh of an open file.
 struct Handle {
   std::unique_ptr<File> file;
@@ -55,6 +57,8 @@ class FuseFs {
   static const fuse_lowlevel_ops& ops();
   const MountOptions& options() const { return options_; }
   Client& client() { return *client_; }
+  // The directory views of packs (pack_view.h).
+  PackViews& views() { return *views_; }
 
   // Credentials of the request (groups read from /proc for non-root callers).
   Credentials who(fuse_req_t req) const;
@@ -118,6 +122,7 @@ class FuseFs {
  private:
   Client* const client_;
   const MountOptions options_;
+  std::unique_ptr<PackViews> views_;
   fuse_session* session_ = nullptr;
   std::mutex seen_mu_;
   std::unordered_map<uint64_t, std::pair<int64_t, uint64_t>> seen_;  // ino -> (mtime, size)

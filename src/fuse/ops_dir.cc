@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fuse/ops.h"
+#include "fuse/pack_view.h"
 
 namespace cistern::fuse::ops {
 
@@ -104,9 +105,15 @@ done:
   return 0;
 }
 
-void list(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+void list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
   std::vector<char> buf(size);
   size_t used = 0;
+  if (PackViews::isView(ino)) {
+    if (fs(req).answered(
+            req, fs(req).views().readdir(req, ino, off, plus, buf.data(), buf.size(), &used)))
+      fuse_reply_buf(req, buf.data(), used);
+    return;
+  }
   if (int err = fill(req, dirOf(fi), buf, used, off, plus)) {
     replyErr(req, err);
     return;
@@ -119,6 +126,18 @@ void list(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus)
 void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   CISTERN_FUSE_OP("opendir");
   FuseFs& f = fs(req);
+  if (PackViews::isView(ino)) {
+    // Listed from the pack's index by offset: no handle state.
+    struct stat st;
+    if (!f.answered(req, f.views().getattr(ino, &st))) return;
+    if (!S_ISDIR(st.st_mode)) {
+      replyErr(req, ENOTDIR);
+      return;
+    }
+    fi->fh = 0;
+    fuse_reply_open(req, fi);
+    return;
+  }
   // opendir(3) needs read permission, like open(O_RDONLY).
   if (!f.answered(req, f.client().access(f.who(req), ino, R_OK))) return;
   FileInfo info;
@@ -134,14 +153,14 @@ void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (fuse_reply_open(req, fi) != 0) delete d;
 }
 
-void readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   CISTERN_FUSE_OP("readdir");
-  list(req, size, off, fi, false);
+  list(req, ino, size, off, fi, false);
 }
 
-void readdirplus(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+void readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   CISTERN_FUSE_OP("readdirplus");
-  list(req, size, off, fi, true);
+  list(req, ino, size, off, fi, true);
 }
 
 void releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fuse/ops.h"
+#include "fuse/pack_view.h"
 
 namespace cistern::fuse::ops {
 
@@ -121,6 +122,10 @@ void init(void* userdata, fuse_conn_info* conn) {
 void create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   CISTERN_FUSE_OP("create");
   FuseFs& f = fs(req);
+  if (PackViews::isView(parent)) {
+    replyErr(req, EROFS);
+    return;
+  }
   if (!S_ISREG(mode)) {
     replyErr(req, EPERM);
     return;
@@ -144,6 +149,16 @@ void open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   CISTERN_FUSE_OP("open");
   FuseFs& f = fs(req);
   std::unique_ptr<File> file;
+  if (PackViews::isView(ino)) {
+    // A sample of a pack view: read-only and never changing, so the kernel
+    // keeps its pages; nothing to flush at close.
+    if (!f.answered(req, f.views().open(ino, fi->flags, &file))) return;
+    fi->fh = reinterpret_cast<uint64_t>(new Handle{std::move(file), false, false});
+    fi->keep_cache = 1;
+    fi->noflush = 1;
+    if (fuse_reply_open(req, fi) != 0) delete handleOf(fi);
+    return;
+  }
   FileInfo info;
   if (!f.answered(req, f.client().openAt(f.who(req), ino, clientFlags(fi->flags), &file, &info)))
     return;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fuse/ops.h"
+#include "fuse/pack_view.h"
 
 namespace cistern::fuse::ops {
 
@@ -49,14 +50,44 @@ bool killsPrivilegesOnly(FuseFs& f, fuse_ino_t ino, uint32_t uid, uint32_t mode)
          mode == (old & ~uint32_t{S_ISUID | S_ISGID});
 }
 
+// A node of a pack's directory view (pack_view.h): nothing there changes.
+bool readOnlyView(fuse_req_t req, fuse_ino_t ino) {
+  if (!PackViews::isView(ino)) return false;
+  replyErr(req, EROFS);
+  return true;
+}
+
+// A lookup answered from a pack view: its count is taken back if the
+// kernel did not get the reply (an interrupted request).
+void replyViewEntry(fuse_req_t req, FuseFs& f, const fuse_entry_param& e) {
+  if (fuse_reply_entry(req, &e) != 0) f.views().unref(e.ino);
+}
+
 }  // namespace
 
 void lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   CISTERN_FUSE_OP("lookup");
   FuseFs& f = fs(req);
+  fuse_entry_param view;
+  if (PackViews::isView(parent)) {
+    if (f.answered(req, f.views().lookup(parent, name, &view))) replyViewEntry(req, f, view);
+    return;
+  }
   FileInfo info;
   uint64_t ticket = f.dirAttrsTicket();
   Error e = f.client().lookup(f.who(req), parent, name, &info);
+  if (e.errno_value == ENOENT && std::strcmp(name, PackViews::kName) == 0) {
+    // No such name in the directory: its pack's view, if it holds one.
+    FileInfo dir;
+    if (!f.client().getattr(parent, &dir)) {
+      Error v = f.views().lookupRoot(f.who(req), dir, &view);
+      if (!v) {
+        replyViewEntry(req, f, view);
+        return;
+      }
+      if (v.errno_value != ENOENT) e = v;
+    }
+  }
   if (e.errno_value == ENOENT && f.options().negative_timeout_s > 0) {
     fuse_entry_param neg;
     std::memset(&neg, 0, sizeof(neg));
@@ -69,19 +100,31 @@ void lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   f.replyEntry(req, info);
 }
 
-// The kernel's lookup counts need no state here: inodes live in the KV.
-void forget(fuse_req_t req, fuse_ino_t, uint64_t) {
+// The kernel's lookup counts need no state here (inodes live in the KV),
+// but for the nodes of pack views, which hold their view open.
+void forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) {
   CISTERN_FUSE_OP("forget");
+  if (PackViews::isView(ino)) fs(req).views().forget(ino, n);
   fuse_reply_none(req);
 }
-void forgetMulti(fuse_req_t req, size_t, fuse_forget_data*) {
+void forgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
   CISTERN_FUSE_OP("forget_multi");
+  for (size_t i = 0; i < count; ++i) {
+    if (PackViews::isView(forgets[i].ino))
+      fs(req).views().forget(forgets[i].ino, forgets[i].nlookup);
+  }
   fuse_reply_none(req);
 }
 
 void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   CISTERN_FUSE_OP("getattr");
   FuseFs& f = fs(req);
+  if (PackViews::isView(ino)) {
+    struct stat st;
+    if (f.answered(req, f.views().getattr(ino, &st)))
+      fuse_reply_attr(req, &st, PackViews::kTimeoutS);
+    return;
+  }
   FileInfo info;
   double valid_s = 0;
   if (f.cachedDirAttrs(ino, &info, &valid_s)) {
@@ -98,6 +141,7 @@ void getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 
 void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
   CISTERN_FUSE_OP("setattr");
+  if (readOnlyView(req, ino)) return;
   FuseFs& f = fs(req);
   Credentials who = f.who(req);
   AttrChanges changes;
@@ -134,6 +178,10 @@ void setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
 
 void readlink(fuse_req_t req, fuse_ino_t ino) {
   CISTERN_FUSE_OP("readlink");
+  if (PackViews::isView(ino)) {
+    replyErr(req, EINVAL);  // not a symlink
+    return;
+  }
   FuseFs& f = fs(req);
   std::string target;
   if (f.answered(req, f.client().readlinkAt(ino, &target)))
@@ -144,6 +192,7 @@ void readlink(fuse_req_t req, fuse_ino_t ino) {
 // node cistern keeps while the kernel moves their data.
 void mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   CISTERN_FUSE_OP("mknod");
+  if (readOnlyView(req, parent)) return;
   FuseFs& f = fs(req);
   FileInfo info;
   if (f.answered(req, f.client().mknodAt(f.who(req), parent, name, mode, rdev, &info)))
@@ -152,6 +201,7 @@ void mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
 
 void mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   CISTERN_FUSE_OP("mkdir");
+  if (readOnlyView(req, parent)) return;
   FuseFs& f = fs(req);
   FileInfo info;
   uint64_t ticket = f.dirAttrsTicket();
@@ -178,16 +228,19 @@ void removeName(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
 
 void unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   CISTERN_FUSE_OP("unlink");
+  if (readOnlyView(req, parent)) return;
   removeName(req, parent, name, false);
 }
 
 void rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   CISTERN_FUSE_OP("rmdir");
+  if (readOnlyView(req, parent)) return;
   removeName(req, parent, name, true);
 }
 
 void symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   CISTERN_FUSE_OP("symlink");
+  if (readOnlyView(req, parent)) return;
   FuseFs& f = fs(req);
   FileInfo info;
   if (f.answered(req, f.client().symlinkAt(f.who(req), parent, name, link, &info)))
@@ -197,6 +250,8 @@ void symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* na
 void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
             const char* newname, unsigned int flags) {
   CISTERN_FUSE_OP("rename");
+  if (readOnlyView(req, newparent)) return;
+  if (readOnlyView(req, parent)) return;
   FuseFs& f = fs(req);
   if (flags & ~(kRenameNoReplace | kRenameExchange)) {
     replyErr(req, EINVAL);  // RENAME_WHITEOUT: no overlay support
@@ -210,6 +265,8 @@ void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
 
 void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   CISTERN_FUSE_OP("link");
+  if (readOnlyView(req, newparent)) return;
+  if (readOnlyView(req, ino)) return;
   FuseFs& f = fs(req);
   FileInfo info;
   if (f.answered(req, f.client().linkAt(f.who(req), ino, newparent, newname, &info)))
@@ -239,6 +296,10 @@ void statfs(fuse_req_t req, fuse_ino_t) {
 
 void access(fuse_req_t req, fuse_ino_t ino, int mask) {
   CISTERN_FUSE_OP("access");
+  if (PackViews::isView(ino)) {
+    replyErr(req, (mask & W_OK) ? EROFS : 0);  // the kernel checked the mode bits
+    return;
+  }
   FuseFs& f = fs(req);
   if (f.answered(req, f.client().access(f.who(req), ino, mask))) replyErr(req, 0);
 }
@@ -246,6 +307,7 @@ void access(fuse_req_t req, fuse_ino_t ino, int mask) {
 void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags) {
   CISTERN_FUSE_OP("setxattr");
+  if (readOnlyView(req, ino)) return;
   FuseFs& f = fs(req);
   f.forgetNoXattrs(ino);  // before: a getxattr after the set must ask meta
   XattrChange change(f, ino);
@@ -258,7 +320,7 @@ void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
 void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   CISTERN_FUSE_OP("getxattr");
   FuseFs& f = fs(req);
-  if (f.knownNoXattrs(ino)) {
+  if (f.knownNoXattrs(ino) || PackViews::isView(ino)) {
     replyErr(req, ENODATA);
     return;
   }
@@ -286,7 +348,7 @@ void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   CISTERN_FUSE_OP("listxattr");
   FuseFs& f = fs(req);
-  if (f.knownNoXattrs(ino)) {
+  if (f.knownNoXattrs(ino) || PackViews::isView(ino)) {
     if (size == 0)
       fuse_reply_xattr(req, 0);
     else
@@ -311,6 +373,7 @@ void listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 
 void removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   CISTERN_FUSE_OP("removexattr");
+  if (readOnlyView(req, ino)) return;
   FuseFs& f = fs(req);
   XattrChange change(f, ino);
   if (!f.answered(req, f.client().removexattr(f.who(req), ino, name))) return;

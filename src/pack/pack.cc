@@ -50,30 +50,53 @@ Status writeAll(File& f, const void* bytes, size_t n, uint64_t offset) {
   return statusOf(f.pwrite(bytes, n, offset, &done));
 }
 
-// The newest generation in `dir` whose header verifies, with its header.
-Result<std::pair<uint64_t, IndexHeader>> newestIndex(Client& c, const std::string& dir) {
-  std::vector<DirEntry> entries;
-  RETURN_ON_ERROR(statusOf(c.list(dir, &entries)));  // the message names the path
+class PathDir final : public PackDir {
+ public:
+  PathDir(Client& c, std::string path) : c_(c), path_(std::move(path)) {}
+  Error list(std::vector<std::string>* names) override {
+    std::vector<DirEntry> entries;
+    if (Error e = c_.list(path_, &entries)) return e;  // the message names the path
+    for (auto& e : entries) names->push_back(std::move(e.name));
+    return {};
+  }
+  Error open(const std::string& name, std::unique_ptr<File>* out) override {
+    return c_.open(join(path_, name), O_RDONLY, 0, out);
+  }
+  const std::string& describe() const override { return path_; }
+
+ private:
+  Client& c_;
+  std::string path_;
+};
+
+}  // namespace
+
+std::unique_ptr<PackDir> packDirAtPath(Client& client, std::string path) {
+  return std::make_unique<PathDir>(client, std::move(path));
+}
+
+Result<std::pair<uint64_t, IndexHeader>> newestIndex(PackDir& dir) {
+  std::vector<std::string> names;
+  RETURN_ON_ERROR(statusOf(dir.list(&names)));
   std::vector<uint64_t> gens;
-  for (const auto& e : entries) {
-    if (auto g = indexGeneration(e.name)) gens.push_back(*g);
+  for (const auto& n : names) {
+    if (auto g = indexGeneration(n)) gens.push_back(*g);
   }
   std::sort(gens.rbegin(), gens.rend());
   for (uint64_t g : gens) {
     // A generation whose writer died before its header was written reads
     // as zeros there: skipped for the one before.
     std::unique_ptr<File> f;
-    if (c.open(join(dir, indexName(g)), O_RDONLY, 0, &f)) continue;
+    if (dir.open(indexName(g), &f)) continue;
     std::string head(kHeaderBytes, '\0');
     size_t done = 0;
     if (f->pread(head.data(), head.size(), 0, &done) || done != head.size()) continue;
     auto h = decodeIndexHeader(head);
     if (h.ok() && h->generation == g) return std::make_pair(g, *h);
   }
-  return Status(ErrorCode::kNotFound, fmt::format("{}: no pack index (index-*.idx)", dir));
+  return Status(ErrorCode::kNotFound,
+                fmt::format("{}: no pack index (index-*.idx)", dir.describe()));
 }
-
-}  // namespace
 
 PackWriter::PackWriter(Client& client, std::string dir, WriterOptions options)
     : client_(client), dir_(std::move(dir)), options_(options) {}
@@ -88,7 +111,8 @@ Result<std::unique_ptr<PackWriter>> PackWriter::create(Client& client, const std
     return Status(ErrorCode::kInvalidArgument, "pack shard_bytes and buffer_bytes too small");
   std::unique_ptr<PackWriter> w(new PackWriter(client, dir, options));
   RETURN_ON_ERROR(statusOf(client.mkdir(dir, 0755, /*parents=*/true)).withContext(dir));
-  auto existing = newestIndex(client, dir);
+  PathDir at(client, dir);
+  auto existing = newestIndex(at);
   if (existing.ok() && !append) {
     return Status(ErrorCode::kAlreadyExists,
                   fmt::format("{} holds a pack already (generation {}); append to it instead", dir,
@@ -195,15 +219,21 @@ Status PackWriter::finish() {
     }
     kept.push_back(&entries_[i]);
   }
+  // The Bloom filter holds the names and their directory prefixes.
+  uint64_t dirs = 0;
+  for (size_t i = 0; i < kept.size(); ++i)
+    dirs += newDirPrefixes(i ? kept[i - 1]->name : "", kept[i]->name).size();
   std::string names;
   std::string body;
   body.reserve(kept.size() * kEntryBytes);
-  Bloom bloom = Bloom::forCount(kept.size());
-  for (Pending* p : kept) {
+  Bloom bloom = Bloom::forCount(kept.size() + dirs);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    Pending* p = kept[i];
     p->entry.name_offset = names.size();
     p->entry.name_len = static_cast<uint32_t>(p->name.size());
     names += p->name;
     bloom.add(p->name);
+    for (std::string_view d : newDirPrefixes(i ? kept[i - 1]->name : "", p->name)) bloom.add(d);
     body += encodeEntry(p->entry);
   }
   body += names;
@@ -215,6 +245,7 @@ Status PackWriter::finish() {
   h.names_bytes = names.size();
   h.bloom_bits = bloom.bits();
   h.bloom_hashes = bloom.hashes();
+  h.flags = kFlagDirsInBloom;
   h.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
@@ -232,13 +263,13 @@ Status PackWriter::finish() {
   return statusOf(f->close()).withContext(path);
 }
 
-Result<std::unique_ptr<PackReader>> PackReader::open(Client& client, const std::string& dir,
+Result<std::unique_ptr<PackReader>> PackReader::open(std::unique_ptr<PackDir> dir,
                                                      Options options) {
-  ASSIGN_OR_RETURN(auto newest, newestIndex(client, dir));
-  std::unique_ptr<PackReader> r(new PackReader(client, dir, options));
+  ASSIGN_OR_RETURN(auto newest, newestIndex(*dir));
+  const std::string path = join(dir->describe(), indexName(newest.first));
+  std::unique_ptr<PackReader> r(new PackReader(std::move(dir), options));
   r->header_ = newest.second;
-  const std::string path = join(dir, indexName(newest.first));
-  RETURN_ON_ERROR(statusOf(client.open(path, O_RDONLY, 0, &r->index_)).withContext(path));
+  RETURN_ON_ERROR(statusOf(r->dir_->open(indexName(newest.first), &r->index_)).withContext(path));
   if (r->index_->size() < r->header_.fileBytes()) {
     return Status(ErrorCode::kCorruption, fmt::format("{}: {} bytes, its header describes {}", path,
                                                       r->index_->size(), r->header_.fileBytes()));
@@ -268,7 +299,7 @@ Status PackReader::indexBytes(uint64_t offset, size_t n, char* out) {
     const uint64_t at = offset - page * kPageBytes;
     if (at >= bytes.size())
       return Status(ErrorCode::kCorruption,
-                    fmt::format("{}: index shorter than its header says", dir_));
+                    fmt::format("{}: index shorter than its header says", dir_->describe()));
     const size_t take = std::min<size_t>(n, bytes.size() - at);
     std::memcpy(out, bytes.data() + at, take);
     out += take;
@@ -288,7 +319,7 @@ Result<Entry> PackReader::entry(uint64_t i) {
   ASSIGN_OR_RETURN(Entry e, decodeEntry(std::string_view(raw, kEntryBytes)));
   if (e.name_offset + e.name_len > header_.names_bytes || e.shard >= header_.shards) {
     return Status(ErrorCode::kCorruption,
-                  fmt::format("{}: entry {} points outside the pack", dir_, i));
+                  fmt::format("{}: entry {} points outside the pack", dir_->describe(), i));
   }
   return e;
 }
@@ -300,55 +331,70 @@ Result<std::string> PackReader::name(const Entry& e) {
 }
 
 Result<std::optional<uint64_t>> PackReader::find(std::string_view want) {
-  if (header_.bloom_bits > 0) {
-    // Only the bytes the probes touch are read (through the page cache).
-    const auto [h1, h2] = bloomHashes(want);
-    for (uint32_t i = 0; i < header_.bloom_hashes; ++i) {
-      const uint64_t bit = (h1 + i * h2) % header_.bloom_bits;
-      char byte = 0;
-      RETURN_ON_ERROR(indexBytes(header_.bloomOffset() + bit / 8, 1, &byte));
-      if (!(static_cast<uint8_t>(byte) >> (bit % 8) & 1)) return std::optional<uint64_t>();
-    }
+  ASSIGN_OR_RETURN(bool maybe, mayContain(want));
+  if (!maybe) return std::optional<uint64_t>();
+  ASSIGN_OR_RETURN(uint64_t i, lowerBound(want));
+  if (i < header_.count) {
+    ASSIGN_OR_RETURN(Entry e, entry(i));
+    ASSIGN_OR_RETURN(std::string n, name(e));
+    if (n == want) return std::optional<uint64_t>(i);
   }
+  return std::optional<uint64_t>();
+}
+
+Result<std::shared_ptr<File>> PackReader::shardFile(uint32_t s) {
+  auto it = shards_.find(s);
+  if (it != shards_.end()) return it->second;
+  // A bound on open handles (a holder keeps its own alive).
+  if (shards_.size() >= 64) shards_.clear();
+  std::unique_ptr<File> f;
+  RETURN_ON_ERROR(
+      statusOf(dir_->open(shardName(s), &f)).withContext(join(dir_->describe(), shardName(s))));
+  std::shared_ptr<File> shared(std::move(f));
+  shards_[s] = shared;
+  return shared;
+}
+
+Result<uint64_t> PackReader::lowerBound(std::string_view key) {
   uint64_t lo = 0, hi = header_.count;
   while (lo < hi) {
     const uint64_t mid = lo + (hi - lo) / 2;
     ASSIGN_OR_RETURN(Entry e, entry(mid));
     ASSIGN_OR_RETURN(std::string n, name(e));
-    if (n == want) return std::optional<uint64_t>(mid);
-    if (n < want) {
+    if (n < key) {
       lo = mid + 1;
     } else {
       hi = mid;
     }
   }
-  return std::optional<uint64_t>();
+  return lo;
 }
 
-Result<File*> PackReader::shard(uint32_t s) {
-  auto it = shards_.find(s);
-  if (it != shards_.end()) return it->second.get();
-  if (shards_.size() >= 64) shards_.clear();  // a bound on open handles
-  const std::string path = join(dir_, shardName(s));
-  std::unique_ptr<File> f;
-  RETURN_ON_ERROR(statusOf(client_.open(path, O_RDONLY, 0, &f)).withContext(path));
-  File* raw = f.get();
-  shards_[s] = std::move(f);
-  return raw;
+Result<bool> PackReader::mayContain(std::string_view key) {
+  if (header_.bloom_bits == 0) return true;
+  // Only the bytes the probes touch are read (through the page cache).
+  const auto [h1, h2] = bloomHashes(key);
+  for (uint32_t i = 0; i < header_.bloom_hashes; ++i) {
+    const uint64_t bit = (h1 + i * h2) % header_.bloom_bits;
+    char byte = 0;
+    RETURN_ON_ERROR(indexBytes(header_.bloomOffset() + bit / 8, 1, &byte));
+    if (!(static_cast<uint8_t>(byte) >> (bit % 8) & 1)) return false;
+  }
+  return true;
 }
 
 Status PackReader::read(const Entry& e, std::span<uint8_t> out) {
   if (out.size() < e.length)
     return Status(ErrorCode::kInvalidArgument, "buffer smaller than the sample");
-  ASSIGN_OR_RETURN(File * f, shard(e.shard));
+  ASSIGN_OR_RETURN(std::shared_ptr<File> f, shardFile(e.shard));
   size_t done = 0;
   RETURN_ON_ERROR(statusOf(f->pread(out.data(), e.length, e.offset, &done)));
   if (done != e.length || crc32c(out.data(), e.length) != e.crc) {
     auto n = name(e);
-    return Status(
-        ErrorCode::kCorruption,
-        fmt::format("{}: sample {} ({} bytes at {} of {}) does not match its checksum", dir_,
-                    n.ok() ? *n : std::string("?"), e.length, e.offset, shardName(e.shard)));
+    return Status(ErrorCode::kCorruption,
+                  fmt::format("{}: sample {} ({} bytes at {} of {}) does not match its checksum",
+                              dir_->describe(), n.ok() ? *n : std::string("?"), e.length, e.offset,
+                              shardName(e.shard)));
   }
   return Status::OK();
 }
@@ -388,16 +434,17 @@ Status PackReader::verify() {
     at += n;
   }
   if (crc != header_.body_crc)
-    return Status(ErrorCode::kCorruption, fmt::format("{}: index body checksum mismatch", dir_));
+    return Status(ErrorCode::kCorruption,
+                  fmt::format("{}: index body checksum mismatch", dir_->describe()));
   for (uint32_t s = 0; s < header_.shards; ++s) {
-    ASSIGN_OR_RETURN(File * f, shard(s));
+    ASSIGN_OR_RETURN(std::shared_ptr<File> f, shardFile(s));
     std::string head(kHeaderBytes, '\0');
     size_t done = 0;
     RETURN_ON_ERROR(statusOf(f->pread(head.data(), head.size(), 0, &done)));
     auto h = decodeShardHeader(head);
     if (!h.ok() || h->shard != s) {
       return Status(ErrorCode::kCorruption,
-                    fmt::format("{}: {} header: {}", dir_, shardName(s),
+                    fmt::format("{}: {} header: {}", dir_->describe(), shardName(s),
                                 h.ok() ? std::string("another shard's") : h.status().message()));
     }
   }

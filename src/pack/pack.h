@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -82,14 +83,33 @@ class PackWriter {
   bool finished_ = false;
 };
 
+// The pack's directory as a reader reaches it: by path through a client,
+// or by inode (the mount's directory view, with its caller's credentials).
+class PackDir {
+ public:
+  virtual ~PackDir() = default;
+  virtual Error list(std::vector<std::string>* names) = 0;
+  // Opens the file `name` of the directory for reading.
+  virtual Error open(const std::string& name, std::unique_ptr<File>* out) = 0;
+  // For messages: the path, or what stands for it.
+  virtual const std::string& describe() const = 0;
+};
+std::unique_ptr<PackDir> packDirAtPath(Client& client, std::string path);
+
+// The newest generation in `dir` whose header verifies (kNotFound without one).
+Result<std::pair<uint64_t, IndexHeader>> newestIndex(PackDir& dir);
+
 class PackReader {
  public:
   struct Options {
     uint64_t cache_bytes = 64ull << 20;  // index pages kept in memory
   };
   // The newest generation whose header verifies. kNotFound without one.
+  static Result<std::unique_ptr<PackReader>> open(std::unique_ptr<PackDir> dir, Options options);
   static Result<std::unique_ptr<PackReader>> open(Client& client, const std::string& dir,
-                                                  Options options);
+                                                  Options options) {
+    return open(packDirAtPath(client, dir), options);
+  }
   static Result<std::unique_ptr<PackReader>> open(Client& client, const std::string& dir) {
     return open(client, dir, Options());
   }
@@ -109,26 +129,31 @@ class PackReader {
   // a key (webdatasetName), as [begin, end) entry ranges; entries
   // WebDataset skips belong to none. Reads every name once: O(count).
   Result<std::vector<std::pair<uint64_t, uint64_t>>> webdatasetGroups();
+  // The index of the first sample whose name is >= `key` (size() if none).
+  Result<uint64_t> lowerBound(std::string_view key);
+  // Whether the Bloom filter may hold `key` (true when there is none).
+  Result<bool> mayContain(std::string_view key);
+  // The shard file, opened on first use; callers may read it from other
+  // threads while they hold it (File::pread is thread-safe).
+  Result<std::shared_ptr<File>> shardFile(uint32_t s);
   // Reads every sample and checks every checksum: the header's body CRC,
   // each shard's header, each sample's bytes. The first problem found.
   Status verify();
 
  private:
-  PackReader(Client& client, std::string dir, Options options)
-      : client_(client), dir_(std::move(dir)), options_(options) {}
+  PackReader(std::unique_ptr<PackDir> dir, Options options)
+      : dir_(std::move(dir)), options_(options) {}
   // `n` bytes of the index file at `offset`, through the page cache.
   Status indexBytes(uint64_t offset, size_t n, char* out);
-  Result<File*> shard(uint32_t s);
 
-  Client& client_;
-  std::string dir_;
+  std::unique_ptr<PackDir> dir_;
   Options options_;
   IndexHeader header_;
   std::unique_ptr<File> index_;
   static constexpr uint64_t kPageBytes = 64 << 10;
   std::list<uint64_t> lru_;  // page numbers, most recent first
   std::unordered_map<uint64_t, std::pair<std::string, std::list<uint64_t>::iterator>> pages_;
-  std::unordered_map<uint32_t, std::unique_ptr<File>> shards_;  // opened on first use
+  std::unordered_map<uint32_t, std::shared_ptr<File>> shards_;  // opened on first use
 };
 
 }  // namespace cistern::pack

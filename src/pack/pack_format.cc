@@ -54,6 +54,17 @@ std::optional<WebDatasetName> webdatasetName(std::string_view name) {
   return WebDatasetName{name.substr(0, c), name.substr(c + 1)};
 }
 
+std::vector<std::string_view> newDirPrefixes(std::string_view prev, std::string_view name) {
+  size_t common = 0;
+  while (common < prev.size() && common < name.size() && prev[common] == name[common]) ++common;
+  std::vector<std::string_view> out;
+  for (size_t p = name.find('/'); p != std::string_view::npos; p = name.find('/', p + 1)) {
+    // prev has the prefix name[0..p] iff it shares all p+1 bytes.
+    if (p + 1 > common) out.push_back(name.substr(0, p + 1));
+  }
+  return out;
+}
+
 std::optional<uint64_t> indexGeneration(std::string_view name) {
   if (name.size() < 11 || name.substr(0, 6) != "index-" || name.substr(name.size() - 4) != ".idx")
     return std::nullopt;
@@ -68,7 +79,7 @@ std::optional<uint64_t> indexGeneration(std::string_view name) {
 // Layout (little-endian): 0 magic "CSTNPIDX" | 8 u32 version | 12 u32 header
 // bytes | 16 u64 generation | 24 u64 count | 32 u32 shards | 36 u32 Bloom
 // hashes | 40 u64 names bytes | 48 u64 Bloom bits | 56 i64 created (ns) |
-// 64 u32 body CRC32C | 68 u64 reserved (0) | 76 u32 CRC32C of bytes 0..75 |
+// 64 u32 body CRC32C | 68 u64 flags | 76 u32 CRC32C of bytes 0..75 |
 // zeros to 4096.
 std::string encodeIndexHeader(const IndexHeader& h) {
   std::string out(kHeaderBytes, '\0');
@@ -83,6 +94,7 @@ std::string encodeIndexHeader(const IndexHeader& h) {
   put<uint64_t>(out, 48, h.bloom_bits);
   put<int64_t>(out, 56, h.created_unix_ns);
   put<uint32_t>(out, 64, h.body_crc);
+  put<uint64_t>(out, 68, h.flags);
   put<uint32_t>(out, kIndexCrcAt, crc32c(out.data(), kIndexCrcAt));
   return out;
 }
@@ -108,6 +120,9 @@ Result<IndexHeader> decodeIndexHeader(std::string_view in) {
   h.bloom_bits = get<uint64_t>(in, 48);
   h.created_unix_ns = get<int64_t>(in, 56);
   h.body_crc = get<uint32_t>(in, 64);
+  h.flags = get<uint64_t>(in, 68);
+  if (h.flags & ~kKnownFlags)
+    return corrupt(fmt::format("index flags {:#x} (this build knows {:#x})", h.flags, kKnownFlags));
   constexpr uint64_t kMax = 1ull << 62;
   if (h.count > kMax / kEntryBytes || h.names_bytes > kMax || h.bloom_bits > kMax)
     return corrupt("index sections too large");

@@ -38,6 +38,13 @@ struct WebDatasetName {
 };
 std::optional<WebDatasetName> webdatasetName(std::string_view name);
 
+// IndexHeader::flags.
+// The Bloom filter also holds every directory prefix of the names, with its
+// trailing '/' ("train/", "train/cat/"): the directory view answers absent
+// directory names from it too.
+inline constexpr uint64_t kFlagDirsInBloom = 1;
+inline constexpr uint64_t kKnownFlags = kFlagDirsInBloom;
+
 struct IndexHeader {
   uint64_t generation = 0;  // 1, 2, ...: each append writes the next
   uint64_t count = 0;       // entries
@@ -46,6 +53,7 @@ struct IndexHeader {
   uint64_t bloom_bits = 0;  // a multiple of 64
   uint32_t bloom_hashes = 0;
   int64_t created_unix_ns = 0;
+  uint64_t flags = 0;  // kFlag*
   // CRC32C of everything after the header (entries, names, Bloom filter),
   // checked by a verify, not by open.
   uint32_t body_crc = 0;
@@ -58,7 +66,8 @@ struct IndexHeader {
 };
 std::string encodeIndexHeader(const IndexHeader& h);
 // kCorruption naming the problem: magic, version, checksum, sizes that do
-// not add up (sections past 2^62, a Bloom filter without hashes).
+// not add up (sections past 2^62, a Bloom filter without hashes), flags
+// this build does not know.
 Result<IndexHeader> decodeIndexHeader(std::string_view bytes);
 
 // One sample. Entries are stored in name order.
@@ -83,6 +92,11 @@ struct ShardHeader {
 };
 std::string encodeShardHeader(const ShardHeader& h);
 Result<ShardHeader> decodeShardHeader(std::string_view bytes);
+
+// The directory prefixes of `name` ("a/b/c" -> "a/", "a/b/") that `prev`
+// (the name before it in name order, "" for the first) does not have:
+// over a sorted list, each directory once.
+std::vector<std::string_view> newDirPrefixes(std::string_view prev, std::string_view name);
 
 // The two hashes of a name a Bloom filter probes with: probe i sets or
 // tests bit (h1 + i * h2) mod bits, bit k being bit k % 8 of byte k / 8.
