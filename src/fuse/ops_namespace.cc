@@ -80,7 +80,7 @@ void lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     // No such name in the directory: its pack's view, if it holds one.
     FileInfo dir;
     if (!f.client().getattr(parent, &dir)) {
-      Error v = f.views().lookupRoot(f.who(req), dir, &view);
+      Error v = f.views().lookupRoot(f.who(req), dir, f.options().entry_timeout_s, &view);
       if (!v) {
         replyViewEntry(req, f, view);
         return;

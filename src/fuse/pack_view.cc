@@ -222,7 +222,7 @@ void fillEntry(const struct stat& st, fuse_entry_param* out) {
 }  // namespace
 
 Error PackViews::lookupRoot(const Credentials& who, const FileInfo& dir_info,
-                            fuse_entry_param* out) {
+                            double entry_timeout_s, fuse_entry_param* out) {
   if (!dir_info.isDir()) return {ENOENT, "not a directory"};
   auto dir = std::make_unique<InodeDir>(client_, who, dir_info.ino);
   auto newest = pack::newestIndex(*dir);
@@ -236,6 +236,7 @@ Error PackViews::lookupRoot(const Credentials& who, const FileInfo& dir_info,
       struct stat st;
       slot.fillStat(encode({s, 0, 0}), true, nullptr, &st);
       fillEntry(st, out);
+      out->entry_timeout = entry_timeout_s;
       ++slot.lookups;
       return {};
     }
@@ -257,6 +258,7 @@ Error PackViews::lookupRoot(const Credentials& who, const FileInfo& dir_info,
   struct stat st;
   slot.fillStat(encode({free, 0, 0}), true, nullptr, &st);
   fillEntry(st, out);
+  out->entry_timeout = entry_timeout_s;
   return {};
 }
 

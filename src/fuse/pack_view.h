@@ -47,8 +47,11 @@ class PackViews {
 
   // `.view` looked up in the directory `dir` (whose attributes are
   // `dir_info`): its root if `dir` holds a pack; ENOENT if it does not;
-  // EMFILE when kMaxViews views are in use.
-  Error lookupRoot(const Credentials& who, const FileInfo& dir_info, fuse_entry_param* out);
+  // EMFILE when kMaxViews views are in use. The name `.view` is cached by
+  // the kernel for `entry_timeout_s` (the mount's): a lookup after that
+  // sees the pack's newest generation.
+  Error lookupRoot(const Credentials& who, const FileInfo& dir_info, double entry_timeout_s,
+                   fuse_entry_param* out);
   Error lookup(uint64_t parent, const std::string& name, fuse_entry_param* out);
   Error getattr(uint64_t node, struct stat* out);
   // A sample opened for reading (EROFS for writing, EISDIR for a directory).

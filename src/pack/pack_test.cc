@@ -5,6 +5,7 @@
 #include "pack/prefetch.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -106,6 +107,36 @@ TEST_F(PackTest, SamplesRoundTripAcrossShardsAndAreFoundByName) {
   auto e = (*r)->entry(3);
   EXPECT_EQ(e->label, static_cast<int64_t>(std::stoi((*r)->name(*e)->substr(6)) % 10));
   EXPECT_EQ((*r)->entry(500).code(), ErrorCode::kInvalidArgument);
+  // The Bloom filter holds the directory prefixes too (the directory view
+  // answers absent directories from it): all present, ~1% of absent ones.
+  EXPECT_TRUE((*r)->header().flags & kFlagDirsInBloom);
+  for (const char* dir : {"dir0/", "dir1/", "dir2/"}) EXPECT_TRUE(*(*r)->mayContain(dir)) << dir;
+  int maybe = 0;
+  for (int i = 0; i < 1000; ++i) maybe += *(*r)->mayContain(fmt::format("absent{}/", i));
+  EXPECT_LT(maybe, 50);
+  // lowerBound: the first name under "dir1/", the one before it outside.
+  const uint64_t lb = *(*r)->lowerBound("dir1/");
+  ASSERT_GT(lb, 0u);
+  EXPECT_TRUE((*r)->name(*(*r)->entry(lb))->starts_with("dir1/"));
+  EXPECT_FALSE((*r)->name(*(*r)->entry(lb - 1))->starts_with("dir1/"));
+  EXPECT_EQ(*(*r)->lowerBound("zzz"), (*r)->size());
+}
+
+TEST(PackFormat, EachDirectoryPrefixOnceOverSortedNames) {
+  std::vector<std::string> got;
+  std::string prev;
+  for (const char* n : {"a/b/c", "a/b/d", "a/c", "a/cd/e", "b", "b/x/y/z"}) {
+    for (auto d : newDirPrefixes(prev, n)) got.emplace_back(d);
+    prev = n;
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"a/", "a/b/", "a/cd/", "b/", "b/x/", "b/x/y/"}));
+  // Unknown header flags are refused, naming them.
+  IndexHeader h;
+  h.generation = 1;
+  h.flags = 6;
+  auto d = decodeIndexHeader(encodeIndexHeader(h));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("flags"), std::string::npos);
 }
 
 TEST_F(PackTest, AnAppendWritesANewGenerationAndReplacesNamesAddedAgain) {

@@ -1,6 +1,7 @@
-"""A `cistern up` for the Python tests: started once per session on free
-ports in a temporary directory, stopped after (CISTERN_BIN names the binary,
-PYTHONPATH the built module: python/CMakeLists.txt sets both)."""
+"""A `cistern up --mount` for the Python tests: started once per session on
+free ports in a temporary directory, mounted there, stopped (and unmounted)
+after (CISTERN_BIN names the binary, PYTHONPATH the built module:
+python/CMakeLists.txt sets both)."""
 import os
 import subprocess
 import tempfile
@@ -10,11 +11,13 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def cluster():
+def _up():
     binary = os.environ["CISTERN_BIN"]
-    data = tempfile.mkdtemp(prefix="cistern-py-")
+    root = tempfile.mkdtemp(prefix="cistern-py-")
+    data, mnt = os.path.join(root, "data"), os.path.join(root, "mnt")
+    os.mkdir(mnt)
     proc = subprocess.Popen(
-        [binary, "up", "--data", data, "--listen", "127.0.0.1:0"],
+        [binary, "up", "--data", data, "--listen", "127.0.0.1:0", "--mount", mnt],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     address, ready, log = None, False, ""
     # Blocking reads (a select() on the buffered pipe would miss lines
@@ -33,13 +36,28 @@ def cluster():
     if address is None or not ready:
         proc.kill()
         raise RuntimeError("cistern up did not start:\n" + log)
-    yield address
+    # Its output drained from now on: a full pipe would stop the process.
+    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+    yield address, mnt
     proc.terminate()
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
-    subprocess.run(["rm", "-rf", data])
+    subprocess.run(["umount", "-l", mnt], stderr=subprocess.DEVNULL)
+    subprocess.run(["rm", "-rf", root])
+
+
+@pytest.fixture(scope="session")
+def cluster(_up):
+    """The cluster's address (host:port)."""
+    return _up[0]
+
+
+@pytest.fixture(scope="session")
+def mnt(_up):
+    """Where the cluster is mounted."""
+    return _up[1]
 
 
 @pytest.fixture()
