@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -143,11 +144,29 @@ struct CheckReport {
   std::vector<std::string> problems;   // one sentence each; empty when clean
 };
 
+// One range of File::preadMany.
+struct FileRange {
+  void* buf = nullptr;
+  size_t n = 0;
+  uint64_t offset = 0;
+  size_t done = 0;  // set as pread's *done
+};
+
 class File {
  public:
   virtual ~File() = default;
   // Reads up to n bytes at offset; *done is less than n only at the end of file.
   virtual Error pread(void* buf, size_t n, uint64_t offset, size_t* done) = 0;
+  // Reads many ranges (a pack's samples). A file opened with O_DIRECT
+  // sends the ranges that one storage server holds together, several per
+  // request, read by it in parallel; otherwise one pread each. The first
+  // error is returned (ranges after it may be unread).
+  virtual Error preadMany(std::span<FileRange> ranges) {
+    for (auto& r : ranges) {
+      if (Error e = pread(r.buf, r.n, r.offset, &r.done)) return e;
+    }
+    return {};
+  }
   virtual Error pwrite(const void* buf, size_t n, uint64_t offset, size_t* done) = 0;
   // Durable: buffered bytes are written to storage and synced there (with
   // every other write of this client to the same targets), the length is

@@ -151,6 +151,19 @@ class ClientImpl final : public Client {
   // Reads [offset, offset + n) of the file into `out`; holes and bytes past
   // a chunk's end read as zeros. The caller clips n to the file's length.
   Status readData(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* out);
+  // Many ranges of one file: their pieces grouped by the server they
+  // route to, up to kManyRangesMax ranges and kManyBytesMax bytes per
+  // BatchRead (which the server reads in parallel); a request that fails,
+  // and a range answered with an error, are done again piece by piece
+  // with runPieces' retries.
+  struct ReadSpan {
+    uint64_t offset;
+    size_t n;
+    uint8_t* out;
+  };
+  Status readMany(const meta::Inode& inode, std::span<const ReadSpan> spans);
+  static constexpr size_t kManyRangesMax = 8;
+  static constexpr size_t kManyBytesMax = 1 << 20;
   Status writeData(const meta::Inode& inode, uint64_t offset, size_t n, const uint8_t* in);
   // Makes the chunk writes acknowledged so far durable: one Sync to each
   // chain this client wrote to unsynced since its last sync (none with

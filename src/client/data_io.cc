@@ -420,6 +420,89 @@ Status ClientImpl::readData(const meta::Inode& inode, uint64_t offset, size_t n,
   return runPieces(false, inode, pieces);
 }
 
+Status ClientImpl::readMany(const meta::Inode& inode, std::span<const ReadSpan> spans) {
+  if (spans.empty()) return Status::OK();
+  if (inode.layout().chunk_size() == 0)
+    return Status(ErrorCode::kCorruption, fmt::format("inode {} has no layout", inode.ino()));
+  std::vector<Piece> pieces;
+  for (const ReadSpan& s : spans) {
+    auto cut_pieces = cut(inode, s.offset, s.n, s.out);
+    pieces.insert(pieces.end(), cut_pieces.begin(), cut_pieces.end());
+  }
+  // Each piece's route; pieces of one server in one request, in order.
+  struct Group {
+    ChainRoute route;
+    std::vector<Piece*> pieces;
+    size_t bytes = 0;
+  };
+  std::vector<Group> groups;
+  std::vector<Piece> again;  // done piece by piece, with retries
+  for (Piece& p : pieces) {
+    auto r = route(p.chain);
+    if (!r.ok()) {
+      again.push_back(p);
+      continue;
+    }
+    ChainRoute rr = readRoute(std::move(*r), inode.ino(), p);
+    Group* g = nullptr;
+    for (auto& candidate : groups) {
+      if (candidate.route.endpoint == rr.endpoint && candidate.pieces.size() < kManyRangesMax &&
+          candidate.bytes + p.length <= kManyBytesMax) {
+        g = &candidate;
+        break;
+      }
+    }
+    if (!g) g = &groups.emplace_back(Group{std::move(rr), {}, 0});
+    g->pieces.push_back(&p);
+    g->bytes += p.length;
+  }
+  std::vector<uint8_t> buf;
+  for (Group& g : groups) {
+    storage::BatchReadReq req;
+    for (Piece* p : g.pieces) {
+      auto* range = req.add_ranges();
+      range->mutable_chunk()->set_inode(inode.ino());
+      range->mutable_chunk()->set_index(p->index);
+      range->set_offset(p->offset);
+      range->set_length(p->length);
+      range->set_chain(p->chain);
+      range->set_chain_version(g.route.version);
+    }
+    buf.resize(g.bytes);
+    storage::BatchReadResp resp;
+    size_t got = 0;
+    bool local = false;
+    net::CallOptions o;
+    o.response_payload = std::span<uint8_t>(buf.data(), buf.size());
+    o.response_payload_len = &got;
+    o.ran_locally = &local;
+    Status s = rpc_->callSync(g.route.endpoint, kBatchRead(), req, &resp, o);
+    if (!s.ok() || resp.codes_size() != req.ranges_size() ||
+        resp.lengths_size() != req.ranges_size()) {
+      for (Piece* p : g.pieces) again.push_back(*p);
+      continue;
+    }
+    // The ranges' bytes back to back; a hole or a short chunk reads as zeros.
+    size_t at = 0;
+    for (int i = 0; i < req.ranges_size(); ++i) {
+      Piece* p = g.pieces[static_cast<size_t>(i)];
+      const auto code = static_cast<ErrorCode>(resp.codes(i));
+      const size_t len = resp.lengths(i);
+      if ((code != ErrorCode::kOk && code != ErrorCode::kNotFound) || len > p->length ||
+          at + len > got) {
+        again.push_back(*p);
+        at += len;
+        continue;
+      }
+      std::memcpy(p->data, buf.data() + at, len);
+      if (len < p->length) std::memset(p->data + len, 0, p->length - len);
+      at += len;
+    }
+    readBytes(local ? "local" : "socket").inc(at);
+  }
+  return runPieces(false, inode, again);
+}
+
 Status ClientImpl::writeData(const meta::Inode& inode, uint64_t offset, size_t n,
                              const uint8_t* in) {
   if (inode.layout().chunk_size() == 0 || inode.layout().chains_size() == 0)

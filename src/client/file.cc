@@ -411,6 +411,31 @@ Error FileImpl::preadDirect(void* buf, size_t n, uint64_t offset, size_t* done) 
   return {};
 }
 
+Error FileImpl::preadManyDirect(std::span<FileRange> ranges) {
+  std::vector<ClientImpl::ReadSpan> spans;
+  spans.reserve(ranges.size());
+  {
+    std::lock_guard lock(mu_);
+    for (auto& r : ranges) {
+      size_t len = 0;
+      if (Error e = startReadLocked(r.n, r.offset, &len)) return e;
+      r.done = len;
+      if (len == 0) continue;
+      if (has_inline_) {
+        readInlineLocked(static_cast<uint8_t*>(r.buf), len, r.offset);
+      } else {
+        spans.push_back({r.offset, len, static_cast<uint8_t*>(r.buf)});
+      }
+    }
+  }
+  Status s = client_->readMany(inode_, spans);
+  if (!s.ok()) {
+    for (auto& r : ranges) r.done = 0;
+    return toError(s, path_);
+  }
+  return {};
+}
+
 Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t* done,
                              bool append) {
   *done = 0;

@@ -62,6 +62,8 @@ class FileImpl {
   // calls run in parallel (the lock is held only to order them after
   // buffered bytes). A write raises the length when it completes.
   Error preadDirect(void* buf, size_t n, uint64_t offset, size_t* done);
+  // Many direct reads; ranges on one server go in one request (ClientImpl::readMany).
+  Error preadManyDirect(std::span<FileRange> ranges);
   Error pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t* done, bool append = false);
   // A session that created the file holds it: if everything written fits
   // Options::inline_max_bytes and stays in the write buffer until that

@@ -94,6 +94,11 @@ class FileHandle final : public File {
     return direct_ ? node_->file->preadDirect(buf, n, offset, done)
                    : node_->file->pread(buf, n, offset, done);
   }
+  Error preadMany(std::span<FileRange> ranges) override {
+    for (auto& r : ranges) r.done = 0;
+    if (closed_.load() || !read_) return badDescriptor();
+    return direct_ ? node_->file->preadManyDirect(ranges) : File::preadMany(ranges);
+  }
   Error pwrite(const void* buf, size_t n, uint64_t offset, size_t* done) override {
     *done = 0;
     if (closed_.load() || !write_) return badDescriptor();

@@ -71,7 +71,7 @@ class InodeDir final : public pack::PackDir {
   Error open(const std::string& name, std::unique_ptr<File>* out) override {
     FileInfo info;
     if (Error e = c_.lookup(who_, ino_, name, &info)) return e;
-    return c_.openAt(who_, info.ino, O_RDONLY, out);
+    return c_.openAt(who_, info.ino, O_RDONLY | O_DIRECT, out);
   }
   const std::string& describe() const override { return describe_; }
 

@@ -60,7 +60,7 @@ class PathDir final : public PackDir {
     return {};
   }
   Error open(const std::string& name, std::unique_ptr<File>* out) override {
-    return c_.open(join(path_, name), O_RDONLY, 0, out);
+    return c_.open(join(path_, name), O_RDONLY | O_DIRECT, 0, out);
   }
   const std::string& describe() const override { return path_; }
 
@@ -383,20 +383,58 @@ Result<bool> PackReader::mayContain(std::string_view key) {
   return true;
 }
 
+Status PackReader::mismatch(const Entry& e) {
+  auto n = name(e);
+  return Status(ErrorCode::kCorruption,
+                fmt::format("{}: sample {} ({} bytes at {} of {}) does not match its checksum",
+                            dir_->describe(), n.ok() ? *n : std::string("?"), e.length, e.offset,
+                            shardName(e.shard)));
+}
+
 Status PackReader::read(const Entry& e, std::span<uint8_t> out) {
   if (out.size() < e.length)
     return Status(ErrorCode::kInvalidArgument, "buffer smaller than the sample");
   ASSIGN_OR_RETURN(std::shared_ptr<File> f, shardFile(e.shard));
   size_t done = 0;
   RETURN_ON_ERROR(statusOf(f->pread(out.data(), e.length, e.offset, &done)));
-  if (done != e.length || crc32c(out.data(), e.length) != e.crc) {
-    auto n = name(e);
-    return Status(ErrorCode::kCorruption,
-                  fmt::format("{}: sample {} ({} bytes at {} of {}) does not match its checksum",
-                              dir_->describe(), n.ok() ? *n : std::string("?"), e.length, e.offset,
-                              shardName(e.shard)));
-  }
+  if (done != e.length || crc32c(out.data(), e.length) != e.crc) return mismatch(e);
   return Status::OK();
+}
+
+void PackReader::readMany(std::span<const Entry> entries, std::span<const std::span<uint8_t>> outs,
+                          std::vector<Status>* statuses) {
+  statuses->assign(entries.size(), Status::OK());
+  std::vector<bool> started(entries.size(), false);
+  std::vector<FileRange> ranges;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (started[i]) continue;
+    // Every sample of entries[i]'s shard, from i on.
+    const uint32_t shard = entries[i].shard;
+    ranges.clear();
+    which.clear();
+    for (size_t j = i; j < entries.size(); ++j) {
+      if (started[j] || entries[j].shard != shard) continue;
+      started[j] = true;
+      if (outs[j].size() < entries[j].length) {
+        (*statuses)[j] = Status(ErrorCode::kInvalidArgument, "buffer smaller than the sample");
+        continue;
+      }
+      ranges.push_back({outs[j].data(), entries[j].length, entries[j].offset, 0});
+      which.push_back(j);
+    }
+    auto f = shardFile(shard);
+    Status s = f.ok() ? statusOf((*f)->preadMany(ranges)) : f.status();
+    for (size_t k = 0; k < which.size(); ++k) {
+      const size_t j = which[k];
+      const Entry& e = entries[j];
+      if (!s.ok()) {
+        (*statuses)[j] = s;
+      } else if (ranges[k].done != e.length || crc32c(outs[j].data(), e.length) != e.crc) {
+        (*statuses)[j] = mismatch(e);
+      }
+    }
+  }
 }
 
 Result<std::vector<std::pair<uint64_t, uint64_t>>> PackReader::webdatasetGroups() {

@@ -89,7 +89,9 @@ class PackDir {
  public:
   virtual ~PackDir() = default;
   virtual Error list(std::vector<std::string>* names) = 0;
-  // Opens the file `name` of the directory for reading.
+  // Opens the file `name` of the directory for reading, O_DIRECT: readers
+  // read exact ranges at random offsets, from many threads at once (a
+  // buffered File serializes its reads and reads ahead of each).
   virtual Error open(const std::string& name, std::unique_ptr<File>* out) = 0;
   // For messages: the path, or what stands for it.
   virtual const std::string& describe() const = 0;
@@ -125,6 +127,12 @@ class PackReader {
   // The sample's bytes into `out` (e.length bytes), verified: kCorruption
   // naming the sample, its shard and offset if its CRC32C does not match.
   Status read(const Entry& e, std::span<uint8_t> out);
+  // Many samples at once, each shard's with one File::preadMany (several
+  // samples per storage request): entries[i] into outs[i] (its length).
+  // (*statuses)[i]: OK, kCorruption as read() names it, or the I/O error
+  // that left it unread.
+  void readMany(std::span<const Entry> entries, std::span<const std::span<uint8_t>> outs,
+                std::vector<Status>* statuses);
   // WebDataset samples: runs of entries (in name order) whose names share
   // a key (webdatasetName), as [begin, end) entry ranges; entries
   // WebDataset skips belong to none. Reads every name once: O(count).
@@ -145,6 +153,8 @@ class PackReader {
       : dir_(std::move(dir)), options_(options) {}
   // `n` bytes of the index file at `offset`, through the page cache.
   Status indexBytes(uint64_t offset, size_t n, char* out);
+  // kCorruption naming a sample whose bytes do not match its CRC.
+  Status mismatch(const Entry& e);
 
   std::unique_ptr<PackDir> dir_;
   Options options_;

@@ -257,6 +257,43 @@ TEST_F(PackTest, WebDatasetGroupsAreTheRunsOfOneKey) {
   EXPECT_EQ(*g, (G{{1, 3}, {3, 4}, {4, 6}}));
 }
 
+// File::preadMany on an O_DIRECT file: ranges across chunk boundaries, at
+// the end of the file and past it, several per storage request, read
+// exactly as one pread each would.
+TEST_F(PackTest, ManyRangesReadAsOnePreadEach) {
+  std::unique_ptr<File> f;
+  ASSERT_FALSE(client_->open("/many", O_CREAT | O_WRONLY, 0644, &f));
+  const auto data = bytesOf(9 << 20, 11);
+  size_t done = 0;
+  ASSERT_FALSE(f->pwrite(data.data(), data.size(), 0, &done));
+  ASSERT_FALSE(f->close());
+  const uint64_t chunk = f->info().chunk_size;
+  ASSERT_GT(chunk, 0u);
+  ASSERT_FALSE(client_->open("/many", O_RDONLY | O_DIRECT, 0, &f));
+  std::vector<std::pair<uint64_t, size_t>> want = {
+      {0, 100},          {chunk - 10, 20},      {5 << 20, 4096},  {1, 1},
+      {chunk * 2, 7000}, {data.size() - 5, 10}, {data.size(), 8}, {data.size() + 100, 8},
+      {123456, 65536},   {chunk + 1, 3 * 4096}};
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<FileRange> ranges;
+  for (auto [off, n] : want) bufs.emplace_back(n, 0xEE);
+  for (size_t i = 0; i < want.size(); ++i)
+    ranges.push_back({bufs[i].data(), want[i].second, want[i].first, 99});
+  ASSERT_FALSE(f->preadMany(ranges));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto [off, n] = want[i];
+    const size_t expect = off >= data.size() ? 0 : std::min<size_t>(n, data.size() - off);
+    EXPECT_EQ(ranges[i].done, expect) << i;
+    EXPECT_TRUE(std::equal(bufs[i].begin(), bufs[i].begin() + static_cast<long>(expect),
+                           data.begin() + static_cast<long>(std::min<size_t>(off, data.size()))))
+        << i;
+  }
+  // A handle that cannot read: EBADF, nothing read.
+  ASSERT_FALSE(client_->open("/many", O_WRONLY | O_DIRECT, 0, &f));
+  EXPECT_EQ(f->preadMany(ranges).errno_value, EBADF);
+  EXPECT_EQ(ranges[0].done, 0u);
+}
+
 // The prefetcher returns the samples in the order asked (a permutation),
 // holding at most its byte bound (plus the one sample the consumer waits
 // for) whatever the thread count.

@@ -36,35 +36,79 @@ Prefetcher::~Prefetcher() {
 }
 
 void Prefetcher::run(PackReader* reader) {
+  std::vector<Entry> entries;
+  std::vector<Result<Sample>> samples;
+  std::vector<std::span<uint8_t>> outs;
+  std::vector<Status> statuses;
   for (;;) {
-    size_t pos;
+    size_t first, count;
     {
       std::unique_lock lock(mu_);
-      // Within the bound, or the one the consumer waits for.
       cv_.wait(lock, [&] {
-        return stop_ || claimed_ >= order_.size() || held_ < options_.max_bytes ||
+        return stop_ || claimed_ >= order_.size() || held_ + reserved_ < options_.max_bytes ||
                claimed_ == taken_;
       });
       if (stop_ || claimed_ >= order_.size()) return;
-      pos = claimed_++;
+      first = claimed_;
+      count = std::min<size_t>(kBatch, order_.size() - first);
+      claimed_ += count;
     }
-    Result<Sample> s = [&]() -> Result<Sample> {
-      Sample out;
-      out.index = order_[pos];
-      ASSIGN_OR_RETURN(Entry e, reader->entry(out.index));
-      ASSIGN_OR_RETURN(out.name, reader->name(e));
-      out.label = e.label;
-      out.bytes.resize(e.length);
-      RETURN_ON_ERROR(reader->read(e, out.bytes));
-      return out;
-    }();
-    std::lock_guard lock(mu_);
-    if (s.ok()) {
-      held_ += s->bytes.size();
-      peak_ = std::max(peak_, held_);
+    // The batch's entries and names (from the index pages this thread keeps).
+    entries.assign(count, Entry{});
+    samples.clear();
+    for (size_t i = 0; i < count; ++i) {
+      samples.push_back([&]() -> Result<Sample> {
+        Sample out;
+        out.index = order_[first + i];
+        ASSIGN_OR_RETURN(entries[i], reader->entry(out.index));
+        ASSIGN_OR_RETURN(out.name, reader->name(entries[i]));
+        out.label = entries[i].label;
+        out.bytes.resize(entries[i].length);
+        return out;
+      }());
+      if (!samples.back().ok()) entries[i].length = 0;
     }
-    done_.emplace(pos, std::move(s));
-    cv_.notify_all();
+    // Read in runs that fit the bound (the consumer's next sample always
+    // does): several samples per storage request, memory within the bound.
+    for (size_t i = 0; i < count;) {
+      size_t j = i;
+      uint64_t bytes = 0;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] {
+          return stop_ || held_ + reserved_ + entries[i].length <= options_.max_bytes ||
+                 first + i == taken_;
+        });
+        if (stop_) return;
+        do {
+          bytes += entries[j].length;
+          ++j;
+        } while (j < count && held_ + reserved_ + bytes + entries[j].length <= options_.max_bytes);
+        reserved_ += bytes;
+      }
+      std::vector<Entry> run;
+      outs.clear();
+      std::vector<size_t> at;
+      for (size_t k = i; k < j; ++k) {
+        if (!samples[k].ok()) continue;
+        run.push_back(entries[k]);
+        outs.push_back(samples[k]->bytes);
+        at.push_back(k);
+      }
+      reader->readMany(run, outs, &statuses);
+      for (size_t k = 0; k < at.size(); ++k) {
+        if (!statuses[k].ok()) samples[at[k]] = statuses[k];
+      }
+      std::lock_guard lock(mu_);
+      reserved_ -= bytes;
+      for (size_t k = i; k < j; ++k) {
+        if (samples[k].ok()) held_ += samples[k]->bytes.size();
+        done_.emplace(first + k, std::move(samples[k]));
+      }
+      peak_ = std::max(peak_, held_ + reserved_);
+      cv_.notify_all();
+      i = j;
+    }
   }
 }
 
