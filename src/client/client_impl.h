@@ -153,9 +153,10 @@ class ClientImpl final : public Client {
   Status readData(const meta::Inode& inode, uint64_t offset, size_t n, uint8_t* out);
   // Many ranges of one file: their pieces grouped by the server they
   // route to, up to kManyRangesMax ranges and kManyBytesMax bytes per
-  // BatchRead (which the server reads in parallel); a request that fails,
-  // and a range answered with an error, are done again piece by piece
-  // with runPieces' retries.
+  // BatchRead — what a storage server reads in parallel on its io_uring
+  // (StorageServiceOptions::loop_read_bytes_max); a larger piece goes
+  // alone. A request that fails, and a range answered with an error, are
+  // done again piece by piece with runPieces' retries.
   struct ReadSpan {
     uint64_t offset;
     size_t n;
@@ -163,7 +164,7 @@ class ClientImpl final : public Client {
   };
   Status readMany(const meta::Inode& inode, std::span<const ReadSpan> spans);
   static constexpr size_t kManyRangesMax = 8;
-  static constexpr size_t kManyBytesMax = 1 << 20;
+  static constexpr size_t kManyBytesMax = 64 << 10;
   Status writeData(const meta::Inode& inode, uint64_t offset, size_t n, const uint8_t* in);
   // Makes the chunk writes acknowledged so far durable: one Sync to each
   // chain this client wrote to unsynced since its last sync (none with

@@ -154,7 +154,8 @@ struct PackViews::Slot {
   std::unique_ptr<pack::PackReader> reader;
   uint64_t dir_ino = 0;
   uint64_t generation = 0;
-  FileInfo dir;          // the pack directory's attributes when the view opened
+  FileInfo dir;    // the pack directory's attributes (directories show them)
+  FileInfo index;  // the index file's (samples show them)
   uint64_t lookups = 0;  // under PackViews::mu_
 
   // "a/b/" for a directory node of level 2 at an entry "a/b/c..."; "" for the root.
@@ -175,10 +176,10 @@ struct PackViews::Slot {
   void fillStat(uint64_t node, bool is_dir, const pack::Entry* e, struct stat* st) const {
     std::memset(st, 0, sizeof(*st));
     st->st_ino = node;
-    st->st_mode = is_dir ? (S_IFDIR | (dir.mode & 0555)) : (S_IFREG | (dir.mode & 0444));
+    st->st_mode = is_dir ? (S_IFDIR | (dir.mode & 0555)) : (S_IFREG | (index.mode & 0444));
     st->st_nlink = is_dir ? 2 : 1;
-    st->st_uid = dir.uid;
-    st->st_gid = dir.gid;
+    st->st_uid = is_dir ? dir.uid : index.uid;
+    st->st_gid = is_dir ? dir.gid : index.gid;
     st->st_size = is_dir ? 0 : static_cast<off_t>(e->length);
     st->st_blksize = 4096;
     st->st_blocks = (st->st_size + 511) / 512;
@@ -227,36 +228,44 @@ Error PackViews::lookupRoot(const Credentials& who, const FileInfo& dir_info,
   auto dir = std::make_unique<InodeDir>(client_, who, dir_info.ino);
   auto newest = pack::newestIndex(*dir);
   if (!newest.ok()) return errorOf(newest.status());
+  // Samples show the index file's read bits and owner: who cannot read
+  // the pack's files cannot read its view either (the kernel checks).
+  FileInfo index;
+  if (Error e = client_.lookup(who, dir_info.ino, pack::indexName(newest->first), &index))
+    return e;
   std::lock_guard lock(mu_);
-  uint32_t free = kMaxViews;
+  uint32_t found = kMaxViews, free = kMaxViews;
   for (uint32_t s = 0; s < kMaxViews; ++s) {
     Slot& slot = slots_[s];
-    if (slot.lookups > 0 && slot.dir_ino == dir_info.ino && slot.generation == newest->first) {
-      std::lock_guard slot_lock(slot.mu);
-      struct stat st;
-      slot.fillStat(encode({s, 0, 0}), true, nullptr, &st);
-      fillEntry(st, out);
-      out->entry_timeout = entry_timeout_s;
-      ++slot.lookups;
-      return {};
+    if (slot.reader && slot.dir_ino == dir_info.ino && slot.generation == newest->first) {
+      found = s;
+      break;
     }
-    if (slot.lookups == 0 && free == kMaxViews) free = s;
+    // A free slot: one never used, else one the kernel holds nothing of.
+    if (slot.lookups == 0 && (free == kMaxViews || (!slot.reader && slots_[free].reader))) free = s;
   }
-  if (free == kMaxViews) {
-    return {EMFILE, fmt::format("{} pack views open at once already", kMaxViews)};
+  if (found == kMaxViews) {
+    if (free == kMaxViews)
+      return {EMFILE, fmt::format("{} pack views open at once already", kMaxViews)};
+    Slot& slot = slots_[free];
+    std::lock_guard slot_lock(slot.mu);
+    slot.reader.reset();
+    auto r = pack::PackReader::open(std::move(dir), {.cache_bytes = kViewCacheBytes});
+    if (!r.ok()) return errorOf(r.status());
+    slot.reader = std::move(*r);
+    slot.dir_ino = dir_info.ino;
+    slot.generation = slot.reader->header().generation;
+    found = free;
   }
-  Slot& slot = slots_[free];
+  Slot& slot = slots_[found];
   std::lock_guard slot_lock(slot.mu);
-  slot.reader.reset();
-  auto r = pack::PackReader::open(std::move(dir), {.cache_bytes = kViewCacheBytes});
-  if (!r.ok()) return errorOf(r.status());
-  slot.reader = std::move(*r);
-  slot.dir_ino = dir_info.ino;
-  slot.generation = slot.reader->header().generation;
-  slot.dir = dir_info;
-  slot.lookups = 1;
+  if (slot.lookups == 0) {  // the kernel caches nothing of it: attributes as now
+    slot.dir = dir_info;
+    slot.index = index;
+  }
+  ++slot.lookups;
   struct stat st;
-  slot.fillStat(encode({free, 0, 0}), true, nullptr, &st);
+  slot.fillStat(encode({found, 0, 0}), true, nullptr, &st);
   fillEntry(st, out);
   out->entry_timeout = entry_timeout_s;
   return {};

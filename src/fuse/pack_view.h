@@ -36,7 +36,7 @@ class PackViews {
   static constexpr uint64_t kViewCacheBytes = 32ull << 20;
   // Samples up to this size are read whole, and checked, at open; larger
   // ones by range, checked when read through to their end.
-  static constexpr uint64_t kWholeReadBytes = 8ull << 20;
+  static constexpr uint64_t kWholeReadBytes = 1ull << 20;
   // Entry and attribute timeouts of view nodes: a slot's contents never change.
   static constexpr double kTimeoutS = 3600;
 

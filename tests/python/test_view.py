@@ -1,5 +1,5 @@
 """The mount's directory view of a pack (`<pack>/.view`): the same tree as
-the packed directory through os.walk, stat and reads (a sample over 8 MiB
+the packed directory through os.walk, stat and reads (a sample over 1 MiB
 read by range included), torchvision's ImageFolder and a DataLoader over
 it, every change refused with EROFS, and a new generation shown after an
 append."""
