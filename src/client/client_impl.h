@@ -154,9 +154,9 @@ class ClientImpl final : public Client {
   // Many ranges of one file: their pieces grouped by the server they
   // route to, up to kManyRangesMax ranges and kManyBytesMax bytes per
   // BatchRead — what a storage server reads in parallel on its io_uring
-  // (StorageServiceOptions::loop_read_bytes_max); a larger piece goes
-  // alone. A request that fails, and a range answered with an error, are
-  // done again piece by piece with runPieces' retries.
+  // (StorageServiceOptions::loop_read_bytes_max). Larger pieces, a
+  // request that fails and a range answered with an error go to
+  // runPieces (in parallel, short-circuit reads on this host, retries).
   struct ReadSpan {
     uint64_t offset;
     size_t n;

@@ -436,8 +436,14 @@ Status ClientImpl::readMany(const meta::Inode& inode, std::span<const ReadSpan> 
     size_t bytes = 0;
   };
   std::vector<Group> groups;
-  std::vector<Piece> again;  // done piece by piece, with retries
+  // Done by runPieces: in parallel, short-circuit where it can, with
+  // retries. Pieces larger than a batch go there from the start.
+  std::vector<Piece> again;
   for (Piece& p : pieces) {
+    if (p.length > kManyBytesMax) {
+      again.push_back(p);
+      continue;
+    }
     auto r = route(p.chain);
     if (!r.ok()) {
       again.push_back(p);
