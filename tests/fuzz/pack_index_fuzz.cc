@@ -1,6 +1,7 @@
 // Fuzzes the pack format's decoders (bytes read from a pack's index and
 // shard files, docs/pack_format.md): each either fails with kCorruption or
-// gives what re-encodes to the input's meaningful bytes.
+// gives what re-encodes to the input's meaningful bytes; and the functions
+// over sample names (WebDataset keys, directory prefixes).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -30,6 +31,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (e.ok() && encodeEntry(*e) != in) std::abort();
   if (!e.ok() && size == kEntryBytes) std::abort();
   if (auto g = indexGeneration(in); g && indexGeneration(indexName(*g)) != g) std::abort();
+  // Names from an index: WebDataset's split gives back the name; directory
+  // prefixes are prefixes ending in '/'.
+  if (auto w = webdatasetName(in)) {
+    if (std::string(w->key) + "." + std::string(w->field) != in) std::abort();
+  }
+  const std::string_view prev = in.substr(0, size / 2), name = in.substr(size / 2);
+  for (std::string_view d : newDirPrefixes(prev, name)) {
+    if (d.empty() || d.back() != '/' || name.substr(0, d.size()) != d || prev.starts_with(d))
+      std::abort();
+  }
   if (size >= 8 && size % 8 == 0) {
     auto b = Bloom::fromBytes(in, size * 8, 7);
     if (!b.ok() || b->bytes() != in) std::abort();
