@@ -46,6 +46,31 @@ void progress(uint64_t files, uint64_t total, uint64_t bytes, Clock::time_point 
              last ? "\n" : "   ");
 }
 
+// Bytes read by the readers ahead of the writer, at most.
+constexpr uint64_t kQueueBytes = 256ull << 20;
+
+// Tells the reader threads to stop (they check `stop` under `mu`) and waits for them.
+void stopReaders(std::mutex& mu, std::condition_variable& cv, bool& stop,
+                 std::vector<std::thread>& readers) {
+  {
+    std::lock_guard lock(mu);
+    stop = true;
+    cv.notify_all();
+  }
+  for (auto& t : readers) t.join();
+}
+
+// The end of a pack: the first error of the readers or the writer, else
+// the index written and the last progress line.
+Status finishPack(const Status& read_error, const Status& write_error, pack::PackWriter& writer,
+                  uint64_t files, uint64_t bytes, Clock::time_point t0) {
+  RETURN_ON_ERROR(read_error);
+  RETURN_ON_ERROR(write_error);
+  RETURN_ON_ERROR(writer.finish());
+  progress(files, files, bytes, t0, true);
+  return Status::OK();
+}
+
 struct Sample {
   std::string name;
   std::vector<uint8_t> bytes;
@@ -65,11 +90,9 @@ Status packTree(Client& c, const std::string& src, const std::string& dst, bool 
   }
   if (ec) return Status(ErrorCode::kIOError, fmt::format("{}: {}", src, ec.message()));
   std::sort(files.begin(), files.end());
-  pack::WriterOptions o;
-  o.shard_bytes = shard_bytes;
-  ASSIGN_OR_RETURN(auto writer, pack::PackWriter::create(c, dst, o, append));
+  ASSIGN_OR_RETURN(auto writer,
+                   pack::PackWriter::create(c, dst, {.shard_bytes = shard_bytes}, append));
   // Readers fill slots in file order; the writer takes them in that order.
-  constexpr uint64_t kQueueBytes = 256ull << 20;
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::unique_ptr<Sample>> slots(files.size());
@@ -124,16 +147,8 @@ Status packTree(Client& c, const std::string& src, const std::string& dst, bool 
       last_print = Clock::now();
     }
   }
-  {
-    std::lock_guard lock(mu);
-    stop = true;
-    cv.notify_all();
-  }
-  for (auto& t : readers) t.join();
-  RETURN_ON_ERROR(result);
-  RETURN_ON_ERROR(writer->finish());
-  progress(files.size(), files.size(), bytes, t0, true);
-  return Status::OK();
+  stopReaders(mu, cv, stop, readers);
+  return finishPack(Status::OK(), result, *writer, files.size(), bytes, t0);
 }
 
 // A tar member's name as a sample name: leading "./" and "/" dropped (tar
@@ -214,20 +229,19 @@ Status packTars(Client& c, const std::vector<std::string>& tars, const std::stri
     if (ec) return Status(ErrorCode::kNotFound, fmt::format("{}: {}", t, ec.message()));
     tar_bytes += n;
   }
-  pack::WriterOptions o;
-  o.shard_bytes = shard_bytes;
-  ASSIGN_OR_RETURN(auto writer, pack::PackWriter::create(c, dst, o, append));
-  constexpr uint64_t kQueueBytes = 256ull << 20;
+  ASSIGN_OR_RETURN(auto writer,
+                   pack::PackWriter::create(c, dst, {.shard_bytes = shard_bytes}, append));
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::unique_ptr<Sample>> queue;
   uint64_t queued = 0;
-  int running = std::min<int>(threads, static_cast<int>(tars.size()));
+  const int spawn = std::min<int>(threads, static_cast<int>(tars.size()));
+  int running = spawn;  // readers not yet done (under mu)
   bool stop = false;
   Status read_error;
   std::atomic<size_t> next{0};
   std::vector<std::thread> readers;
-  for (int t = 0; t < running; ++t) {
+  for (int t = 0; t < spawn; ++t) {
     readers.emplace_back([&] {
       for (size_t i; (i = next.fetch_add(1)) < tars.size();) {
         Status s = readTar(tars[i], [&](std::unique_ptr<Sample> sample) {
@@ -283,17 +297,8 @@ Status packTars(Client& c, const std::vector<std::string>& tars, const std::stri
       last_print = Clock::now();
     }
   }
-  {
-    std::lock_guard lock(mu);
-    stop = true;
-    cv.notify_all();
-  }
-  for (auto& t : readers) t.join();
-  RETURN_ON_ERROR(read_error);
-  RETURN_ON_ERROR(result);
-  RETURN_ON_ERROR(writer->finish());
-  progress(files, files, bytes, t0, true);
-  return Status::OK();
+  stopReaders(mu, cv, stop, readers);
+  return finishPack(read_error, result, *writer, files, bytes, t0);
 }
 
 Status listPack(Client& c, const std::string& path) {
