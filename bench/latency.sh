@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# bench/run latency: what one Python process doing one thing at a time sees
+# on `cistern up --mount` (one target) and on a local directory of the same
+# disk, in the same run (bench/latency.py):
+#   - N (LATENCY_BENCH_FILES, default 2,000) files of 4 KiB, one thread:
+#     create, stat, lookup of absent names, open+read+close, rename, unlink,
+#     and os.listdir of a directory of 10,000 names: ops/s, p50 and p99;
+#     on the mount also the FUSE requests and the mount's own time per
+#     operation (the rest is the kernel and Python);
+#   - a DataLoader epoch (2 workers) over an ImageFolder tree of 10,000
+#     ~7 KiB files, cold (bench/loader.py);
+#   - torch.load of a 1 GiB checkpoint (LATENCY_BENCH_MIB), cold.
+# LATENCY_BENCH_ROUNDS rounds (default 3), each on a fresh mount, the side
+# that goes first alternating by round. Figures: medians of the per-round
+# speed ratios mount/local (higher is better), and the peak RSS of
+# `cistern up --mount`.
+#   BENCH_DIR   the disk (default: a fresh directory under /var/tmp)
+#   CISTERN_BIN the cistern binary (default build/cistern)
+set -euo pipefail
+root=$(mktemp -d "${BENCH_DIR:-/var/tmp}/cistern-bench-latency.XXXXXX")
+rounds=${LATENCY_BENCH_ROUNDS:-3}
+files=${LATENCY_BENCH_FILES:-2000}
+mib=${LATENCY_BENCH_MIB:-1024}
+bin=${CISTERN_BIN:-build/cistern}
+py=/usr/bin/python3
+export PYTHONPATH="$PWD/build/python${PYTHONPATH:+:$PYTHONPATH}"
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench/latency.sh: LATENCY_BENCH_ROUNDS must be a positive number" >&2; exit 2; }
+up_pid=
+stop_mount() {
+  if [[ -n $up_pid ]]; then kill "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; up_pid=; fi
+  umount -l "$root/mnt" 2>/dev/null || true
+}
+cleanup() { stop_mount; rm -rf "$root"; }
+trap cleanup EXIT
+start_mount() {
+  rm -rf "$root/data" "$root/mnt" "$root/local"
+  mkdir -p "$root/mnt" "$root/local"
+  "$bin" up --data "$root/data" --listen 127.0.0.1:0 --mount "$root/mnt" >"$root/up.log" 2>&1 &
+  up_pid=$!
+  for _ in $(seq 300); do grep -q "mounted at" "$root/up.log" && break; sleep 0.1; done
+  grep -q "mounted at" "$root/up.log" || { cat "$root/up.log" >&2; exit 1; }
+  metrics=$(grep -o "http://[0-9.:]*/metrics" "$root/up.log" | head -1)
+}
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+ratio() { $py -c "print(round($1 / $2, 2) if $2 else 0)"; }
+imagefolder() {  # DIR: 10,000 files of ~7 KiB in 10 class directories
+  $py - "$1" <<'PY'
+import os, sys
+root = sys.argv[1]
+block = os.urandom(12 << 10)
+for i in range(10000):
+    d = "%s/class%d" % (root, i % 10)
+    if i < 10:
+        os.makedirs(d)
+    with open("%s/%05d.jpg" % (d, i), "wb") as f:
+        f.write(block[i % 4096:i % 4096 + 6144 + (i * 37) % 2048])
+PY
+}
+
+per_round="$root/per_round"
+: >"$per_round"
+peak_rss=0
+for round in $(seq "$rounds"); do
+  echo "-- round $round of $rounds (fresh mount)"
+  start_mount
+  sides=(local mnt)
+  (( round % 2 == 0 )) && sides=(mnt local)
+  declare -A out=() epoch=() load=()
+  for side in "${sides[@]}"; do
+    out[$side]=$($py bench/latency.py ops "$root/$side" "$files" \
+                   "$([[ $side == mnt ]] && echo "$metrics")")
+  done
+  echo "${out[mnt]}" | grep -E "^(fuse|budget) " | sed 's/^/mount: /'
+  for phase in create stat lookup smallread rename unlink readdir; do
+    m=$(awk -v p="$phase" '$1 == "phase" && $2 == p {print $3, $4, $5}' <<<"${out[mnt]}")
+    l=$(awk -v p="$phase" '$1 == "phase" && $2 == p {print $3, $4, $5}' <<<"${out[local]}")
+    read -r m_ops m_p50 m_p99 <<<"$m"
+    read -r l_ops l_p50 l_p99 <<<"$l"
+    r=$(ratio "$m_ops" "$l_ops")
+    echo "$phase: mount $m_ops/s (p50 $m_p50 us, p99 $m_p99 us), local $l_ops/s (p50 $l_p50 us, p99 $l_p99 us): $r x"
+    echo "lat_${phase}_vs_local $r" >>"$per_round"
+  done
+  for side in "${sides[@]}"; do imagefolder "$root/$side/images"; done
+  for side in "${sides[@]}"; do
+    drop_caches
+    epoch[$side]=$($py bench/loader.py local "$root/$side/images" | awk '/^samples_per_s/{print $2}')
+  done
+  r=$(ratio "${epoch[mnt]}" "${epoch[local]}")
+  echo "imagefolder epoch: mount ${epoch[mnt]}/s, local ${epoch[local]}/s: $r x"
+  echo "epoch_imagefolder_vs_local $r" >>"$per_round"
+  for side in "${sides[@]}"; do $py bench/latency.py torchsave "$root/$side" "$mib"; done
+  for side in "${sides[@]}"; do
+    drop_caches
+    load[$side]=$($py bench/latency.py torchload "$root/$side" | awk '{print $2}')
+  done
+  r=$(ratio "${load[mnt]}" "${load[local]}")
+  echo "torch.load of $mib MiB: mount ${load[mnt]} GiB/s, local ${load[local]} GiB/s: $r x"
+  echo "torchload_vs_local $r" >>"$per_round"
+  rss=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$up_pid/status")
+  (( rss > peak_rss )) && peak_rss=$rss
+  stop_mount
+done
+echo "-- $rounds rounds; peak_rss cistern up --mount $peak_rss MiB"
+$py - "$per_round" <<'PY'
+import statistics, sys
+values = {}
+for line in open(sys.argv[1]):
+    name, value = line.split()
+    values.setdefault(name, []).append(float(value))
+for name in values:
+    print(f"rounds {name}: " + " / ".join(f"{v:.2f}" for v in values[name]))
+for name in values:
+    print(f"figure {name} {statistics.median(values[name]):.2f} x")
+PY
