@@ -28,28 +28,7 @@ files=${FUSE_BENCH_FILES:-10000}
 smallfile_bin=${SMALLFILE_BIN:-build/bench/smallfile_bench}
 [[ -x $smallfile_bin ]] || { echo "bench/fuse.sh: no $smallfile_bin (cmake --build build --target smallfile_bench)" >&2; exit 1; }
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench/fuse.sh: FUSE_BENCH_ROUNDS must be a positive number, not '$rounds'" >&2; exit 2; }
-up_pid=
-stop_mount() {
-  if [[ -n $up_pid ]]; then
-    kill "$up_pid" 2>/dev/null || true
-    wait "$up_pid" 2>/dev/null || true
-    up_pid=
-  fi
-  umount -l "$root/mnt" 2>/dev/null || true
-}
-cleanup() { stop_mount; rm -rf "$root"; }
-trap cleanup EXIT
-start_mount() {
-  rm -rf "$root/data" "$root/mnt" "$root/local"
-  mkdir -p "$root/local" "$root/mnt"
-  "${CISTERN_BIN:-build/cistern}" up --data "$root/data" --listen 127.0.0.1:0 --mount "$root/mnt" \
-    ${FUSE_BENCH_OPTIONS:+-o "$FUSE_BENCH_OPTIONS"} >"$root/up.log" 2>&1 &
-  up_pid=$!
-  for _ in $(seq 300); do grep -q "mounted at" "$root/up.log" && break; sleep 0.1; done
-  grep -q "mounted at" "$root/up.log" || { cat "$root/up.log" >&2; exit 1; }
-}
-
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+. bench/mount_lib.sh
 
 # fio JOB DIR: prints MB/s (sequential) or IOPS (random) of one job.
 fio_job() {
@@ -83,7 +62,6 @@ else:
 # file system rather than to the harness's own threads).
 small() { "$smallfile_bin" "$1" "$files" "$2" 16; }
 
-ratio() { /usr/bin/python3 -c "print(round($1 / $2, 2) if $2 else 0)"; }
 # Each round appends `NAME VALUE UNIT` lines here; the figures are their medians.
 per_round="$root/per_round"
 : >"$per_round"
@@ -93,7 +71,7 @@ peak_rss_mib=0
 mount_first() { [[ $(( ($1 + round) % 2 )) == 0 ]]; }
 for round in $(seq "$rounds"); do
   echo "-- round $round of $rounds (fresh mount)"
-  start_mount
+  start_mount ${FUSE_BENCH_OPTIONS:+-o "$FUSE_BENCH_OPTIONS"}
   declare -A mount_v=() local_v=()
   n=0
   for job in seqwrite_direct seqread_direct seqwrite_buffered randread; do

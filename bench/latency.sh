@@ -21,28 +21,9 @@ root=$(mktemp -d "${BENCH_DIR:-/var/tmp}/cistern-bench-latency.XXXXXX")
 rounds=${LATENCY_BENCH_ROUNDS:-3}
 files=${LATENCY_BENCH_FILES:-2000}
 mib=${LATENCY_BENCH_MIB:-1024}
-bin=${CISTERN_BIN:-build/cistern}
-py=/usr/bin/python3
 export PYTHONPATH="$PWD/build/python${PYTHONPATH:+:$PYTHONPATH}"
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench/latency.sh: LATENCY_BENCH_ROUNDS must be a positive number" >&2; exit 2; }
-up_pid=
-stop_mount() {
-  if [[ -n $up_pid ]]; then kill "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; up_pid=; fi
-  umount -l "$root/mnt" 2>/dev/null || true
-}
-cleanup() { stop_mount; rm -rf "$root"; }
-trap cleanup EXIT
-start_mount() {
-  rm -rf "$root/data" "$root/mnt" "$root/local"
-  mkdir -p "$root/mnt" "$root/local"
-  "$bin" up --data "$root/data" --listen 127.0.0.1:0 --mount "$root/mnt" >"$root/up.log" 2>&1 &
-  up_pid=$!
-  for _ in $(seq 300); do grep -q "mounted at" "$root/up.log" && break; sleep 0.1; done
-  grep -q "mounted at" "$root/up.log" || { cat "$root/up.log" >&2; exit 1; }
-  metrics=$(grep -o "http://[0-9.:]*/metrics" "$root/up.log" | head -1)
-}
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
-ratio() { $py -c "print(round($1 / $2, 2) if $2 else 0)"; }
+. bench/mount_lib.sh
 imagefolder() {  # DIR: 10,000 files of ~7 KiB in 10 class directories
   $py - "$1" <<'PY'
 import os, sys
@@ -57,6 +38,22 @@ for i in range(10000):
 PY
 }
 
+# The value of one cold run in side directory $1.
+epoch_of() { $py bench/loader.py local "$1/images" | awk '/^samples_per_s/{print $2}'; }
+load_of() { $py bench/latency.py torchload "$1" | awk '{print $2}'; }
+# compare LABEL FIGURE UNIT FN: FN run cold on each side in this round's
+# order; prints both values and records the ratio mount/local.
+compare() {
+  local label=$1 figure=$2 unit=$3 fn=$4 side r
+  declare -A value=()
+  for side in "${sides[@]}"; do
+    drop_caches
+    value[$side]=$($fn "$root/$side")
+  done
+  r=$(ratio "${value[mnt]}" "${value[local]}")
+  echo "$label: mount ${value[mnt]} $unit, local ${value[local]} $unit: $r x"
+  echo "$figure $r" >>"$per_round"
+}
 per_round="$root/per_round"
 : >"$per_round"
 peak_rss=0
@@ -65,7 +62,7 @@ for round in $(seq "$rounds"); do
   start_mount
   sides=(local mnt)
   (( round % 2 == 0 )) && sides=(mnt local)
-  declare -A out=() epoch=() load=()
+  declare -A out=()
   for side in "${sides[@]}"; do
     out[$side]=$($py bench/latency.py ops "$root/$side" "$files" \
                    "$([[ $side == mnt ]] && echo "$metrics")")
@@ -81,22 +78,10 @@ for round in $(seq "$rounds"); do
     echo "lat_${phase}_vs_local $r" >>"$per_round"
   done
   for side in "${sides[@]}"; do imagefolder "$root/$side/images"; done
-  for side in "${sides[@]}"; do
-    drop_caches
-    epoch[$side]=$($py bench/loader.py local "$root/$side/images" | awk '/^samples_per_s/{print $2}')
-  done
-  r=$(ratio "${epoch[mnt]}" "${epoch[local]}")
-  echo "imagefolder epoch: mount ${epoch[mnt]}/s, local ${epoch[local]}/s: $r x"
-  echo "epoch_imagefolder_vs_local $r" >>"$per_round"
+  compare "imagefolder epoch" epoch_imagefolder_vs_local samples/s epoch_of
   for side in "${sides[@]}"; do $py bench/latency.py torchsave "$root/$side" "$mib"; done
-  for side in "${sides[@]}"; do
-    drop_caches
-    load[$side]=$($py bench/latency.py torchload "$root/$side" | awk '{print $2}')
-  done
-  r=$(ratio "${load[mnt]}" "${load[local]}")
-  echo "torch.load of $mib MiB: mount ${load[mnt]} GiB/s, local ${load[local]} GiB/s: $r x"
-  echo "torchload_vs_local $r" >>"$per_round"
-  rss=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$up_pid/status")
+  compare "torch.load of $mib MiB" torchload_vs_local GiB/s load_of
+  rss=$(mount_rss_mib)
   (( rss > peak_rss )) && peak_rss=$rss
   stop_mount
 done

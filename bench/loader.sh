@@ -20,25 +20,10 @@ root=$(mktemp -d "${BENCH_DIR:-/var/tmp}/cistern-bench-loader.XXXXXX")
 rounds=${LOADER_BENCH_ROUNDS:-3}
 small=${LOADER_BENCH_SMALL:-100000}
 large=${LOADER_BENCH_LARGE:-20000}
-bin=${CISTERN_BIN:-build/cistern}
-py=/usr/bin/python3
 export PYTHONPATH="$PWD/build/python${PYTHONPATH:+:$PYTHONPATH}"
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench/loader.sh: LOADER_BENCH_ROUNDS must be a positive number" >&2; exit 2; }
-up_pid=
-cleanup() {
-  if [[ -n $up_pid ]]; then kill "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; fi
-  umount -l "$root/mnt" 2>/dev/null || true
-  rm -rf "$root"
-}
-trap cleanup EXIT
-mkdir -p "$root/mnt" "$root/local"
-"$bin" up --data "$root/data" --listen 127.0.0.1:0 --mount "$root/mnt" >"$root/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 300); do grep -q "mounted at" "$root/up.log" && break; sleep 0.1; done
-grep -q "mounted at" "$root/up.log" || { cat "$root/up.log" >&2; exit 1; }
-export CISTERN_CLUSTER=$(awk '/cistern up: cluster /{print $4; exit}' "$root/up.log")
-
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+. bench/mount_lib.sh
+start_mount
 
 # The datasets: local tree, its copy on the mount, its pack.
 for set in small large; do
@@ -81,7 +66,6 @@ run() {
   awk '/^rss_main_mib/{m=$2} /^rss_worker_mib/{w=$2} END{print m, w}' <<<"$out" >>"$rss"
   awk '/^samples_per_s/{print $2}' <<<"$out"
 }
-ratio() { $py -c "print(round($1 / $2, 2) if $2 else 0)"; }
 sides=(local mount pack view)
 for round in $(seq "$rounds"); do
   echo "-- round $round of $rounds"
@@ -98,7 +82,7 @@ for round in $(seq "$rounds"); do
     echo "loader_mount_vs_local_$tag $(ratio "${rate[mount]}" "${rate[local]}") x" >>"$per_round"
   done
 done
-up_rss=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$up_pid/status")
+up_rss=$(mount_rss_mib)
 peak_main=$(awk '$1 > m {m=$1} END{print m+0}' "$rss")
 peak_worker=$(awk '$2 > w {w=$2} END{print w+0}' "$rss")
 echo "-- $rounds rounds; peak_rss loader main $peak_main MiB, largest worker $peak_worker MiB (prefetch bound 64 MiB per worker); cistern up --mount $up_rss MiB"

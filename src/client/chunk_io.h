@@ -41,10 +41,10 @@ inline bool endedUnanswered(const Status& s) {
          s.code() == ErrorCode::kConnectionClosed || s.code() == ErrorCode::kBadFrame;
 }
 
-// The status of a one-range BatchRead's range: a hole (a chunk never
-// written) is no error and reads as zero bytes got.
-inline Status rangeStatus(const storage::BatchReadResp& resp, size_t* got) {
-  auto code = resp.codes_size() > 0 ? static_cast<ErrorCode>(resp.codes(0)) : ErrorCode::kOk;
+// The status of range `i` of a BatchRead: a hole (a chunk never written)
+// is no error and reads as zero bytes got.
+inline Status rangeStatus(const storage::BatchReadResp& resp, size_t* got, int i = 0) {
+  auto code = resp.codes_size() > i ? static_cast<ErrorCode>(resp.codes(i)) : ErrorCode::kOk;
   if (code == ErrorCode::kNotFound) {
     *got = 0;
   } else if (code != ErrorCode::kOk) {

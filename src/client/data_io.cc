@@ -59,6 +59,17 @@ void workerDone(PendingIo* run) {
   if (--run->running == 0) run->cv.notify_all();
 }
 
+// A read piece as a BatchRead range, routed with chain `version`.
+void fillReadRange(storage::ReadRange* range, const meta::Inode& inode, const Piece& p,
+                   uint64_t version) {
+  range->mutable_chunk()->set_inode(inode.ino());
+  range->mutable_chunk()->set_index(p.index);
+  range->set_offset(p.offset);
+  range->set_length(p.length);
+  range->set_chain(p.chain);
+  range->set_chain_version(version);
+}
+
 asio::awaitable<void> pieceWorker(PendingIo* run) {
   while (Piece* p = nextPiece(run)) {
     Status s = co_await run->client->runPiece(run->write, run->inode, *p);
@@ -110,13 +121,7 @@ class ClientImpl::SocketPiece {
       write_req_.set_unsynced(!client.options_.sync_each_write);
       options_.request_payload = std::span<const uint8_t>(p.data, p.length);
     } else {
-      auto* range = read_req_.add_ranges();
-      range->mutable_chunk()->set_inode(inode.ino());
-      range->mutable_chunk()->set_index(p.index);
-      range->set_offset(p.offset);
-      range->set_length(p.length);
-      range->set_chain(p.chain);
-      range->set_chain_version(r.version);
+      fillReadRange(read_req_.add_ranges(), inode, p, r.version);
       options_.response_payload = std::span<uint8_t>(p.data, p.length);
       options_.response_payload_len = &got_;
     }
@@ -465,15 +470,7 @@ Status ClientImpl::readMany(const meta::Inode& inode, std::span<const ReadSpan> 
   std::vector<uint8_t> buf;
   for (Group& g : groups) {
     storage::BatchReadReq req;
-    for (Piece* p : g.pieces) {
-      auto* range = req.add_ranges();
-      range->mutable_chunk()->set_inode(inode.ino());
-      range->mutable_chunk()->set_index(p->index);
-      range->set_offset(p->offset);
-      range->set_length(p->length);
-      range->set_chain(p->chain);
-      range->set_chain_version(g.route.version);
-    }
+    for (Piece* p : g.pieces) fillReadRange(req.add_ranges(), inode, *p, g.route.version);
     buf.resize(g.bytes);
     storage::BatchReadResp resp;
     size_t got = 0;
@@ -492,12 +489,11 @@ Status ClientImpl::readMany(const meta::Inode& inode, std::span<const ReadSpan> 
     size_t at = 0;
     for (int i = 0; i < req.ranges_size(); ++i) {
       Piece* p = g.pieces[static_cast<size_t>(i)];
-      const auto code = static_cast<ErrorCode>(resp.codes(i));
-      const size_t len = resp.lengths(i);
-      if ((code != ErrorCode::kOk && code != ErrorCode::kNotFound) || len > p->length ||
-          at + len > got) {
+      size_t len = resp.lengths(i);
+      const size_t sent = len;
+      if (!rangeStatus(resp, &len, i).ok() || len > p->length || at + len > got) {
         again.push_back(*p);
-        at += len;
+        at += sent;
         continue;
       }
       std::memcpy(p->data, buf.data() + at, len);

@@ -10,6 +10,7 @@
 
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "fuse/fuse_fs.h"
 #include "pack/pack.h"
 
 namespace cistern::fuse {
@@ -86,8 +87,14 @@ class InodeDir final : public pack::PackDir {
 // ones by range, their CRC checked when read in order to the end.
 class ViewFile final : public File {
  public:
-  ViewFile(std::shared_ptr<File> shard, const pack::Entry& e, std::string name, FileInfo info)
-      : shard_(std::move(shard)), e_(e), name_(std::move(name)), info_(info) {}
+  // `where`: the pack, for messages.
+  ViewFile(std::shared_ptr<File> shard, const pack::Entry& e, std::string where, std::string name,
+           FileInfo info)
+      : shard_(std::move(shard)),
+        e_(e),
+        where_(std::move(where)),
+        name_(std::move(name)),
+        info_(info) {}
 
   Error readWhole() {
     bytes_.resize(e_.length);
@@ -129,15 +136,15 @@ class ViewFile final : public File {
 
  private:
   Error corrupt() const {
-    const std::string m =
-        fmt::format("pack sample {} ({} bytes at {} of {}) does not match its checksum", name_,
-                    e_.length, e_.offset, pack::shardName(e_.shard));
+    const Status s = pack::sampleMismatch(where_, name_, e_);
+    const std::string m(s.message());
     CLOG_WARN("fuse", "{}", m);
     return {EIO, m};
   }
 
   std::shared_ptr<File> shard_;
   pack::Entry e_;
+  std::string where_;
   std::string name_;
   FileInfo info_;
   std::vector<uint8_t> bytes_;
@@ -154,8 +161,8 @@ struct PackViews::Slot {
   std::unique_ptr<pack::PackReader> reader;
   uint64_t dir_ino = 0;
   uint64_t generation = 0;
-  FileInfo dir;    // the pack directory's attributes (directories show them)
-  FileInfo index;  // the index file's (samples show them)
+  FileInfo dir;          // the pack directory's attributes (directories show them)
+  FileInfo index;        // the index file's (samples show them)
   uint64_t lookups = 0;  // under PackViews::mu_
 
   // "a/b/" for a directory node of level 2 at an entry "a/b/c..."; "" for the root.
@@ -173,21 +180,23 @@ struct PackViews::Slot {
     return n;
   }
 
+  // A node's attributes: samples have the index file's read bits and
+  // owner, directories the pack directory's read and search bits.
+  FileInfo attrs(uint64_t node, bool is_dir, const pack::Entry* e) const {
+    FileInfo i;
+    i.ino = node;
+    i.mode = is_dir ? (S_IFDIR | (dir.mode & 0555)) : (S_IFREG | (index.mode & 0444));
+    i.nlink = is_dir ? 2 : 1;
+    i.uid = is_dir ? dir.uid : index.uid;
+    i.gid = is_dir ? dir.gid : index.gid;
+    i.size = is_dir ? 0 : e->length;
+    i.ctime_ns = reader->header().created_unix_ns;
+    i.mtime_ns = !is_dir && e->mtime_ns != 0 ? e->mtime_ns : i.ctime_ns;
+    i.atime_ns = i.mtime_ns;
+    return i;
+  }
   void fillStat(uint64_t node, bool is_dir, const pack::Entry* e, struct stat* st) const {
-    std::memset(st, 0, sizeof(*st));
-    st->st_ino = node;
-    st->st_mode = is_dir ? (S_IFDIR | (dir.mode & 0555)) : (S_IFREG | (index.mode & 0444));
-    st->st_nlink = is_dir ? 2 : 1;
-    st->st_uid = is_dir ? dir.uid : index.uid;
-    st->st_gid = is_dir ? dir.gid : index.gid;
-    st->st_size = is_dir ? 0 : static_cast<off_t>(e->length);
-    st->st_blksize = 4096;
-    st->st_blocks = (st->st_size + 511) / 512;
-    const int64_t created = reader->header().created_unix_ns;
-    const int64_t mtime = !is_dir && e->mtime_ns != 0 ? e->mtime_ns : created;
-    st->st_mtim = {mtime / 1'000'000'000, mtime % 1'000'000'000};
-    st->st_atim = st->st_mtim;
-    st->st_ctim = {created / 1'000'000'000, created % 1'000'000'000};
+    infoToStat(attrs(node, is_dir, e), st);
   }
 
   // The attributes of a node of this slot (whose mutex the caller holds).
@@ -231,8 +240,7 @@ Error PackViews::lookupRoot(const Credentials& who, const FileInfo& dir_info,
   // Samples show the index file's read bits and owner: who cannot read
   // the pack's files cannot read its view either (the kernel checks).
   FileInfo index;
-  if (Error e = client_.lookup(who, dir_info.ino, pack::indexName(newest->first), &index))
-    return e;
+  if (Error e = client_.lookup(who, dir_info.ino, pack::indexName(newest->first), &index)) return e;
   std::lock_guard lock(mu_);
   uint32_t found = kMaxViews, free = kMaxViews;
   for (uint32_t s = 0; s < kMaxViews; ++s) {
@@ -250,7 +258,7 @@ Error PackViews::lookupRoot(const Credentials& who, const FileInfo& dir_info,
     Slot& slot = slots_[free];
     std::lock_guard slot_lock(slot.mu);
     slot.reader.reset();
-    auto r = pack::PackReader::open(std::move(dir), {.cache_bytes = kViewCacheBytes});
+    auto r = pack::PackReader::open(std::move(dir), {.cache_bytes = kViewCacheBytes}, *newest);
     if (!r.ok()) return errorOf(r.status());
     slot.reader = std::move(*r);
     slot.dir_ino = dir_info.ino;
@@ -355,19 +363,8 @@ Error PackViews::open(uint64_t node, int flags, std::unique_ptr<File>* out) {
     if (!name.ok()) return errorOf(name.status());
     auto shard = slot.reader->shardFile(e->shard);
     if (!shard.ok()) return errorOf(shard.status());
-    struct stat st;
-    slot.fillStat(node, false, &*e, &st);
-    FileInfo info;
-    info.ino = node;
-    info.mode = st.st_mode;
-    info.nlink = 1;
-    info.uid = st.st_uid;
-    info.gid = st.st_gid;
-    info.size = e->length;
-    info.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-    info.ctime_ns = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
-    info.atime_ns = info.mtime_ns;
-    file = std::make_unique<ViewFile>(std::move(*shard), *e, std::move(*name), info);
+    file = std::make_unique<ViewFile>(std::move(*shard), *e, slot.reader->describe(),
+                                      std::move(*name), slot.attrs(node, false, &*e));
   }
   // (Outside the slot's mutex: the file holds its shard; opens run in parallel.)
   if (file->size() <= kWholeReadBytes) {

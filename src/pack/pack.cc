@@ -75,7 +75,7 @@ std::unique_ptr<PackDir> packDirAtPath(Client& client, std::string path) {
   return std::make_unique<PathDir>(client, std::move(path));
 }
 
-Result<std::pair<uint64_t, IndexHeader>> newestIndex(PackDir& dir) {
+Result<Generation> newestIndex(PackDir& dir) {
   std::vector<std::string> names;
   RETURN_ON_ERROR(statusOf(dir.list(&names)));
   std::vector<uint64_t> gens;
@@ -122,7 +122,7 @@ Result<std::unique_ptr<PackWriter>> PackWriter::create(Client& client, const std
   if (existing.ok()) {  // append: everything the newest generation has, kept
     w->generation_ = existing->first + 1;
     w->shards_ = existing->second.shards;
-    ASSIGN_OR_RETURN(auto reader, PackReader::open(client, dir));
+    ASSIGN_OR_RETURN(auto reader, PackReader::open(packDirAtPath(client, dir), {}, *existing));
     w->entries_.reserve(reader->size());
     for (uint64_t i = 0; i < reader->size(); ++i) {
       ASSIGN_OR_RETURN(Entry e, reader->entry(i));
@@ -263,9 +263,12 @@ Status PackWriter::finish() {
   return statusOf(f->close()).withContext(path);
 }
 
-Result<std::unique_ptr<PackReader>> PackReader::open(std::unique_ptr<PackDir> dir,
-                                                     Options options) {
-  ASSIGN_OR_RETURN(auto newest, newestIndex(*dir));
+Result<std::unique_ptr<PackReader>> PackReader::open(std::unique_ptr<PackDir> dir, Options options,
+                                                     std::optional<Generation> known) {
+  if (!known) {
+    ASSIGN_OR_RETURN(known, newestIndex(*dir));
+  }
+  const Generation& newest = *known;
   const std::string path = join(dir->describe(), indexName(newest.first));
   std::unique_ptr<PackReader> r(new PackReader(std::move(dir), options));
   r->header_ = newest.second;
@@ -383,22 +386,21 @@ Result<bool> PackReader::mayContain(std::string_view key) {
   return true;
 }
 
-Status PackReader::mismatch(const Entry& e) {
-  auto n = name(e);
+Status sampleMismatch(std::string_view where, std::string_view name, const Entry& e) {
   return Status(ErrorCode::kCorruption,
                 fmt::format("{}: sample {} ({} bytes at {} of {}) does not match its checksum",
-                            dir_->describe(), n.ok() ? *n : std::string("?"), e.length, e.offset,
-                            shardName(e.shard)));
+                            where, name, e.length, e.offset, shardName(e.shard)));
+}
+
+Status PackReader::mismatch(const Entry& e) {
+  auto n = name(e);
+  return sampleMismatch(dir_->describe(), n.ok() ? *n : std::string("?"), e);
 }
 
 Status PackReader::read(const Entry& e, std::span<uint8_t> out) {
-  if (out.size() < e.length)
-    return Status(ErrorCode::kInvalidArgument, "buffer smaller than the sample");
-  ASSIGN_OR_RETURN(std::shared_ptr<File> f, shardFile(e.shard));
-  size_t done = 0;
-  RETURN_ON_ERROR(statusOf(f->pread(out.data(), e.length, e.offset, &done)));
-  if (done != e.length || crc32c(out.data(), e.length) != e.crc) return mismatch(e);
-  return Status::OK();
+  std::vector<Status> status;
+  readMany({&e, 1}, {&out, 1}, &status);
+  return status[0];
 }
 
 void PackReader::readMany(std::span<const Entry> entries, std::span<const std::span<uint8_t>> outs,

@@ -98,15 +98,22 @@ class PackDir {
 std::unique_ptr<PackDir> packDirAtPath(Client& client, std::string path);
 
 // The newest generation in `dir` whose header verifies (kNotFound without one).
-Result<std::pair<uint64_t, IndexHeader>> newestIndex(PackDir& dir);
+using Generation = std::pair<uint64_t, IndexHeader>;
+Result<Generation> newestIndex(PackDir& dir);
+
+// kCorruption for a sample whose bytes do not match its CRC32C, naming it,
+// its shard and offset (`where`: the pack, as PackDir::describe()).
+Status sampleMismatch(std::string_view where, std::string_view name, const Entry& e);
 
 class PackReader {
  public:
   struct Options {
     uint64_t cache_bytes = 64ull << 20;  // index pages kept in memory
   };
-  // The newest generation whose header verifies. kNotFound without one.
-  static Result<std::unique_ptr<PackReader>> open(std::unique_ptr<PackDir> dir, Options options);
+  // The newest generation whose header verifies (`newest`: as the caller
+  // just found it with newestIndex). kNotFound without one.
+  static Result<std::unique_ptr<PackReader>> open(std::unique_ptr<PackDir> dir, Options options,
+                                                  std::optional<Generation> newest = {});
   static Result<std::unique_ptr<PackReader>> open(Client& client, const std::string& dir,
                                                   Options options) {
     return open(packDirAtPath(client, dir), options);
@@ -116,6 +123,7 @@ class PackReader {
   }
 
   const IndexHeader& header() const { return header_; }
+  const std::string& describe() const { return dir_->describe(); }  // for messages
   uint64_t size() const { return header_.count; }
   // The i-th sample in name order (kInvalidArgument past the end).
   Result<Entry> entry(uint64_t i);
@@ -152,8 +160,7 @@ class PackReader {
       : dir_(std::move(dir)), options_(options) {}
   // `n` bytes of the index file at `offset`, through the page cache.
   Status indexBytes(uint64_t offset, size_t n, char* out);
-  // kCorruption naming a sample whose bytes do not match its CRC.
-  Status mismatch(const Entry& e);
+  Status mismatch(const Entry& e);  // sampleMismatch, with the sample's name read
 
   std::unique_ptr<PackDir> dir_;
   Options options_;

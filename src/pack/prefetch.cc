@@ -38,7 +38,9 @@ Prefetcher::~Prefetcher() {
 void Prefetcher::run(PackReader* reader) {
   std::vector<Entry> entries;
   std::vector<Result<Sample>> samples;
+  std::vector<Entry> run;  // of one read: the samples whose entries were read
   std::vector<std::span<uint8_t>> outs;
+  std::vector<size_t> at;  // their places in the batch
   std::vector<Status> statuses;
   for (;;) {
     size_t first, count;
@@ -86,9 +88,9 @@ void Prefetcher::run(PackReader* reader) {
         } while (j < count && held_ + reserved_ + bytes + entries[j].length <= options_.max_bytes);
         reserved_ += bytes;
       }
-      std::vector<Entry> run;
+      run.clear();
       outs.clear();
-      std::vector<size_t> at;
+      at.clear();
       for (size_t k = i; k < j; ++k) {
         if (!samples[k].ok()) continue;
         run.push_back(entries[k]);
