@@ -147,6 +147,7 @@ class BufferedTxn final : public Transaction {
   }
 
   uint64_t commitVersion() const override { return commit_version_; }
+  void setDurability(Durability d) override { durability_ = d; }
 
  private:
   friend class OccEngine;
@@ -239,6 +240,7 @@ class BufferedTxn final : public Transaction {
   Status error_;
   bool finished_ = false;
   uint64_t commit_version_ = 0;
+  Durability durability_ = Durability::kSynced;
 };
 
 }  // namespace cistern::kv

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "common/assert.h"
 #include "common/crc32c.h"
@@ -335,6 +336,11 @@ CommitLog::~CommitLog() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   for (Segment& s : segments_) {
+    // A clean close leaves unsynced records durable (appends have returned).
+    if (s.dirty && failed_.ok() && ::fdatasync(s.fd) != 0) {
+      CLOG_ERROR("kv", "commit log: fdatasync {}: {}", segmentPath(options_.dir, s.id),
+                 std::strerror(errno));
+    }
     ::close(s.fd);
     if (s.direct_fd >= 0) ::close(s.direct_fd);
   }
@@ -361,6 +367,11 @@ uint64_t CommitLog::checkpoints() const {
 uint64_t CommitLog::spaceWaits() const {
   std::lock_guard lock(mu_);
   return space_waits_;
+}
+
+uint64_t CommitLog::lazySyncs() const {
+  std::lock_guard lock(mu_);
+  return lazy_syncs_;
 }
 
 // Creates one more (free) segment file, outside the lock.
@@ -467,10 +478,13 @@ Status CommitLog::appendRecord(uint64_t first, uint64_t last, std::string_view p
   }
   int fd;
   uint64_t off;
+  size_t seg_index;
   std::string path;
   bool wake = false;
   bool direct = false;
   bool sync = false;
+  bool lazy = false;        // written to the page cache, the segment left dirty
+  bool after_lazy = false;  // a synced record behind unsynced ones: synced with them
   {
     std::unique_lock lock(mu_);
     ++turn_waiters_;
@@ -489,11 +503,23 @@ Status CommitLog::appendRecord(uint64_t first, uint64_t last, std::string_view p
         return s;
       }
     }
-    Segment& seg = segments_[static_cast<size_t>(active_)];
+    seg_index = static_cast<size_t>(active_);
+    Segment& seg = segments_[seg_index];
     direct = direct_;
     writing_ = direct;
-    sync = mode == Sync::kYes || (mode == Sync::kUnlessDirect && !direct);
-    fd = direct ? seg.direct_fd : seg.fd;
+    const bool unsynced_before = lazy_last_ > synced_through_;
+    after_lazy = mode == Sync::kYes && unsynced_before;
+    lazy = mode == Sync::kNo || after_lazy;
+    if (mode == Sync::kNo) {
+      if (!unsynced_before) {
+        lazy_since_ = std::chrono::steady_clock::now();
+        wake = true;  // the checkpoint thread keeps the deadline
+      }
+      lazy_last_ = last;
+    }
+    sync = !lazy && (mode == Sync::kYes || (mode == Sync::kUnlessDirect && !direct));
+    // Unsynced records go through the page cache, also in direct mode.
+    fd = direct && !lazy ? seg.direct_fd : seg.fd;
     off = offset_;
     path = segmentPath(options_.dir, seg.id);
     bool half = offset_ * 2 <= options_.segment_bytes;
@@ -501,25 +527,83 @@ Status CommitLog::appendRecord(uint64_t first, uint64_t last, std::string_view p
     half = half && offset_ * 2 > options_.segment_bytes;
     seg.last_version = last;
     next_first_ = last + 1;
+    writing_firsts_.insert(first);
     // Wake-ups cost more than the write here: only when someone waits for
     // this turn or the checkpoint thread should make a spare.
-    wake = turn_waiters_ > 0 || half;
+    wake = wake || turn_waiters_ > 0 || half;
   }
   if (wake) cv_.notify_all();
   Status s = CISTERN_FAULT("kv.log.before_write");
-  if (direct) {
-    if (s.ok()) s = appendDirect(fd, off, record, sync, path);
-    {
-      std::lock_guard lock(mu_);
-      writing_ = false;
-      wake = turn_waiters_ > 0;
-    }
-    if (wake) cv_.notify_all();
-  } else if (s.ok()) {
-    s = sync ? writeDsync(fd, record, off, path) : writeAll(fd, record, off, path);
+  if (s.ok()) {
+    s = direct ? appendDirect(fd, off, record, sync, path)
+        : sync ? writeDsync(fd, record, off, path)
+               : writeAll(fd, record, off, path);
   }
-  if (!s.ok()) fail(s);
+  {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    writing_firsts_.erase(first);
+    if (s.ok() && lazy) segments_[seg_index].dirty = true;
+    // Whoever waits for a turn, or a sync for this write to finish.
+    wake = turn_waiters_ > 0 || sync_waiters_ > 0;
+  }
+  if (wake) cv_.notify_all();
+  if (!s.ok()) {
+    fail(s);
+    return s;
+  }
+  if (after_lazy) {
+    std::unique_lock lock(mu_);
+    s = syncLocked(lock, last);
+  }
   return s;
+}
+
+Status CommitLog::sync() {
+  std::unique_lock lock(mu_);
+  return syncLocked(lock, next_first_ - 1);
+}
+
+Status CommitLog::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t target) {
+  for (;;) {
+    if (!failed_.ok()) return failed_;
+    if (synced_through_ >= target) return Status::OK();
+    if (syncing_ || (!writing_firsts_.empty() && *writing_firsts_.begin() <= target)) {
+      if (stop_) return Status(ErrorCode::kShuttingDown, "commit log closing");
+      ++sync_waiters_;
+      cv_.wait(lock);
+      --sync_waiters_;
+      continue;
+    }
+    // Every append reserved before the oldest still writing has finished:
+    // its record is in the page cache or on the device.
+    const uint64_t covers =
+        writing_firsts_.empty() ? next_first_ - 1 : *writing_firsts_.begin() - 1;
+    std::vector<std::pair<int, std::string>> dirty;
+    for (Segment& seg : segments_) {
+      if (!seg.dirty) continue;
+      seg.dirty = false;
+      dirty.emplace_back(seg.fd, segmentPath(options_.dir, seg.id));
+    }
+    syncing_ = true;
+    lock.unlock();
+    Status s = CISTERN_FAULT("kv.log.lazy_sync");
+    for (const auto& [fd, path] : dirty) {
+      if (!s.ok()) break;
+      if (::fdatasync(fd) != 0) s = ioError("fdatasync", path, errno);
+    }
+    lock.lock();
+    syncing_ = false;
+    ++lazy_syncs_;
+    if (!s.ok()) {
+      // Never retried: what the failed fdatasync held is in doubt.
+      if (failed_.ok()) failed_ = s;
+    } else {
+      synced_through_ = std::max(synced_through_, covers);
+      if (lazy_last_ > synced_through_) lazy_since_ = std::chrono::steady_clock::now();
+    }
+    cv_.notify_all();
+  }
 }
 
 // Writes the blocks from the one holding `off` to the end of the record: the
@@ -561,7 +645,15 @@ bool CommitLog::resizeBlockBuf(size_t cap) {
 
 void CommitLog::checkpointLoop() {
   std::unique_lock lock(mu_);
+  const auto lazy_delay = std::chrono::milliseconds(options_.lazy_sync_ms);
   while (!stop_) {
+    // Unsynced records: durable within lazy_sync_ms of the first.
+    const bool lazy = failed_.ok() && lazy_last_ > synced_through_ && !syncing_;
+    if (lazy && std::chrono::steady_clock::now() >= lazy_since_ + lazy_delay) {
+      if (Status st = syncLocked(lock, lazy_last_); !st.ok())
+        CLOG_ERROR("kv", "commit log: background sync: {}", st.toString());
+      continue;
+    }
     bool sealed = std::any_of(segments_.begin(), segments_.end(),
                               [](const Segment& s) { return s.state == Segment::kSealed; });
     // A spare is made once the active segment is half full, so that a store
@@ -571,7 +663,10 @@ void CommitLog::checkpointLoop() {
                       std::none_of(segments_.begin(), segments_.end(),
                                    [](const Segment& s) { return s.state == Segment::kFree; });
     if (!failed_.ok() || (!sealed && !want_spare)) {
-      cv_.wait(lock);
+      if (lazy)
+        cv_.wait_until(lock, lazy_since_ + lazy_delay);
+      else
+        cv_.wait(lock);
       continue;
     }
     if (want_spare) {

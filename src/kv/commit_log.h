@@ -33,14 +33,25 @@
 // that finds none free waits for the checkpoint thread (backpressure), also
 // when a new segment cannot be created for lack of space (kNoSpace) while a
 // sealed one exists. Without any segment to wait for, kNoSpace fails the log.
+//
+// Unsynced records (append with `sync` false): written to the page cache
+// (whole blocks, in direct mode), so a process crash keeps them and a power
+// loss may not. sync() makes every record appended before it durable (one
+// fdatasync per segment written since the last); so does a synced append
+// that follows unsynced ones (its record written as they were, then the
+// sync: it is durable only with all of them, since replay stops at the first
+// gap); and the checkpoint thread does within `lazy_sync_ms` of the first
+// unsynced record. What a crash keeps is always a prefix of the versions.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -62,6 +73,9 @@ struct CommitLogOptions {
   // commit. Where the file system refuses O_DIRECT (tmpfs) the log falls back
   // to buffered writes.
   bool direct_io = false;
+  // Unsynced records are made durable this long after the first of them at
+  // the latest. Default: 1,000 ms.
+  uint32_t lazy_sync_ms = 1000;
 };
 
 // The bytes of one batch in a record (kAdd deltas included: replay folds them
@@ -107,7 +121,9 @@ class CommitLog {
   Status start(uint64_t next_version, Checkpoint checkpoint);
 
   // Writes the record of versions [first, last]; returns when it is on disk
-  // (`sync`) or in the page cache. Calls for successive batches may overlap:
+  // with every record before it (`sync`), or in the page cache (durable at
+  // the next sync(), synced append or background sync; see the header
+  // comment). Calls for successive batches may overlap:
   // each waits until the previous batch has reserved its space, then writes
   // concurrently with the others. Any failure is sticky (an fsync error is
   // never retried): later appends fail with it.
@@ -118,6 +134,10 @@ class CommitLog {
   // system (an fdatasync of any file on it) makes it durable.
   Status appendToDevice(uint64_t first, uint64_t last, std::string_view payload);
 
+  // Makes every record whose append returned before this call durable.
+  // A failed fdatasync fails the log (never retried).
+  Status sync();
+
   // Makes every current and later append fail with `s` (the engine gave up).
   void fail(const Status& s);
 
@@ -125,6 +145,9 @@ class CommitLog {
   uint64_t checkpoints() const;
   // Times an append found every segment in use and waited for a checkpoint.
   uint64_t spaceWaits() const;
+  // fdatasync rounds made for unsynced records (sync(), synced appends after
+  // unsynced ones, the background sync).
+  uint64_t lazySyncs() const;
 
  private:
   struct Segment {
@@ -134,6 +157,7 @@ class CommitLog {
     uint64_t bytes = 0;  // the file's size
     uint64_t generation = 0;
     uint64_t last_version = 0;  // of the records written in the current use
+    bool dirty = false;         // holds unsynced records not yet covered by a sync
     enum State { kFree, kActive, kSealed } state = kFree;
   };
 
@@ -150,6 +174,10 @@ class CommitLog {
   // The O_DIRECT record write of append(); REQUIRES: writing_ set by the caller.
   Status appendDirect(int fd, uint64_t off, std::string_view record, bool sync,
                       const std::string& path);
+  // Makes every version <= `target` durable: waits for earlier appends to
+  // finish writing and for a sync in progress, then fdatasyncs the dirty
+  // segments outside the lock. REQUIRES: mu_ held.
+  Status syncLocked(std::unique_lock<std::mutex>& lock, uint64_t target);
 
   const CommitLogOptions options_;
   Checkpoint checkpoint_;
@@ -168,6 +196,17 @@ class CommitLog {
   bool stop_ = false;
   uint64_t checkpoints_ = 0;
   uint64_t space_waits_ = 0;
+  // Unsynced records: the newest unsynced version appended, every version
+  // <= synced_through_ durable, when the oldest unsynced one came (for the
+  // background sync), appends reserved and still writing (by first
+  // version), a sync running, and the rounds made.
+  uint64_t lazy_last_ = 0;
+  uint64_t synced_through_ = 0;
+  std::chrono::steady_clock::time_point lazy_since_;
+  std::set<uint64_t> writing_firsts_;
+  bool syncing_ = false;
+  uint32_t sync_waiters_ = 0;
+  uint64_t lazy_syncs_ = 0;
   Status failed_;
   std::thread thread_;
 

@@ -37,6 +37,7 @@ class CommitLogTest : public ::testing::TestWithParam<bool> {
     o.segment_bytes = seg_bytes_;
     o.segments_max = 4;
     o.direct_io = GetParam();
+    o.lazy_sync_ms = lazy_sync_ms_;
     return o;
   }
 
@@ -104,6 +105,7 @@ class CommitLogTest : public ::testing::TestWithParam<bool> {
 
   TempDir dir_;
   uint64_t seg_bytes_ = 64 << 10;
+  uint32_t lazy_sync_ms_ = 60'000;
   std::atomic<uint64_t> checkpointed_{0};
 };
 
@@ -488,6 +490,96 @@ TEST(CommitLogDirect, AFileSystemWithoutODirectFallsBackToBufferedWrites) {
   ASSERT_TRUE(log.ok()) << log.status().toString();
   EXPECT_EQ(replayed, 3);
   EXPECT_EQ(last, 3u);
+}
+
+// Unsynced records: sync() and a synced append behind them make them
+// durable (one fdatasync round each), a synced append with none pending
+// needs no round, and records of both kinds, interleaved in one segment and
+// across block boundaries (page-cache and O_DIRECT writes of the same
+// blocks), all come back on reopen.
+TEST_P(CommitLogTest, UnsyncedRecordsAreSyncedOnRequestAndComeBack) {
+  seg_bytes_ = 256 << 10;
+  std::vector<std::string> tags;
+  {
+    auto log = open(0);
+    auto put = [&](uint64_t v, bool sync) {
+      tags.push_back(std::string(1 + (v * 977) % 3000, static_cast<char>('a' + v % 26)));
+      ASSERT_TRUE(log->append(v, v, encodeLogBatch(batchOf(tags.back())), sync).ok()) << v;
+    };
+    put(1, false);
+    put(2, false);
+    EXPECT_EQ(log->lazySyncs(), 0u);
+    ASSERT_TRUE(log->sync().ok());
+    EXPECT_EQ(log->lazySyncs(), 1u);
+    ASSERT_TRUE(log->sync().ok());  // nothing new: no round
+    EXPECT_EQ(log->lazySyncs(), 1u);
+    put(3, false);
+    put(4, true);  // behind an unsynced one: synced with it
+    EXPECT_EQ(log->lazySyncs(), 2u);
+    put(5, true);  // nothing unsynced before it
+    EXPECT_EQ(log->lazySyncs(), 2u);
+    for (uint64_t v = 6; v <= 120; ++v) put(v, v % 3 == 0);
+    if (::testing::Test::HasFailure()) return;
+  }
+  std::vector<Replayed> got;
+  uint64_t last = 0;
+  auto log = open(0, &got, &last);
+  EXPECT_EQ(last, 120u);
+  ASSERT_EQ(got.size(), 120u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].tag, "k/" + tags[i]) << i;
+}
+
+// Nobody asks: the checkpoint thread syncs within lazy_sync_ms.
+TEST_P(CommitLogTest, UnsyncedRecordsAreSyncedInTheBackground) {
+  lazy_sync_ms_ = 20;
+  auto log = open(0);
+  ASSERT_TRUE(log->append(1, 1, encodeLogBatch(batchOf("1")), false).ok());
+  for (int i = 0; i < 500 && log->lazySyncs() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(log->lazySyncs(), 1u);
+  // Once synced, the thread waits for the next unsynced record.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(log->lazySyncs(), 1u);
+}
+
+// Overlapping appends: a sync covers only records whose writes finished,
+// and a synced append behind unsynced ones waits for them.
+TEST_P(CommitLogTest, ASyncedAppendBehindOverlappingUnsyncedOnesWaitsForThem) {
+  auto log = open(0);
+  constexpr int kThreads = 4, kEach = 40;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        uint64_t ver = static_cast<uint64_t>(i * kThreads + t + 1);
+        EXPECT_TRUE(
+            log->append(ver, ver, encodeLogBatch(batchOf(std::to_string(ver))), ver % 5 == 0).ok());
+        if (ver % 7 == 0) {
+          EXPECT_TRUE(log->sync().ok());
+        }
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  EXPECT_GT(log->lazySyncs(), 0u);
+  log.reset();
+  std::vector<Replayed> got;
+  auto again = open(0, &got);
+  ASSERT_EQ(got.size(), static_cast<size_t>(kThreads * kEach));
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].tag, "k/" + std::to_string(i + 1));
+}
+
+// A failed fdatasync is never retried: the log fails, and so does every
+// later append and sync.
+TEST_P(CommitLogTest, AFailedSyncOfUnsyncedRecordsFailsTheLog) {
+  auto log = open(0);
+  ASSERT_TRUE(log->append(1, 1, encodeLogBatch(batchOf("1")), false).ok());
+  fault::enable("kv.log.lazy_sync", {});
+  Status s = log->append(2, 2, encodeLogBatch(batchOf("2")), true);
+  fault::disableAll();
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(log->sync().ok());
+  EXPECT_EQ(log->append(3, 3, encodeLogBatch(batchOf("3")), false).code(), s.code());
 }
 
 INSTANTIATE_TEST_SUITE_P(Writes, CommitLogTest, ::testing::Values(false, true),

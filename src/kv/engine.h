@@ -65,8 +65,21 @@ class ReadTransaction {
   virtual uint64_t readVersion() const = 0;
 };
 
+// How durable a commit is when commit() returns (with
+// EngineOptions::sync_commits; without it nothing is synced).
+//   kSynced: on disk, with every commit before it.
+//   kLazy: in the operating system (a process crash keeps it, a power loss
+//     may not); durable once a later kSynced commit or Engine::sync()
+//     returns, or within the store's lazy sync delay (RocksEngineOptions::
+//     lazy_sync_ms). A crash keeps a prefix of the commits in version
+//     order: never a commit without every one before it.
+// Engines whose every commit is durable (etcd) treat kLazy as kSynced.
+enum class Durability : uint8_t { kSynced, kLazy };
+
 class Transaction : public ReadTransaction {
  public:
+  // Default: kSynced.
+  virtual void setDurability(Durability) {}
   // Writes are buffered; an invalid write (key or value too large, a write
   // after commit) makes the transaction fail and commit() return that error.
   virtual void set(std::string_view key, std::string_view value) = 0;
@@ -79,7 +92,8 @@ class Transaction : public ReadTransaction {
   // add committed after its read version. Reads in this transaction see the
   // sum (a get() of the key adds a read conflict, as any read does).
   virtual void atomicAdd(std::string_view key, int64_t delta) = 0;
-  // Atomically applies the writes, durably when EngineOptions::sync_commits.
+  // Atomically applies the writes, durably when EngineOptions::sync_commits
+  // (see Durability).
   // Errors: kTxnConflict, kTxnTooOld (retry), kTxnTooLarge, kKeyTooLarge,
   // kValueTooLarge, kTxnFinished, kIOError. A transaction commits once.
   virtual Status commit() = 0;
@@ -123,6 +137,9 @@ class Engine {
   virtual std::unique_ptr<ReadTransaction> beginRead() = 0;
   // "mem" or "rocksdb".
   virtual std::string_view name() const = 0;
+  // Makes every commit that returned before this call durable (kLazy ones
+  // included). Errors: kIOError (the engine then fails every commit).
+  virtual Status sync() { return Status::OK(); }
 };
 
 // The in-memory engine, for unit tests. Nothing survives its destruction.
@@ -146,6 +163,10 @@ struct RocksEngineOptions {
   // Synced commits write the log with O_DIRECT (CommitLogOptions::direct_io).
   // Default: true.
   bool log_direct_io = true;
+  // kLazy commits are durable this long after the first unsynced one at the
+  // latest (CommitLogOptions::lazy_sync_ms). Without the commit log (RocksDB's
+  // WAL) every commit is synced. Default: 1,000 ms.
+  uint32_t lazy_sync_ms = 1000;
 };
 // The embedded engine. Fails with kIOError naming the path if RocksDB cannot open it.
 Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& options);

@@ -705,6 +705,39 @@ TEST(KvRocks, AFailedLogWriteOfTheWritersBatchFailsItAndLaterCommits) {
   EXPECT_EQ(*r->get("after"), std::nullopt);
 }
 
+// Durability::kLazy: the commit is visible at once and reopens (a clean
+// close syncs it); Engine::sync() makes it durable, and a failed sync stops
+// the engine like a failed log write (never retried).
+TEST(KvRocks, LazyCommitsAreSyncedOnRequestAndAFailedSyncStopsTheEngine) {
+  TempDir dir;
+  RocksEngineOptions o = smallRocks(dir);
+  o.lazy_sync_ms = 60'000;
+  {
+    auto e = openRocksEngine(o);
+    ASSERT_TRUE(e.ok());
+    auto t = (*e)->begin();
+    t->set("lazy", "1");
+    t->setDurability(Durability::kLazy);
+    ASSERT_TRUE(t->commit().ok());
+    EXPECT_EQ(*(*e)->beginRead()->get("lazy"), "1");
+    EXPECT_TRUE((*e)->sync().ok());
+    auto t2 = (*e)->begin();
+    t2->set("lazy2", "1");
+    t2->setDurability(Durability::kLazy);
+    ASSERT_TRUE(t2->commit().ok());
+    fault::enable("kv.log.lazy_sync", fault::Spec{.code = ErrorCode::kIOError});
+    Status s = (*e)->sync();
+    fault::disableAll();
+    EXPECT_EQ(s.code(), ErrorCode::kIOError) << s.toString();
+    EXPECT_EQ(setOne(**e, "after").code(), ErrorCode::kIOError);
+  }
+  auto e = openRocksEngine(o);
+  ASSERT_TRUE(e.ok()) << e.status().toString();
+  auto r = (*e)->beginRead();
+  EXPECT_EQ(*r->get("lazy"), "1");
+  EXPECT_EQ(*r->get("after"), std::nullopt);
+}
+
 TEST(KvRocks, OpenFailureNamesThePath) {
   RocksEngineOptions o;
   o.path = "/proc/cistern-cannot-create/db";

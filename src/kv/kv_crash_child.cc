@@ -5,6 +5,9 @@
 //   kv_crash_child DB_DIR FIRST_TXN [THREADS [PIPELINE_DEPTH SEGMENT_KIB]]
 //
 // With THREADS > 1, thread t commits FIRST_TXN + t, + t + THREADS, ...
+// With KV_CRASH_LAZY=1 in the environment, transactions commit with
+// Durability::kLazy except every tenth (kSynced): a process crash must keep
+// them all the same.
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -40,6 +43,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "open: %s\n", engine.status().toString().c_str());
     return 1;
   }
+  const char* lazy_env = std::getenv("KV_CRASH_LAZY");
+  const bool lazy = lazy_env && std::string(lazy_env) == "1";
   long first = std::atol(argv[2]);
   std::mutex out_mu;
   auto run = [&](long start) {
@@ -50,6 +55,7 @@ int main(int argc, char** argv) {
         t->set("txn/" + std::to_string(i) + "/" + std::to_string(j), payload);
       if (threads == 1) t->set("last", std::to_string(i));
       t->atomicAdd("count", 1);
+      if (lazy && i % 10 != 0) t->setDurability(cistern::kv::Durability::kLazy);
       cistern::Status s = t->commit();
       if (!s.ok()) {
         std::fprintf(stderr, "commit: %s\n", s.toString().c_str());

@@ -240,6 +240,7 @@ Status foldAdds(const std::function<std::shared_ptr<StoreSnapshot>()>& snapshot,
 Status OccEngine::formAndLog(const std::vector<GroupCommit::Entry*>& batch) {
   Batch b;
   size_t accepted = 0;
+  bool sync = options_.sync_commits && !store_->hasLog();
   {
     std::lock_guard lock(mu_);
     b.first = assigned_version_ + 1;
@@ -255,6 +256,7 @@ Status OccEngine::formAndLog(const std::vector<GroupCommit::Entry*>& batch) {
       history_.push_back({assigned_version_, txn->writeRanges(/*adds=*/true)});
       txn->appendOps(&b.ops);
       txn->commit_version_ = assigned_version_;
+      sync |= options_.sync_commits && txn->durability_ == Durability::kSynced;
       ++accepted;
     }
     b.last = assigned_version_;
@@ -263,7 +265,7 @@ Status OccEngine::formAndLog(const std::vector<GroupCommit::Entry*>& batch) {
   KvMetrics::get().batch_size.observe(accepted);
   SteadyTime t0 = clock().now();
   Status s = CISTERN_FAULT("kv.commit.before_apply");
-  if (s.ok()) s = store_->log(b.ops, b.first, b.last, options_.sync_commits);
+  if (s.ok()) s = store_->log(b.ops, b.first, b.last, sync);
   KvMetrics::get().log_us.observe(micros(t0, clock().now()));
   std::lock_guard lock(mu_);
   if (!s.ok()) {
@@ -315,6 +317,17 @@ Status OccEngine::applyLogged(const std::vector<GroupCommit::Entry*>& batch) {
   committed_version_.store(last, std::memory_order_release);
   prune();
   return Status::OK();
+}
+
+Status OccEngine::sync() {
+  if (!options_.sync_commits) return Status::OK();
+  Status s = store_->sync();
+  if (!s.ok()) {
+    std::lock_guard lock(mu_);
+    setFailed(s);
+    return failed_;
+  }
+  return s;
 }
 
 // The store may hold part of a batch or all of it; no later commit can be

@@ -26,6 +26,9 @@
 // group they would replace). A transaction that finds the writer idle and
 // nobody queued carries its batch itself (a lone committer then pays no
 // wake-ups). Other engines' stages are led by the committing threads.
+// A batch is logged synced when any of its transactions is
+// Durability::kSynced (or the store has no log of its own), unsynced
+// otherwise: the log keeps what a crash leaves a prefix.
 // A snapshot taken while a batch is being applied may include that batch
 // while its read version does not; the extra writes then only cause
 // conservative conflicts, never missed ones. A batch is visible only once it
@@ -63,6 +66,7 @@ class OccEngine final : public Engine, public TxnHost {
   std::unique_ptr<Transaction> begin() override;
   std::unique_ptr<ReadTransaction> beginRead() override;
   std::string_view name() const override { return store_->name(); }
+  Status sync() override;
 
   const EngineOptions& options() const override { return options_; }
   Clock& clock() override { return SystemClock::instance(); }
@@ -101,7 +105,7 @@ class OccEngine final : public Engine, public TxnHost {
   std::deque<Batch> logged_;              // logged, not yet applied (version order)
   std::mutex reads_mu_;                   // after mu_ when both are held
   std::multiset<uint64_t> active_reads_;  // GUARDED_BY(reads_mu_)
-  Status failed_;  // sticky: a failed log write or apply stops new commits
+  Status failed_;                         // sticky: a failed log write or apply stops new commits
   bool apply_failed_ = false;  // the store is in doubt: not even logged batches are applied
 
   std::unique_ptr<Stages> stages_;

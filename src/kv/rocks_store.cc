@@ -152,6 +152,8 @@ class RocksStore final : public Store {
     return log_->append(first, last, batch, sync);
   }
 
+  Status sync() override { return log_ ? log_->log().sync() : Status::OK(); }
+
   void fail(const Status& s) override {
     if (log_) log_->fail(s);
   }
@@ -240,6 +242,7 @@ Result<std::unique_ptr<Engine>> openRocksEngine(const RocksEngineOptions& option
   lo.log.segment_bytes = options.log_segment_bytes;
   lo.log.segments_max = options.log_segments_max;
   lo.log.direct_io = options.log_direct_io && options.engine.sync_commits;
+  lo.log.lazy_sync_ms = options.lazy_sync_ms;
   lo.version_key = std::string(kAppliedKey);
   ASSIGN_OR_RETURN(auto log, LoggedRocks::open(*db, std::move(lo), replay));
   RETURN_ON_ERROR(log->finishReplay());

@@ -64,8 +64,11 @@ class Store {
                      bool /*sync*/) {
     return Status::OK();
   }
-  // True when log() makes batches durable (then apply() need not).
+  // True when log() makes batches durable (then apply() need not). Only
+  // such stores log batches unsynced (Durability::kLazy).
   virtual bool hasLog() const { return false; }
+  // Makes every batch whose log() returned durable (see Durability).
+  virtual Status sync() { return Status::OK(); }
   // Applies the batch atomically and makes it visible; `version` (its last
   // version) increases with every call. Without a redo log, `sync` asks for
   // the write to be durable before it returns.
