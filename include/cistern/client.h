@@ -305,6 +305,10 @@ class Client {
   // null when shared memory is off or none of that size is free.
   virtual std::unique_ptr<SharedBuffer> borrowSharedBuffer(size_t n) = 0;
   virtual Error statfs(SpaceInfo* out) = 0;
+  // Every namespace change this client (or any) saw acknowledged is durable
+  // when it returns: fsyncdir(2), syncfs(2). File::fsync() does it too, for
+  // everything before it (docs/fuse.md, "Durability").
+  virtual Error syncNamespace() = 0;
   // --- The inode API: the namespace by inode number, for the FUSE mount
   // and the Python module. Each call acts as `who`; errors are errnos as
   // the path calls give them. Inode 1 is the root.

@@ -305,6 +305,13 @@ Status ClientImpl::metaCall(const net::Method& method, const google::protobuf::M
   }
 }
 
+Status ClientImpl::metaSync() {
+  meta::Empty req, resp;
+  return metaCall(kMetaSync(), req, &resp);
+}
+
+Error ClientImpl::syncNamespace() { return toError(metaSync(), "cluster " + options_.cluster); }
+
 Error ClientImpl::statfs(SpaceInfo* out) {
   meta::Empty req;
   meta::StatfsResp resp;

@@ -144,6 +144,7 @@ class ClientImpl final : public Client {
   Error listxattr(const Credentials& who, uint64_t ino, std::vector<std::string>* names) override;
   Error removexattr(const Credentials& who, uint64_t ino, const std::string& name) override;
   Error statfs(SpaceInfo* out) override;
+  Error syncNamespace() override;
   Error targets(std::vector<TargetInfo>* out) override;
   Error fsck(CheckReport* out, bool remove_orphan_chunks) override;
 
@@ -195,8 +196,11 @@ class ClientImpl final : public Client {
   // A meta Close: ends `session` (0: none) and raises the length to `length`.
   // With `inline_data` (the whole file) the service may keep the bytes
   // instead of chunks; kInlineRefused leaves the session open.
+  // A meta Sync: every namespace change acknowledged so far durable.
+  Status metaSync();
+  // `durable` (fsync): meta makes it durable, with every change before it.
   Result<meta::Inode> metaClose(uint64_t ino, uint64_t session, uint64_t length, bool wrote,
-                                const std::string* inline_data = nullptr);
+                                const std::string* inline_data = nullptr, bool durable = false);
   // Moves the bytes of inode `ino`, if inline, into chunk 0 (docs/client.md,
   // "Inline files"); the file is an ordinary one when this returns OK.
   // Writers and growing truncates call it first.

@@ -124,12 +124,24 @@ std::optional<uint64_t> FileImpl::unrecordedSize() const {
   return size_;
 }
 
+// Meta commits namespace changes unsynced: the file's create may not be
+// durable yet. It is made so before this handle's first bytes go to
+// chunks, so that a crash cannot leave chunks of a file the namespace lost
+// (fsck would find them orphaned). A no-op at meta when nothing is unsynced.
+Status FileImpl::beforeChunkWriteLocked() {
+  fresh_ = false;
+  if (namespace_synced_) return Status::OK();
+  RETURN_ON_ERROR(client_->metaSync());
+  namespace_synced_ = true;
+  return Status::OK();
+}
+
 Status FileImpl::flushLocked() {
   // Older buffers may hold the same bytes: they land first.
   Status s = drainLocked();
   if (wbuf_len_ > 0) {
-    fresh_ = false;
-    Status w = client_->writeData(inode_, wbuf_offset_, wbuf_len_, wbuf_.data());
+    Status w = beforeChunkWriteLocked();
+    if (w.ok()) w = client_->writeData(inode_, wbuf_offset_, wbuf_len_, wbuf_.data());
     // A failed flush loses the buffered bytes: fsync() and close() report it.
     if (!w.ok() && sticky_error_.ok()) sticky_error_ = w;
     wbuf_len_ = 0;
@@ -168,7 +180,7 @@ Status FileImpl::flushBehindLocked() {
     wbuf_len_ = 0;
     return sticky_error_;
   }
-  fresh_ = false;
+  RETURN_ON_ERROR(beforeChunkWriteLocked());
   Behind b;
   b.buf = std::move(wbuf_);
   b.offset = wbuf_offset_;
@@ -193,7 +205,7 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
   rbuf_len_ = 0;
   dropPrefetch();
   if (!buffered_) {
-    fresh_ = false;
+    RETURN_ON_ERROR(beforeChunkWriteLocked());
     RETURN_ON_ERROR(client_->writeData(inode_, offset, n, p));
     size_ = std::max(size_, offset + n);
     return Status::OK();
@@ -219,7 +231,7 @@ Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
       // Whole chunks go straight from the caller's buffer, in parallel
       // (after the buffers written behind, which may hold the same bytes).
       RETURN_ON_ERROR(drainLocked());
-      fresh_ = false;
+      RETURN_ON_ERROR(beforeChunkWriteLocked());
       size_t whole = static_cast<size_t>(n / chunk * chunk);
       RETURN_ON_ERROR(client_->writeData(inode_, offset, whole, p));
       p += whole;
@@ -447,7 +459,7 @@ Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t*
     if (append) offset = size_;
     if (Status s = clipToMaxSize(offset, &n); !s.ok()) return toError(s, path_);
     if (Status c = ensureChunkedLocked(); !c.ok()) return toError(c, path_);
-    fresh_ = false;
+    if (Status c = beforeChunkWriteLocked(); !c.ok()) return toError(c, path_);
     // Buffered bytes first, so that they cannot land over this write later.
     Status s = flushLocked();
     if (!s.ok()) return toError(s, path_);
@@ -472,12 +484,16 @@ Status FileImpl::settleLocked() {
 Status FileImpl::syncLocked() {
   // The bytes on the servers' disks before the length that covers them.
   RETURN_ON_ERROR(settleLocked());
+  // The length, durable with every namespace change before it (the file's
+  // create among them); with nothing to record, those changes alone.
   if (wrote_ || size_ > meta_size_) {
-    ASSIGN_OR_RETURN(last_inode_, client_->metaClose(inode_.ino(), 0, size_, wrote_));
+    ASSIGN_OR_RETURN(last_inode_, client_->metaClose(inode_.ino(), 0, size_, wrote_, nullptr,
+                                                     /*durable=*/true));
     meta_size_ = size_;
     wrote_ = false;
+    return Status::OK();
   }
-  return Status::OK();
+  return client_->metaSync();
 }
 
 Error FileImpl::sync() {
@@ -513,7 +529,12 @@ Error FileImpl::syncAndEnd(uint64_t session) {
     return toError(s, path_);
   }
   if (session == 0 && !wrote_ && size_ <= meta_size_) return {};
-  auto n = client_->metaClose(inode_.ino(), session, size_, wrote_);
+  // Bytes in chunks were synced above (settleLocked): their length is made
+  // durable with them, so that a crash after close never leaves a file
+  // shorter than what its writer closed. Inline files and the namespace
+  // wait for fsync (or the KV's lazy sync).
+  auto n = client_->metaClose(inode_.ino(), session, size_, wrote_, nullptr,
+                              /*durable=*/wrote_ && namespace_synced_);
   if (!n.ok()) return toError(n.status(), path_);
   last_inode_ = *n;
   meta_size_ = size_;

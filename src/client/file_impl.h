@@ -103,6 +103,8 @@ class FileImpl {
   // length that covers them.
   Status settleLocked();
   Status syncLocked();
+  // Before bytes go to chunks (see file.cc).
+  Status beforeChunkWriteLocked();
   // The close of a fresh file with its bytes inline; false when it does not
   // apply or the service refused (the bytes are still buffered then).
   bool closeInlineLocked(uint64_t session);
@@ -127,14 +129,15 @@ class FileImpl {
   bool buffered_ = true;
 
   mutable std::mutex mu_;
-  bool wrote_ = false;       // since the last length update
-  uint64_t size_ = 0;        // length including buffered bytes
-  uint64_t meta_size_ = 0;   // length the meta service has
-  Status sticky_error_;      // a failed flush: reported by fsync/close
-  meta::Inode last_inode_;   // from the last meta Close
-  bool fresh_ = false;       // setFresh(), and nothing of it written to storage yet
-  bool has_inline_ = false;  // reads come from inline_
-  std::string inline_;       // at most the service's inline limit (64 KiB)
+  bool wrote_ = false;             // since the last length update
+  uint64_t size_ = 0;              // length including buffered bytes
+  uint64_t meta_size_ = 0;         // length the meta service has
+  Status sticky_error_;            // a failed flush: reported by fsync/close
+  meta::Inode last_inode_;         // from the last meta Close
+  bool fresh_ = false;             // setFresh(), and nothing of it written to storage yet
+  bool namespace_synced_ = false;  // a meta Sync made before this handle's first chunk write
+  bool has_inline_ = false;        // reads come from inline_
+  std::string inline_;             // at most the service's inline limit (64 KiB)
 
   // Buffers are never zeroed: only the pages that bytes land in are touched
   // (a small file must not pay for a chunk-sized or window-sized memset).

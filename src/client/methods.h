@@ -66,6 +66,10 @@ inline const net::Method& kRenew() {
   static const auto m = metaMethod("Renew");
   return m;
 }
+inline const net::Method& kMetaSync() {
+  static const auto m = metaMethod("Sync");
+  return m;
+}
 inline const net::Method& kStatfs() {
   static const auto m = metaMethod("Statfs");
   return m;

@@ -30,12 +30,14 @@ Result<meta::Inode> ClientImpl::cutForTruncate(const meta::Caller& who, uint64_t
 // The inode named by the first `count` components; every directory on the
 // way must be searchable by the caller (the meta service checks).
 Result<meta::Inode> ClientImpl::metaClose(uint64_t ino, uint64_t session, uint64_t length,
-                                          bool wrote, const std::string* inline_data) {
+                                          bool wrote, const std::string* inline_data,
+                                          bool durable) {
   meta::CloseReq req;
   req.set_ino(ino);
   req.set_session(session);
   req.set_length(length);
   req.set_wrote(wrote);
+  req.set_sync(durable);
   if (inline_data) req.set_inline_data(*inline_data);
   stamp(&req);
   meta::InodeResp resp;
@@ -46,6 +48,9 @@ Result<meta::Inode> ClientImpl::metaClose(uint64_t ino, uint64_t session, uint64
 }
 
 Status ClientImpl::convertInline(uint64_t ino) {
+  // The inline bytes may be an unsynced commit: durable before chunk 0
+  // holds them (as before any handle's first chunk write, file.cc).
+  RETURN_ON_ERROR(metaSync());
   // Another client's conversion holds the inode for at most the service's
   // lease (10 s): wait that long beyond the usual retries.
   auto deadline =

@@ -95,7 +95,8 @@ FuseFs::FuseFs(Client* client, MountOptions options)
       no_xattrs_(std::make_unique<NoXattrs[]>(kNoXattrSlots)),
       no_caps_(std::make_unique<NoCaps[]>(kNoCapsSlots)),
       caps_gen_(std::make_unique<uint64_t[]>(kNoCapsSlots)),
-      dir_attrs_(std::make_unique<DirAttrs[]>(kDirAttrSlots)) {}
+      dir_attrs_(std::make_unique<DirAttrs[]>(kDirAttrSlots)),
+      listed_(std::make_unique<Listed[]>(kListedSlots)) {}
 
 FuseFs::~FuseFs() = default;
 
@@ -121,7 +122,15 @@ bool FuseFs::answered(fuse_req_t req, const Error& e) {
 // (The client's answers carry this mount's own unrecorded lengths.)
 void FuseFs::fillStat(const FileInfo& info, struct stat* st) { infoToStat(info, st); }
 
+// Attributes handed to the kernel are remembered as seen: a first open of
+// a file the kernel learnt of by lookup or readdirplus keeps them (and its
+// empty page cache) when meta's answer to the open matches, instead of
+// costing a getattr after every such open. A file changed since is caught
+// at that open (the answers differ), and the kernel itself drops cached
+// pages when new attributes show another mtime or size
+// (FUSE_CAP_AUTO_INVAL_DATA).
 fuse_entry_param FuseFs::entryOf(const FileInfo& info) {
+  if (!info.isDir()) remember(info);
   fuse_entry_param e;
   std::memset(&e, 0, sizeof(e));
   e.ino = info.ino;
@@ -138,6 +147,7 @@ void FuseFs::replyEntry(fuse_req_t req, const FileInfo& info) {
 }
 
 void FuseFs::replyAttr(fuse_req_t req, const FileInfo& info) {
+  if (!info.isDir()) remember(info);
   struct stat st;
   fillStat(info, &st);
   fuse_reply_attr(req, &st, options_.attr_timeout_s);
@@ -240,6 +250,20 @@ void FuseFs::dropAllDirAttrs() {
   std::lock_guard lock(dir_attrs_mu_);
   uint64_t now = dir_attrs_seq_.load();
   for (size_t i = 0; i < kDirAttrSlots; ++i) dir_attrs_[i] = DirAttrs{.dropped = now};
+}
+
+void FuseFs::noteListed(uint64_t ino) {
+  if (options_.entry_timeout_s <= 0) return;
+  auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(listed_mu_);
+  listed_[ino % kListedSlots] = {ino, now};
+}
+
+bool FuseFs::listingFresh(uint64_t ino) {
+  auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(listed_mu_);
+  const Listed& e = listed_[ino % kListedSlots];
+  return e.ino == ino && now - e.at < std::chrono::duration<double>(options_.entry_timeout_s);
 }
 
 void FuseFs::remember(const FileInfo& info) {

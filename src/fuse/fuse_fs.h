@@ -119,6 +119,15 @@ class FuseFs {
   void dropDirAttrs(uint64_t ino);
   void dropAllDirAttrs();
 
+  // Directory listings the kernel caches (FOPEN_CACHE_DIR): noteListed()
+  // when a listing from meta reached its end; listingFresh() tells opendir
+  // whether the kernel may keep the listing it has (FOPEN_KEEP_CACHE), i.e.
+  // one was read within entry_timeout. The kernel drops it on any change of
+  // the directory through this mount; another client's change shows within
+  // entry_timeout, as its dentries do. A fixed table of kListedSlots.
+  void noteListed(uint64_t ino);
+  bool listingFresh(uint64_t ino);
+
  private:
   Client* const client_;
   const MountOptions options_;
@@ -152,6 +161,13 @@ class FuseFs {
   std::atomic<uint64_t> dir_attrs_seq_{0};
   std::mutex dir_attrs_mu_;
   std::unique_ptr<DirAttrs[]> dir_attrs_;
+  struct Listed {
+    uint64_t ino = 0;  // 0: empty
+    std::chrono::steady_clock::time_point at;
+  };
+  static constexpr size_t kListedSlots = 1024;
+  std::mutex listed_mu_;
+  std::unique_ptr<Listed[]> listed_;
 };
 
 // Fills `st` from an inode's attributes (exposed for tests).

@@ -49,6 +49,7 @@ const fuse_lowlevel_ops& FuseFs::ops() {
     o.readdir = ops::readdir;
     o.readdirplus = ops::readdirplus;
     o.releasedir = ops::releasedir;
+    o.fsyncdir = ops::fsyncdir;
     o.statfs = ops::statfs;
     o.setxattr = ops::setxattr;
     o.getxattr = ops::getxattr;

@@ -71,5 +71,6 @@ void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
 void readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
 void releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
 
 }  // namespace cistern::fuse::ops

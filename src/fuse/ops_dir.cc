@@ -91,7 +91,10 @@ int fill(fuse_req_t req, DirHandle* d, std::vector<char>& buf, size_t& used, off
     while (pos >= d->base + d->window.size() && !d->eof) {
       if (Error e = nextPage(f, req, d, plus, false)) return e.errno_value;
     }
-    if (pos >= d->base + d->window.size()) break;  // end of the directory
+    if (pos >= d->base + d->window.size()) {  // end of the directory
+      f.noteListed(d->ino);
+      break;
+    }
     const DirEntry& entry = d->window[static_cast<size_t>(pos - d->base)];
     std::memset(&st, 0, sizeof(st));
     st.st_ino = entry.info.ino;
@@ -150,6 +153,12 @@ void opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   d->ino = ino;
   d->parent = info.parent ? info.parent : ino;
   fi->fh = reinterpret_cast<uint64_t>(d);
+  // The kernel keeps the listing in its page cache, for entry_timeout from
+  // when this mount last read one to the end (FuseFs::listingFresh).
+  if (f.options().entry_timeout_s > 0) {
+    fi->cache_readdir = 1;
+    fi->keep_cache = f.listingFresh(ino);
+  }
   if (fuse_reply_open(req, fi) != 0) delete d;
 }
 
@@ -161,6 +170,14 @@ void readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
 void readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   CISTERN_FUSE_OP("readdirplus");
   list(req, ino, size, off, fi, true);
+}
+
+// fsync of a directory: every namespace change acknowledged so far durable
+// (meta's KV commits them unsynced; docs/fuse.md, "Durability").
+void fsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
+  CISTERN_FUSE_OP("fsyncdir");
+  Error e = fs(req).client().syncNamespace();
+  replyErr(req, e ? e.errno_value : 0);
 }
 
 void releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "common/assert.h"
@@ -335,6 +336,7 @@ CommitLog::~CommitLog() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (failed_.ok() && !writeHeld(held_).ok()) CLOG_ERROR("kv", "commit log: held writes lost");
   for (Segment& s : segments_) {
     // A clean close leaves unsynced records durable (appends have returned).
     if (s.dirty && failed_.ok() && ::fdatasync(s.fd) != 0) {
@@ -396,6 +398,10 @@ Status CommitLog::addSegment(std::unique_lock<std::mutex>& lock) {
 // the checkpoint thread when none is free. The new header is on disk before
 // any record of this use is written.
 Status CommitLog::activate(std::unique_lock<std::mutex>& lock) {
+  // Held writes (tests) land before their segment can be reused, after the
+  // older ones a sync in progress writes.
+  if (!held_.empty()) cv_.wait(lock, [&] { return !syncing_; });
+  RETURN_ON_ERROR(writeHeld(held_));
   if (active_ >= 0) {
     segments_[static_cast<size_t>(active_)].state = Segment::kSealed;
     active_ = -1;
@@ -534,7 +540,15 @@ Status CommitLog::appendRecord(uint64_t first, uint64_t last, std::string_view p
   }
   if (wake) cv_.notify_all();
   Status s = CISTERN_FAULT("kv.log.before_write");
-  if (s.ok()) {
+  // Tests: an unsynced record stays in memory, as in a volatile disk cache.
+  std::optional<HeldWrite> held;
+  if (lazy && !CISTERN_FAULT("kv.log.unsynced_in_memory").ok()) held.emplace(fd, off, "", path);
+  if (s.ok() && held && direct) {
+    s = appendDirect(fd, off, record, false, path, &held->bytes);
+    held->off = off - off % 4096;
+  } else if (s.ok() && held) {
+    held->bytes = record;
+  } else if (s.ok()) {
     s = direct ? appendDirect(fd, off, record, sync, path)
         : sync ? writeDsync(fd, record, off, path)
                : writeAll(fd, record, off, path);
@@ -543,6 +557,7 @@ Status CommitLog::appendRecord(uint64_t first, uint64_t last, std::string_view p
     std::lock_guard lock(mu_);
     writing_ = false;
     writing_firsts_.erase(first);
+    if (s.ok() && held) held_.push_back(std::move(*held));
     if (s.ok() && lazy) segments_[seg_index].dirty = true;
     // Whoever waits for a turn, or a sync for this write to finish.
     wake = turn_waiters_ > 0 || sync_waiters_ > 0;
@@ -585,9 +600,12 @@ Status CommitLog::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t target
       seg.dirty = false;
       dirty.emplace_back(seg.fd, segmentPath(options_.dir, seg.id));
     }
+    std::vector<HeldWrite> held;
+    held.swap(held_);
     syncing_ = true;
     lock.unlock();
     Status s = CISTERN_FAULT("kv.log.lazy_sync");
+    if (s.ok()) s = writeHeld(held);
     for (const auto& [fd, path] : dirty) {
       if (!s.ok()) break;
       if (::fdatasync(fd) != 0) s = ioError("fdatasync", path, errno);
@@ -610,8 +628,14 @@ Status CommitLog::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t target
 // bytes before `off` in that block are the previous record's (kept in
 // block_buf_, so rewriting them changes nothing on disk even if torn), the
 // rest of the last block is zero.
+Status CommitLog::writeHeld(std::vector<HeldWrite>& held) {
+  for (const HeldWrite& w : held) RETURN_ON_ERROR(writeAll(w.fd, w.bytes, w.off, w.path));
+  held.clear();
+  return Status::OK();
+}
+
 Status CommitLog::appendDirect(int fd, uint64_t off, std::string_view record, bool sync,
-                               const std::string& path) {
+                               const std::string& path, std::string* hold) {
   constexpr size_t kBlock = 4096;
   CISTERN_CHECK(off % kBlock == tail_len_, "commit log: direct append off its block tail");
   size_t used = tail_len_ + record.size();
@@ -622,8 +646,9 @@ Status CommitLog::appendDirect(int fd, uint64_t off, std::string_view record, bo
   char* buf = block_buf_.get();
   std::memcpy(buf + tail_len_, record.data(), record.size());
   std::memset(buf + used, 0, len - used);
-  Status s = sync ? writeDsync(fd, std::string_view(buf, len), off - tail_len_, path)
-                  : writeAll(fd, std::string_view(buf, len), off - tail_len_, path);
+  Status s = hold   ? (hold->assign(buf, len), Status::OK())
+             : sync ? writeDsync(fd, std::string_view(buf, len), off - tail_len_, path)
+                    : writeAll(fd, std::string_view(buf, len), off - tail_len_, path);
   if (!s.ok()) return s;
   size_t tail = used % kBlock;
   if (tail) std::memmove(buf, buf + used - tail, tail);

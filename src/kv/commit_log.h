@@ -42,6 +42,9 @@
 // sync: it is durable only with all of them, since replay stops at the first
 // gap); and the checkpoint thread does within `lazy_sync_ms` of the first
 // unsynced record. What a crash keeps is always a prefix of the versions.
+// The fault point kv.log.unsynced_in_memory (tests) keeps unsynced records
+// in memory until the next sync writes them: a SIGKILL then loses what a
+// power loss would.
 #pragma once
 
 #include <chrono>
@@ -98,6 +101,13 @@ std::string encodeLogRecord(uint64_t epoch, uint64_t first, uint64_t last,
 // Decodes the record at the start of `bytes` (the payload views `bytes`).
 // kCorruption when no whole, intact record is there.
 Result<LogRecord> decodeLogRecord(std::string_view bytes);
+
+struct HeldWrite {
+  int fd;
+  uint64_t off;
+  std::string bytes;
+  std::string path;
+};
 
 class CommitLog {
  public:
@@ -172,8 +182,11 @@ class CommitLog {
   Status activate(std::unique_lock<std::mutex>& lock);    // REQUIRES: mu_ held
   void checkpointLoop();
   // The O_DIRECT record write of append(); REQUIRES: writing_ set by the caller.
+  // With `hold`, the blocks go there instead of to the file.
   Status appendDirect(int fd, uint64_t off, std::string_view record, bool sync,
-                      const std::string& path);
+                      const std::string& path, std::string* hold = nullptr);
+  // Writes held_ (in order). REQUIRES: mu_ held, or held_ taken by the caller.
+  static Status writeHeld(std::vector<HeldWrite>& held);
   // Makes every version <= `target` durable: waits for earlier appends to
   // finish writing and for a sync in progress, then fdatasyncs the dirty
   // segments outside the lock. REQUIRES: mu_ held.
@@ -207,6 +220,8 @@ class CommitLog {
   bool syncing_ = false;
   uint32_t sync_waiters_ = 0;
   uint64_t lazy_syncs_ = 0;
+  // Unsynced writes kept in memory (kv.log.unsynced_in_memory), in order.
+  std::vector<HeldWrite> held_;
   Status failed_;
   std::thread thread_;
 

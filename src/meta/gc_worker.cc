@@ -17,6 +17,7 @@ Result<size_t> GcWorker::runOnce(size_t max_entries) {
     return Status::OK();
   }));
   size_t done = 0;
+  bool synced = false;
   for (const auto& entry : batch) {
     kv::KeyReader r(entry.key);
     ASSIGN_OR_RETURN(auto prefix, r.prefix());
@@ -43,7 +44,14 @@ Result<size_t> GcWorker::runOnce(size_t max_entries) {
     uint64_t start = queued.whole_file() ? 0
                                          : std::max<uint64_t>(queued.first_chunk(),
                                                               (current_size + chunk - 1) / chunk);
-    if (!queued.no_chunks()) RETURN_ON_ERROR(remover_.removeFrom(ino, queued.layout(), start));
+    if (!queued.no_chunks()) {
+      // The entry may come from an unsynced commit (an unlink, a truncate):
+      // it is made durable before any chunk goes, so that a crash cannot
+      // bring back a name whose bytes are gone.
+      if (!synced) RETURN_ON_ERROR(engine_.sync());
+      synced = true;
+      RETURN_ON_ERROR(remover_.removeFrom(ino, queued.layout(), start));
+    }
     // Delete the entry only if nobody re-queued it meanwhile.
     RETURN_ON_ERROR(kv::runTransaction(engine_, [&](kv::Transaction& t) -> Status {
       ASSIGN_OR_RETURN(auto now, t.get(entry.key));

@@ -155,10 +155,11 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
   add<CloseReq, InodeResp>("Close", [&s](const CloseReq& r, InodeResp& out) {
     std::optional<std::string> inline_data;
     if (r.has_inline_data()) inline_data = r.inline_data();
-    return into(
-        s.close(r.ino(), r.session(), r.length(), r.wrote(), rid(r.client(), r.seq()), inline_data),
-        out.mutable_inode());
+    return into(s.close(r.ino(), r.session(), r.length(), r.wrote(), rid(r.client(), r.seq()),
+                        inline_data, r.sync()),
+                out.mutable_inode());
   });
+  add<Empty, Empty>("Sync", [&s](const Empty&, Empty&) { return s.sync(); });
   add<UninlineReq, UninlineResp>("Uninline", [&s](const UninlineReq& r, UninlineResp& out) {
     ASSIGN_OR_RETURN(auto u, s.uninline(r.caller(), r.ino(), r.token(), rid(r.client(), r.seq())));
     out.set_was_inline(u.was_inline);

@@ -51,10 +51,16 @@ Result<StatFs> MetaStore::statfs() {
   return out;
 }
 
+Status MetaStore::sync() { return engine_.sync(); }
+
 Result<std::string> MetaStore::mutate(
-    const RequestId& rid, const std::function<Result<std::string>(kv::Transaction&)>& body) {
+    const RequestId& rid, const std::function<Result<std::string>(kv::Transaction&)>& body,
+    bool durable) {
   std::string result;
+  const kv::Durability durability =
+      durable || options_.sync_namespace ? kv::Durability::kSynced : kv::Durability::kLazy;
   Status status = kv::runTransaction(engine_, [&](kv::Transaction& t) -> Status {
+    t.setDurability(durability);
     if (!rid.client.empty()) {
       ASSIGN_OR_RETURN(auto raw, t.get(mutationKey(rid.client, rid.seq)));
       if (raw) {

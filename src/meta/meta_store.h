@@ -54,6 +54,13 @@ struct MetaOptions {
   // default, so only one paused or cut off for minutes loses them.
   // Default: 5 min.
   uint32_t session_timeout_ms = 300000;
+  // Every namespace change durable before it is acknowledged. Off (the
+  // default), changes are committed unsynced (kv::Durability::kLazy) and
+  // become durable at the next fsync of any file or directory (close with
+  // `durable`, sync()), or within the KV's lazy sync delay (1 s): a crash
+  // of the machine may lose the last of them, always a suffix, never part
+  // of one (docs/fuse.md, "Durability"). A crash of the process loses none.
+  bool sync_namespace = false;
 };
 
 struct RequestId {
@@ -167,9 +174,15 @@ class MetaStore {
   // With `inline_data` (the whole file, `length` bytes, nothing of it in
   // chunks) the bytes are kept in the KV if the inode is still inline_ok and
   // they fit inline_max_bytes; otherwise kInlineRefused and the session stays.
+  // `durable` (fsync): the close is durable when it returns, and with it
+  // every change committed before it.
   Result<Inode> close(uint64_t ino, uint64_t session, uint64_t length, bool wrote,
                       const RequestId& rid = {},
-                      const std::optional<std::string>& inline_data = std::nullopt);
+                      const std::optional<std::string>& inline_data = std::nullopt,
+                      bool durable = false);
+  // fsync of a file with nothing to record, fsyncdir, syncfs: every change
+  // committed before the call is durable when it returns.
+  Status sync();
   // A client renews all its write sessions at once (Client::Options::
   // session_renew_ms), so that a client that dies leaves none behind.
   Status renewClient(std::string_view client);
@@ -232,9 +245,11 @@ class MetaStore {
   InodeAllocator& allocator() { return allocator_; }
   // Runs `body` in a retried transaction; with a request id, returns the
   // recorded result of an earlier commit of the same id instead. `body`
-  // returns the serialized result to record (may be empty).
+  // returns the serialized result to record (may be empty). The commit is
+  // unsynced unless `durable` or MetaOptions::sync_namespace.
   Result<std::string> mutate(const RequestId& rid,
-                             const std::function<Result<std::string>(kv::Transaction&)>& body);
+                             const std::function<Result<std::string>(kv::Transaction&)>& body,
+                             bool durable = false);
 
  private:
   Result<Opened> createImpl(const Caller& c, uint64_t parent, std::string_view name, uint32_t mode,

@@ -16,7 +16,8 @@ Status checkAccess(const Inode& inode, const Caller& caller, int mask) {
   if (caller.uid() == 0) {
     bool any_exec = (inode.mode() & 0111) != 0 || inode.type() == DIRECTORY;
     if ((mask & kMayExec) && !any_exec) {
-      return Status(ErrorCode::kPermissionDenied, fmt::format("inode {}: no execute bit", inode.ino()));
+      return Status(ErrorCode::kPermissionDenied,
+                    fmt::format("inode {}: no execute bit", inode.ino()));
     }
     return Status::OK();
   }
@@ -30,7 +31,8 @@ Status checkAccess(const Inode& inode, const Caller& caller, int mask) {
   }
   if ((bits & static_cast<uint32_t>(mask)) != static_cast<uint32_t>(mask)) {
     return Status(ErrorCode::kPermissionDenied,
-                  fmt::format("inode {} mode {:o} denies uid {}", inode.ino(), inode.mode() & 07777, caller.uid()));
+                  fmt::format("inode {} mode {:o} denies uid {}", inode.ino(), inode.mode() & 07777,
+                              caller.uid()));
   }
   return Status::OK();
 }
@@ -48,10 +50,13 @@ Status checkSticky(const Inode& dir, const Inode& victim, const Caller& caller) 
 Status checkName(std::string_view name) {
   if (name.empty()) return Status(ErrorCode::kNotFound, "empty name");
   if (name.size() > 255) {
-    return Status(ErrorCode::kNameTooLong, fmt::format("name of {} bytes exceeds 255", name.size()));
+    return Status(ErrorCode::kNameTooLong,
+                  fmt::format("name of {} bytes exceeds 255", name.size()));
   }
-  if (name.find('/') != std::string_view::npos) return Status(ErrorCode::kInvalidArgument, "name contains '/'");
-  if (name.find('\0') != std::string_view::npos) return Status(ErrorCode::kInvalidArgument, "name contains NUL");
+  if (name.find('/') != std::string_view::npos)
+    return Status(ErrorCode::kInvalidArgument, "name contains '/'");
+  if (name.find('\0') != std::string_view::npos)
+    return Status(ErrorCode::kInvalidArgument, "name contains NUL");
   return Status::OK();
 }
 

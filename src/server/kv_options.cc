@@ -15,6 +15,7 @@ void KvOptions::bind(ConfigBinder& b) {
          "every key of this cluster lives under it in etcd (several clusters may share one)");
   b.bind("kv.etcd.timeout_ms", &etcd_timeout_ms, "per etcd request");
   b.bind("kv.rocksdb.path", &rocksdb_path, "directory of the embedded KV (backend rocksdb)");
+  b.bind("kv.rocksdb.lazy_sync_ms", &rocksdb_lazy_sync_ms, kLazySyncHelp);
 }
 
 Status KvOptions::validate() const {
@@ -25,6 +26,7 @@ Status KvOptions::validate() const {
     return Status(ErrorCode::kInvalidArgument, "kv.etcd.endpoints is empty");
   if (backend == "etcd" && etcd_prefix.empty())
     return Status(ErrorCode::kInvalidArgument, "kv.etcd.prefix is empty");
+  RETURN_ON_ERROR(checkOptionRange("kv.rocksdb.lazy_sync_ms", rocksdb_lazy_sync_ms, 1, 600000));
   return checkOptionRange("kv.etcd.timeout_ms", etcd_timeout_ms, 100, 600000);
 }
 
@@ -33,6 +35,7 @@ Result<std::unique_ptr<kv::Engine>> openKv(const KvOptions& options) {
   if (options.backend == "rocksdb") {
     kv::RocksEngineOptions ro;
     ro.path = options.rocksdb_path;
+    ro.lazy_sync_ms = options.rocksdb_lazy_sync_ms;
     return kv::openRocksEngine(ro);
   }
   kv::EtcdEngineOptions eo;

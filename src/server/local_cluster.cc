@@ -22,6 +22,7 @@
 #include "net/blocking.h"
 #include "net/rpc_server.h"
 #include "server/gc_remover.h"
+#include "server/kv_options.h"
 #include "server/meta_gc_loop.h"
 #include "server/metrics_http.h"
 #include "storage/scrub_worker.h"
@@ -209,6 +210,8 @@ void LocalClusterOptions::bind(ConfigBinder& b) {
   b.bind("meta.session_timeout_ms", &session_timeout_ms,
          "a client silent this long loses its write sessions; keep it well above the "
          "clients' renewal period (20 s)");
+  b.bind("meta.sync_namespace", &sync_namespace, kSyncNamespaceHelp);
+  b.bind("kv.rocksdb.lazy_sync_ms", &kv_lazy_sync_ms, kLazySyncHelp);
   b.bind("rpc.meta_threads", &meta_rpc_threads,
          "I/O threads of the meta + mgmt RPC server (0: one per core; at most 256)");
   b.bind("rpc.storage_threads", &storage_rpc_threads,
@@ -231,6 +234,7 @@ Status LocalClusterOptions::validate() const {
     return Status(ErrorCode::kInvalidArgument,
                   fmt::format("meta session_timeout_ms {} is below 1000", session_timeout_ms));
   }
+  RETURN_ON_ERROR(checkOptionRange("kv.rocksdb.lazy_sync_ms", kv_lazy_sync_ms, 1, 600000));
   RETURN_ON_ERROR(checkOptionRange("rpc.meta_threads", meta_rpc_threads, 0, 256));
   RETURN_ON_ERROR(checkOptionRange("rpc.storage_threads", storage_rpc_threads, 1, 256));
   RETURN_ON_ERROR(checkOptionRange("rpc.inflight_per_connection_max",
@@ -253,11 +257,13 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
   kv::RocksEngineOptions ko;
   ko.path = options.data_dir + "/kv";
   ko.engine.sync_commits = options.sync;
+  ko.lazy_sync_ms = options.kv_lazy_sync_ms;
   ASSIGN_OR_RETURN(c.kv, kv::openRocksEngine(ko));
   RETURN_ON_ERROR(c.startTargets());
   meta::MetaOptions meta_options;
   meta_options.inline_convert_lease_ms = options.inline_convert_lease_ms;
   meta_options.session_timeout_ms = options.session_timeout_ms;
+  meta_options.sync_namespace = options.sync_namespace;
   c.meta = std::make_unique<meta::MetaStore>(*c.kv, meta_options);
   RETURN_ON_ERROR(c.meta->init());
   c.meta->setCapacitySource([&c] { return c.capacity(); });

@@ -39,6 +39,11 @@ struct LocalClusterOptions {
   // A client silent this long loses its write sessions (meta::MetaOptions;
   // the GC loop ends them every quarter of it, at most every second).
   uint32_t session_timeout_ms = 300000;
+  // Every namespace change synced before it is acknowledged
+  // (meta::MetaOptions::sync_namespace). Default: false.
+  bool sync_namespace = false;
+  // kv::RocksEngineOptions::lazy_sync_ms of the embedded KV. Default: 1,000.
+  uint32_t kv_lazy_sync_ms = 1000;
   // Every target's chunk engine (path and sync are set per target) and
   // storage service.
   storage::ChunkEngineOptions engine;
@@ -55,8 +60,8 @@ struct LocalClusterOptions {
   bool rpc_payload_crc = true;
 
   // Binds what a config file may set (`cistern up --config`): storage.*,
-  // meta.session_timeout_ms, rpc.*. The data directory, targets and
-  // addresses are flags.
+  // meta.session_timeout_ms, meta.sync_namespace, kv.rocksdb.lazy_sync_ms, rpc.*. The data
+  // directory, targets and addresses are flags.
   void bind(ConfigBinder& b);
   // kInvalidArgument naming the option when a value cannot work; start()
   // checks it before creating anything.

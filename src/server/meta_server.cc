@@ -25,6 +25,7 @@ void MetaServerOptions::bind(ConfigBinder& b) {
          "host:port clients reach this server at (empty: the address it listens on)");
   b.bind("meta.session_timeout_ms", &session_timeout_ms,
          "a client silent this long loses its write sessions");
+  b.bind("meta.sync_namespace", &sync_namespace, kSyncNamespaceHelp);
   b.bind("meta.rpc_threads", &rpc_threads, "I/O threads of the meta RPC server");
   kv.bind(b);
 }
@@ -137,6 +138,7 @@ Result<std::unique_ptr<MetaServer>> MetaServer::start(const MetaServerOptions& o
   ASSIGN_OR_RETURN(impl->kv, openKv(options.kv));
   meta::MetaOptions mo;
   mo.session_timeout_ms = options.session_timeout_ms;
+  mo.sync_namespace = options.sync_namespace;
   impl->meta = std::make_unique<meta::MetaStore>(*impl->kv, mo);
   RETURN_ON_ERROR(impl->meta->init());
   impl->meta->setCapacitySource([i = impl.get()] { return i->capacity(); });

@@ -27,6 +27,7 @@ struct MetaServerOptions {
   std::string listen = "127.0.0.1:7410";
   std::string advertise;  // as StorageServerOptions::advertise
   uint32_t session_timeout_ms = 300000;
+  bool sync_namespace = false;  // meta::MetaOptions::sync_namespace
   uint32_t rpc_threads = 2;
   KvOptions kv;
 

@@ -1444,6 +1444,34 @@ TEST(CloseToOpen, AnotherClientsCreateAndUnlinkShowUp) {
   EXPECT_FALSE(exists(d + "/later"));
 }
 
+double sample(const std::string& text, const std::string& series);
+
+// A listing read to its end is kept by the kernel (FOPEN_CACHE_DIR) for
+// entry_timeout (1 s here): listing again sends no readdir; a change through
+// the mount shows at once (the kernel drops the cache); another client's
+// shows once the second is over.
+TEST(CloseToOpen, ListingsAreCachedForAnEntryTimeout) {
+  auto d = testDir();
+  ASSERT_TRUE(writeFile(d + "/a", "1"));
+  const std::set<std::string> start{".", "..", "a"};
+  EXPECT_EQ(listDir(d), start);
+  int port = MountEnv::get().cluster().metricsPort();
+  auto readdirs = [port] {
+    std::string m = httpGet(port, "/metrics");
+    return std::max(0.0, sample(m, R"(fuse_requests_total{op="readdir"})")) +
+           std::max(0.0, sample(m, R"(fuse_requests_total{op="readdirplus"})"));
+  };
+  double before = readdirs();
+  EXPECT_GT(before, 0);
+  EXPECT_EQ(listDir(d), start);
+  EXPECT_EQ(readdirs(), before) << "the second listing was not served from the kernel's cache";
+  ASSERT_TRUE(writeFile(d + "/b", "2"));
+  EXPECT_EQ(listDir(d), (std::set<std::string>{".", "..", "a", "b"}));
+  ASSERT_EQ(cli({"mkdir", remoteOf(d + "/c")}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  EXPECT_EQ(listDir(d), (std::set<std::string>{".", "..", "a", "b", "c"}));
+}
+
 // --- metrics ----------------------------------------------------------------------------
 
 // The value of one sample line ("name{labels} value") in Prometheus text; -1 if absent.

@@ -90,11 +90,14 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
 }
 
 Result<Inode> MetaStore::close(uint64_t ino, uint64_t session, uint64_t length, bool wrote,
-                               const RequestId& rid,
-                               const std::optional<std::string>& inline_data) {
-  ASSIGN_OR_RETURN(std::string bytes, mutate(rid, [&](kv::Transaction& t) {
-                     return closeIn(t, ino, session, length, wrote, inline_data);
-                   }));
+                               const RequestId& rid, const std::optional<std::string>& inline_data,
+                               bool durable) {
+  ASSIGN_OR_RETURN(
+      std::string bytes,
+      mutate(
+          rid,
+          [&](kv::Transaction& t) { return closeIn(t, ino, session, length, wrote, inline_data); },
+          durable));
   return parseInode(bytes);
 }
 
