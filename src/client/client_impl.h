@@ -380,9 +380,11 @@ class ClientImpl final : public Client {
   Error answer(const Result<meta::Inode>& r, FileInfo* out, const std::string& what);
   // Opens the regular file `inode` as `who` for `flags` (a meta Open; O_TRUNC
   // cuts storage first): a handle on the inode's entry in open_files_.
-  // `name` names the file in errors.
+  // `name` names the file in errors. `type_unknown` (a read open of an
+  // inode number alone): the type is checked on meta's answer.
   Error openInode(const meta::Caller& who, const meta::Inode& inode, int flags,
-                  const std::string& name, std::unique_ptr<File>* out, FileInfo* info);
+                  const std::string& name, std::unique_ptr<File>* out, FileInfo* info,
+                  bool type_unknown = false);
   // open(2) with O_CREAT of `entry` in `parent`.
   Error createIn(const meta::Caller& who, uint64_t parent, const std::string& entry, uint32_t mode,
                  int flags, const std::string& name, std::unique_ptr<File>* out, FileInfo* info,

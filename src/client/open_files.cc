@@ -185,12 +185,9 @@ Error ClientImpl::attachHandle(const meta::Inode& inode, uint64_t session, int f
   return {};
 }
 
-Error ClientImpl::openInode(const meta::Caller& who, const meta::Inode& inode, int flags,
-                            const std::string& name, std::unique_ptr<File>* out, FileInfo* info) {
-  out->reset();
-  const int acc = flags & O_ACCMODE;
-  if (acc == O_ACCMODE)
-    return toError(Status(ErrorCode::kInvalidArgument, "bad access mode in open flags"), name);
+namespace {
+// Only regular files open through the library.
+Error openable(const meta::Inode& inode, const std::string& name) {
   if (inode.type() == meta::DIRECTORY) return toError(Status(ErrorCode::kIsDirectory), name);
   if (meta::isSpecial(inode.type())) {
     return Error{ENXIO, name +
@@ -199,6 +196,20 @@ Error ClientImpl::openInode(const meta::Caller& who, const meta::Inode& inode, i
   }
   if (inode.type() != meta::REGULAR)
     return toError(Status(ErrorCode::kInvalidArgument, "not a regular file"), name);
+  return {};
+}
+}  // namespace
+
+Error ClientImpl::openInode(const meta::Caller& who, const meta::Inode& inode, int flags,
+                            const std::string& name, std::unique_ptr<File>* out, FileInfo* info,
+                            bool type_unknown) {
+  out->reset();
+  const int acc = flags & O_ACCMODE;
+  if (acc == O_ACCMODE)
+    return toError(Status(ErrorCode::kInvalidArgument, "bad access mode in open flags"), name);
+  if (!type_unknown) {
+    if (Error e = openable(inode, name)) return e;
+  }
   const uint64_t ino = inode.ino();
   const bool write = opensForWrite(flags);
   const bool trunc = (flags & O_TRUNC) != 0;
@@ -227,6 +238,9 @@ Error ClientImpl::openInode(const meta::Caller& who, const meta::Inode& inode, i
   Status s = metaCall(kOpen(), req, &resp);
   forgetAttrs(ino);
   if (!s.ok()) return toError(s, name);
+  if (type_unknown) {
+    if (Error e = openable(resp.inode(), name)) return e;  // a read open: nothing to undo
+  }
   if (open_here) open_here->file->setSize(0);
   if (write) {
     // Writes go to chunks: an inline file's bytes move there first.
@@ -281,6 +295,14 @@ Error ClientImpl::open(const std::string& path, int flags, uint32_t mode,
 Error ClientImpl::openAt(const Credentials& who, uint64_t ino, int flags,
                          std::unique_ptr<File>* out, FileInfo* info) {
   out->reset();
+  // A read open is a read-only transaction at meta that answers with the
+  // inode: its type is checked on that answer (one meta call, not two).
+  if ((flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC)) {
+    meta::Inode known;
+    known.set_ino(ino);
+    return openInode(callerOf(who), known, flags, fmt::format("inode {}", ino), out, info,
+                     /*type_unknown=*/true);
+  }
   auto n = getattr(ino);
   if (!n.ok()) return toError(n.status(), fmt::format("inode {}", ino));
   return openInode(callerOf(who), *n, flags, fmt::format("inode {}", ino), out, info);
