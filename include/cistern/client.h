@@ -195,6 +195,11 @@ class File {
   virtual Error allocate(uint64_t end) = 0;
   // Handles of this file open through this client, this one included.
   virtual uint32_t openHandles() const = 0;
+  // The whole file, when this handle already holds it in memory (a small
+  // file's bytes kept in the KV come with its open): a mount hands them to
+  // the kernel's page cache with the open, saving the read's round trip.
+  // False when it does not.
+  virtual bool wholeContents(std::string* out) const { return false; }
 };
 
 // Memory shared with the storage servers on this host (3FS's "iov"): a read

@@ -69,6 +69,14 @@ void FileImpl::adoptOpen(const meta::Inode& inode, std::string data) {
   }
 }
 
+bool FileImpl::wholeContents(std::string* out) const {
+  std::lock_guard lock(mu_);
+  if (!has_inline_ || wrote_ || wbuf_len_ > 0 || !behind_.empty() || size_ != inline_.size())
+    return false;
+  *out = inline_;
+  return true;
+}
+
 void FileImpl::readInlineLocked(uint8_t* p, size_t n, uint64_t offset) const {
   size_t have = offset < inline_.size() ? std::min<size_t>(n, inline_.size() - offset) : 0;
   if (have > 0) std::memcpy(p, inline_.data() + offset, have);

@@ -39,6 +39,8 @@ class FileImpl {
   Error pwrite(const void* buf, size_t n, uint64_t offset, size_t* done, bool append = false);
   // fsync(2): every buffered byte in storage and synced, the length recorded.
   Error sync();
+  // File::wholeContents: the inline bytes, unless this client wrote since.
+  bool wholeContents(std::string* out) const;
   uint64_t size() const;
   // The length if this client wrote the file since it last recorded one
   // (nullopt: meta's length is the file's as far as this client knows).

@@ -120,6 +120,9 @@ class FileHandle final : public File {
   }
   uint64_t size() const override { return node_->file->size(); }
   uint64_t ino() const override { return node_->ino; }
+  bool wholeContents(std::string* out) const override {
+    return read_ && !closed_.load() && node_->file->wholeContents(out);
+  }
   FileInfo info() const override {
     FileInfo i = toInfo(node_->file->lastInode());
     i.size = node_->file->size();

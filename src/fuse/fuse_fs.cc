@@ -163,6 +163,17 @@ void FuseFs::invalidateAttrs(uint64_t ino) {
   if (session_) (void)fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
 }
 
+void FuseFs::invalidateData(uint64_t ino) {
+  if (session_) (void)fuse_lowlevel_notify_inval_inode(session_, ino, 0, 0);
+}
+
+bool FuseFs::storeWhole(uint64_t ino, std::string_view bytes) {
+  if (!session_ || bytes.empty()) return false;
+  fuse_bufvec buf = FUSE_BUFVEC_INIT(bytes.size());
+  buf.buf[0].mem = const_cast<char*>(bytes.data());
+  return fuse_lowlevel_notify_store(session_, ino, 0, &buf, FUSE_BUF_SPLICE_NONBLOCK) == 0;
+}
+
 namespace {
 // Now plus attr_timeout.
 std::chrono::steady_clock::time_point attrDeadline(const MountOptions& o) {

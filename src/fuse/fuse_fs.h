@@ -77,6 +77,11 @@ class FuseFs {
   // Tells the kernel its cached attributes of `ino` are stale (attributes
   // only: safe inside an open of that inode).
   void invalidateAttrs(uint64_t ino);
+  // Drops the inode's cached pages and attributes.
+  void invalidateData(uint64_t ino);
+  // Puts `bytes` (the whole file) into the kernel's page cache for `ino`
+  // (FUSE_NOTIFY_STORE); false when the kernel refused.
+  bool storeWhole(uint64_t ino, std::string_view bytes);
   void setSession(fuse_session* se) { session_ = se; }
 
   // A file this mount just created has no extended attributes: for

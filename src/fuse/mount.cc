@@ -56,6 +56,7 @@ const fuse_lowlevel_ops& FuseFs::ops() {
     o.listxattr = ops::listxattr;
     o.removexattr = ops::removexattr;
     o.access = ops::access;
+    o.ioctl = ops::ioctl;
     o.create = ops::create;
     return o;
   }();

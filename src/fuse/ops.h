@@ -50,6 +50,8 @@ void rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
 void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname);
 void statfs(fuse_req_t req, fuse_ino_t ino);
 void access(fuse_req_t req, fuse_ino_t ino, int mask);
+void ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi,
+           unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz);
 void setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags);
 void getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);

@@ -133,6 +133,11 @@ class ViewFile final : public File {
   FileInfo info() const override { return info_; }
   Error allocate(uint64_t) override { return {EROFS, "read-only"}; }
   uint32_t openHandles() const override { return 1; }
+  bool wholeContents(std::string* out) const override {
+    if (!whole_) return false;
+    out->assign(reinterpret_cast<const char*>(bytes_.data()), bytes_.size());
+    return true;
+  }
 
  private:
   Error corrupt() const {

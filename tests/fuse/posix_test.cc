@@ -1481,6 +1481,27 @@ double sample(const std::string& text, const std::string& series) {
   return std::stod(text.substr(at + series.size() + 2));
 }
 
+// A small file's bytes come with its open (kept inline in the KV): the
+// mount puts them in the page cache with the open, so reading it sends no
+// read request; an ioctl (isatty, which Python's open() asks) is ENOTTY
+// at once.
+TEST(Metrics, ASmallFileIsReadFromThePageCacheItsOpenFilled) {
+  auto d = testDir();
+  int port = MountEnv::get().cluster().metricsPort();
+  const std::string reads = R"(fuse_requests_total{op="read"})";
+  ASSERT_TRUE(writeFile(d + "/f", "small and inline"));
+  struct stat st;
+  ASSERT_EQ(::stat((d + "/f").c_str(), &st), 0);
+  double before = std::max(0.0, sample(httpGet(port, "/metrics"), reads));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(readFile(d + "/f"), "small and inline");
+  EXPECT_EQ(std::max(0.0, sample(httpGet(port, "/metrics"), reads)), before);
+  int fd = ::open((d + "/f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::isatty(fd), 0);
+  EXPECT_EQ(errno, ENOTTY);
+  ::close(fd);
+}
+
 // A read-only close has nothing to flush: the kernel is told not to send
 // FLUSH for it; a close after writing still sends one (its errors reach
 // close(2)).
