@@ -624,15 +624,16 @@ Status CommitLog::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t target
   }
 }
 
-// Writes the blocks from the one holding `off` to the end of the record: the
-// bytes before `off` in that block are the previous record's (kept in
-// block_buf_, so rewriting them changes nothing on disk even if torn), the
-// rest of the last block is zero.
 Status CommitLog::writeHeld(std::vector<HeldWrite>& held) {
   for (const HeldWrite& w : held) RETURN_ON_ERROR(writeAll(w.fd, w.bytes, w.off, w.path));
   held.clear();
   return Status::OK();
 }
+
+// Writes the blocks from the one holding `off` to the end of the record: the
+// bytes before `off` in that block are the previous record's (kept in
+// block_buf_, so rewriting them changes nothing on disk even if torn), the
+// rest of the last block is zero.
 
 Status CommitLog::appendDirect(int fd, uint64_t off, std::string_view record, bool sync,
                                const std::string& path, std::string* hold) {
@@ -675,7 +676,7 @@ void CommitLog::checkpointLoop() {
     // Unsynced records: durable within lazy_sync_ms of the first.
     const bool lazy = failed_.ok() && lazy_last_ > synced_through_ && !syncing_;
     if (lazy && std::chrono::steady_clock::now() >= lazy_since_ + lazy_delay) {
-      if (Status st = syncLocked(lock, lazy_last_); !st.ok())
+      if (Status st = syncLocked(lock, lazy_last_); !st.ok() && !stop_)
         CLOG_ERROR("kv", "commit log: background sync: {}", st.toString());
       continue;
     }
