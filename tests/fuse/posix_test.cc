@@ -1502,6 +1502,20 @@ TEST(Metrics, ASmallFileIsReadFromThePageCacheItsOpenFilled) {
   ::close(fd);
 }
 
+// A file of 100 KiB, in a chunk: open, read to the end, close is one read
+// request from the kernel and one storage call.
+TEST(Metrics, ASmallFileInAChunkIsOneStorageRead) {
+  auto d = testDir();
+  int port = MountEnv::get().cluster().metricsPort();
+  const std::string storage_reads =
+      R"(rpc_server_latency_us_count{method="cistern.storage.StorageService.BatchRead"})";
+  const std::string want(100 << 10, 'c');
+  ASSERT_TRUE(writeFile(d + "/f", want));  // write-only: nothing of it in the page cache
+  double before = std::max(0.0, sample(httpGet(port, "/metrics"), storage_reads));
+  EXPECT_EQ(readFile(d + "/f"), want);
+  EXPECT_EQ(std::max(0.0, sample(httpGet(port, "/metrics"), storage_reads)), before + 1);
+}
+
 // A read-only close has nothing to flush: the kernel is told not to send
 // FLUSH for it; a close after writing still sends one (its errors reach
 // close(2)).
