@@ -21,13 +21,13 @@
 #include <vector>
 
 #include "cistern/client.h"
+#include "client/status_of.h"
 #include "common/result.h"
 #include "pack/pack_format.h"
 
 namespace cistern::pack {
 
-// A client call's Error as a Status (the errno's code: ENOENT kNotFound, ...).
-Status statusOf(const Error& e);
+using cistern::statusOf;  // client/status_of.h
 
 struct WriterOptions {
   uint64_t shard_bytes = 256ull << 20;  // a shard is closed once it holds this much

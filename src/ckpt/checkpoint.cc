@@ -1,0 +1,312 @@
+#include "ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <tuple>
+
+#include "client/status_of.h"
+#include "common/crc32c.h"
+
+namespace cistern::ckpt {
+namespace {
+
+std::string join(const std::string& dir, std::string_view name) {
+  return dir.empty() || dir.back() == '/' ? dir + std::string(name) : dir + "/" + std::string(name);
+}
+
+// "/a/b/" -> ("/a", "b").
+std::pair<std::string, std::string> splitPath(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+std::string hex128(const XXH128_hash_t& h) {
+  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+}
+
+std::vector<std::string> hashBlocks(std::span<const uint8_t> bytes, uint64_t block) {
+  std::vector<std::string> out;
+  for (uint64_t at = 0; at < bytes.size(); at += block) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(block, bytes.size() - at));
+    out.push_back(hex128(XXH3_128bits(bytes.data() + at, n)));
+  }
+  return out;
+}
+
+Result<std::string> readWhole(Client& client, const std::string& path) {
+  FileInfo info;
+  RETURN_ON_ERROR(statusOf(client.stat(path, &info)));
+  std::unique_ptr<File> f;
+  RETURN_ON_ERROR(statusOf(client.open(path, O_RDONLY, 0, &f)));
+  std::string out(info.size, '\0');
+  size_t done = 0;
+  RETURN_ON_ERROR(statusOf(f->pread(out.data(), out.size(), 0, &done)));
+  out.resize(done);
+  RETURN_ON_ERROR(statusOf(f->close()));
+  return out;
+}
+
+// Creates `path` (kAlreadyExists if it exists) with `bytes`, synced.
+Status writeNew(Client& client, const std::string& path, std::string_view bytes) {
+  std::unique_ptr<File> f;
+  RETURN_ON_ERROR(statusOf(client.open(path, O_CREAT | O_EXCL | O_WRONLY, 0644, &f)));
+  size_t done = 0;
+  RETURN_ON_ERROR(statusOf(f->pwrite(bytes.data(), bytes.size(), 0, &done)));
+  RETURN_ON_ERROR(statusOf(f->fsync()));
+  return statusOf(f->close());
+}
+
+// Replaces `dir`/manifest.json with `m` atomically (a synced temporary
+// renamed over it) and makes the rename durable.
+Status commitManifest(Client& client, const std::string& dir, const Manifest& m) {
+  const std::string tmp = join(dir, std::string(kManifestName) + ".tmp");
+  (void)client.unlink(tmp);  // a crashed commit's
+  RETURN_ON_ERROR(writeNew(client, tmp, encodeManifest(m)));
+  RETURN_ON_ERROR(statusOf(client.rename(tmp, join(dir, kManifestName))));
+  return statusOf(client.syncNamespace());
+}
+
+std::string fileOf(const std::string& path, const ManifestTensor& t) {
+  if (t.in.empty()) return join(path, t.file);
+  return join(join(splitPath(path).first, t.in), t.file);
+}
+
+Credentials self() {
+  Credentials c;
+  c.uid = ::geteuid();
+  c.gid = ::getegid();
+  return c;
+}
+
+// Removes a directory's files, then the directory (the manifest first, so
+// that a crash halfway leaves nothing listed).
+Status removeDir(Client& client, const std::string& dir) {
+  Error e = client.unlink(join(dir, kManifestName));
+  if (e && e.errno_value != ENOENT) return statusOf(e);
+  std::vector<DirEntry> entries;
+  RETURN_ON_ERROR(statusOf(client.list(dir, &entries)));
+  for (const DirEntry& d : entries) RETURN_ON_ERROR(statusOf(client.unlink(join(dir, d.name))));
+  return statusOf(client.rmdir(dir));
+}
+
+}  // namespace
+
+Status save(Client& client, const std::string& path, std::span<const TensorData> tensors,
+            const SaveOptions& options, SaveStats* stats) {
+  SaveStats local;
+  SaveStats& st = stats ? *stats : local;
+  st = {};
+  if (options.block_bytes == 0 || options.block_bytes > kBlockBytesMax)
+    return Status(ErrorCode::kInvalidArgument, "checkpoint block_bytes out of range");
+  auto [root, name] = splitPath(path);
+  if (!plainName(name))
+    return Status(ErrorCode::kInvalidArgument, fmt::format("checkpoint path {:?}", path));
+  // Bad input is refused before anything is written.
+  std::set<std::string_view> seen;
+  for (const TensorData& t : tensors) {
+    if (t.name.empty() || !seen.insert(t.name).second) {
+      return Status(ErrorCode::kInvalidArgument,
+                    fmt::format("tensor {:?} {}", t.name, t.name.empty() ? "unnamed" : "twice"));
+    }
+    TensorInfo ti{t.name, t.dtype, t.shape};
+    if (ti.expectedBytes() != t.bytes.size()) {
+      return Status(ErrorCode::kInvalidArgument,
+                    fmt::format("tensor {:?}: {} bytes for a {} of shape [{}]", t.name,
+                                t.bytes.size(), dtypeName(t.dtype), fmt::join(t.shape, ", ")));
+    }
+  }
+  Manifest base;
+  std::string base_name;
+  if (!options.base.empty()) {
+    std::string base_root;
+    std::tie(base_root, base_name) = splitPath(options.base);
+    if (base_root != root || base_name == name) {
+      return Status(ErrorCode::kInvalidArgument,
+                    fmt::format("base {} is not another checkpoint in {}", options.base, root));
+    }
+    ASSIGN_OR_RETURN(base, readManifest(client, options.base));
+  }
+  // A committed checkpoint stays; a directory without a manifest is a save
+  // that crashed: cleared.
+  FileInfo info;
+  if (!client.stat(join(path, kManifestName), &info)) {
+    return Status(ErrorCode::kAlreadyExists, fmt::format("checkpoint {} exists", path));
+  }
+  if (!client.stat(path, &info)) RETURN_ON_ERROR(removeDir(client, path).withContext(path));
+  RETURN_ON_ERROR(statusOf(client.mkdir(path, 0755, /*parents=*/true)).withContext(path));
+
+  Manifest m;
+  m.created_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  m.block_bytes = options.block_bytes;
+  m.base = base_name;
+  m.metadata = options.metadata;
+  Header header;
+  std::vector<const TensorData*> written;
+  for (const TensorData& t : tensors) {
+    TensorInfo ti{t.name, t.dtype, t.shape};
+    ManifestTensor mt;
+    mt.name = t.name;
+    mt.dtype = t.dtype;
+    mt.shape = t.shape;
+    mt.bytes = t.bytes.size();
+    mt.blocks = hashBlocks(t.bytes, m.block_bytes);
+    const ManifestTensor* old = base.find(t.name);
+    if (old && old->dtype == t.dtype && old->shape == t.shape && old->blocks == mt.blocks &&
+        base.block_bytes == m.block_bytes) {
+      mt.in = old->in.empty() ? base_name : old->in;  // where the base found it
+      mt.file = old->file;
+      mt.offset = old->offset;
+      mt.crc32c = old->crc32c;
+      ++st.tensors_reused;
+      st.bytes_reused += mt.bytes;
+    } else {
+      mt.file = std::string(kDataFileName);
+      mt.crc32c = crc32c(t.bytes.data(), t.bytes.size());
+      header.tensors.push_back(ti);
+      written.push_back(&t);
+    }
+    ++st.tensors;
+    m.tensors.push_back(std::move(mt));
+  }
+  // The data file: header, then the written tensors back to back.
+  ASSIGN_OR_RETURN(std::string head, encodeHeader(&header));
+  const std::string data_path = join(path, kDataFileName);
+  {
+    std::unique_ptr<File> f;
+    RETURN_ON_ERROR(statusOf(client.open(data_path, O_CREAT | O_EXCL | O_WRONLY, 0644, &f)));
+    size_t done = 0;
+    RETURN_ON_ERROR(statusOf(f->pwrite(head.data(), head.size(), 0, &done)));
+    for (size_t i = 0; i < written.size(); ++i) {
+      const TensorInfo& ti = header.tensors[i];
+      const uint64_t at = head.size() + ti.begin;
+      RETURN_ON_ERROR(
+          statusOf(f->pwrite(written[i]->bytes.data(), written[i]->bytes.size(), at, &done)));
+      st.bytes_written += ti.end - ti.begin;
+      for (ManifestTensor& mt : m.tensors)
+        if (mt.name == ti.name) mt.offset = at;
+    }
+    RETURN_ON_ERROR(statusOf(f->fsync()));
+    RETURN_ON_ERROR(statusOf(f->close()));
+  }
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const ManifestTensor& a, const ManifestTensor& b) { return a.name < b.name; });
+  return commitManifest(client, path, m);
+}
+
+Result<Manifest> readManifest(Client& client, const std::string& path) {
+  auto text = readWhole(client, join(path, kManifestName));
+  if (!text.ok() && text.code() == ErrorCode::kNotFound)
+    return Status(ErrorCode::kNotFound, fmt::format("no checkpoint at {}", path));
+  RETURN_ON_ERROR(text.status());
+  auto m = decodeManifest(*text);
+  if (!m.ok()) return m.status().withContext(path);
+  return m;
+}
+
+Status readTensor(Client& client, const std::string& path, const ManifestTensor& t,
+                  std::span<uint8_t> out) {
+  if (out.size() != t.bytes) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("tensor {:?} has {} bytes, not {}", t.name, t.bytes, out.size()));
+  }
+  const std::string file = fileOf(path, t);
+  std::unique_ptr<File> f;
+  RETURN_ON_ERROR(statusOf(client.open(file, O_RDONLY, 0, &f)).withContext(file));
+  size_t done = 0;
+  RETURN_ON_ERROR(statusOf(f->pread(out.data(), out.size(), t.offset, &done)));
+  (void)f->close();
+  if (done != t.bytes || crc32c(out.data(), out.size()) != t.crc32c) {
+    return Status(ErrorCode::kCorruption,
+                  fmt::format("tensor {:?} in {}: {}", t.name, file,
+                              done != t.bytes ? "the file ends before it" : "checksum mismatch"));
+  }
+  return Status::OK();
+}
+
+Status verify(Client& client, const std::string& path) {
+  ASSIGN_OR_RETURN(Manifest m, readManifest(client, path));
+  std::vector<uint8_t> buf;
+  for (const ManifestTensor& t : m.tensors) {
+    buf.resize(t.bytes);
+    RETURN_ON_ERROR(readTensor(client, path, t, buf));
+  }
+  return Status::OK();
+}
+
+Result<std::vector<std::string>> list(Client& client, const std::string& root) {
+  std::vector<DirEntry> entries;
+  RETURN_ON_ERROR(statusOf(client.list(root, &entries)));
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const DirEntry& d : entries) {
+    if (!S_ISDIR(d.info.mode)) continue;
+    auto m = readManifest(client, join(root, d.name));
+    if (m.code() == ErrorCode::kNotFound) continue;  // a save in progress or one that crashed
+    RETURN_ON_ERROR(m.status());
+    found.emplace_back(m->created_ns, d.name);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+Status remove(Client& client, const std::string& path) {
+  auto [root, name] = splitPath(path);
+  auto gone = readManifest(client, path);
+  if (!gone.ok() && gone.code() != ErrorCode::kNotFound) return gone.status();
+  if (gone.ok()) {
+    // Newer checkpoints that read files of this one keep them: each file is
+    // linked into the newest of them under "<name>.<file>", their manifests
+    // rewritten to point there, and only then is anything removed.
+    ASSIGN_OR_RETURN(auto names, list(client, root));
+    std::vector<std::pair<std::string, Manifest>> users;
+    for (const std::string& other : names) {
+      if (other == name) continue;
+      ASSIGN_OR_RETURN(Manifest m, readManifest(client, join(root, other)));
+      if (std::any_of(m.tensors.begin(), m.tensors.end(),
+                      [&](const ManifestTensor& t) { return t.in == name; }))
+        users.emplace_back(other, std::move(m));
+    }
+    if (!users.empty()) {
+      const std::string keeper = users.back().first;  // the newest
+      const std::string keeper_dir = join(root, keeper);
+      FileInfo dir_info;
+      RETURN_ON_ERROR(statusOf(client.stat(keeper_dir, &dir_info)));
+      std::set<std::string> files;
+      for (auto& [who, m] : users)
+        for (const ManifestTensor& t : m.tensors)
+          if (t.in == name) files.insert(t.file);
+      for (const std::string& f : files) {
+        const std::string moved = name + "." + f;
+        FileInfo src, existing;
+        if (!client.stat(join(keeper_dir, moved), &existing)) continue;  // an earlier try's
+        RETURN_ON_ERROR(statusOf(client.stat(join(path, f), &src)));
+        FileInfo linked;
+        RETURN_ON_ERROR(statusOf(client.linkAt(self(), src.ino, dir_info.ino, moved, &linked)));
+      }
+      for (auto& [who, m] : users) {
+        for (ManifestTensor& t : m.tensors) {
+          if (t.in != name) continue;
+          t.file = name + "." + t.file;
+          t.in = who == keeper ? "" : keeper;
+        }
+        RETURN_ON_ERROR(commitManifest(client, join(root, who), m));
+      }
+    }
+  }
+  RETURN_ON_ERROR(removeDir(client, path));
+  return statusOf(client.syncNamespace());
+}
+
+}  // namespace cistern::ckpt
