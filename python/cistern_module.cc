@@ -18,6 +18,7 @@
 #include <string>
 
 #include "cistern/client.h"
+#include "ckpt/checkpoint.h"
 #include "pack/pack.h"
 #include "pack/prefetch.h"
 
@@ -535,6 +536,92 @@ class PyPrefetch {
   std::string path_;
 };
 
+// Checkpoints (src/ckpt/checkpoint.h) for python/cistern/ckpt.py: tensors
+// cross as (name, dtype, shape, buffer of their bytes), read with the GIL
+// released.
+py::dict ckptSave(PyClient& c, const std::string& path, py::list tensors, const std::string& base,
+                  std::map<std::string, std::string> metadata, uint64_t block_bytes) {
+  std::vector<py::buffer_info> held;  // keeps the buffers alive and unmoved
+  std::vector<ckpt::TensorData> ts;
+  held.reserve(tensors.size());
+  for (py::handle item : tensors) {
+    auto t = item.cast<py::tuple>();
+    if (t.size() != 4) throw py::value_error("a tensor is (name, dtype, shape, buffer)");
+    auto dtype = ckpt::parseDType(t[1].cast<std::string>());
+    if (!dtype) throw py::value_error("unknown dtype " + t[1].cast<std::string>());
+    held.push_back(t[3].cast<py::buffer>().request());
+    const py::buffer_info& b = held.back();
+    ts.push_back({t[0].cast<std::string>(), *dtype, t[2].cast<std::vector<uint64_t>>(),
+                  std::span<const uint8_t>(static_cast<const uint8_t*>(b.ptr),
+                                           static_cast<size_t>(b.size * b.itemsize))});
+  }
+  ckpt::SaveOptions o;
+  o.base = base;
+  o.metadata = std::move(metadata);
+  if (block_bytes) o.block_bytes = block_bytes;
+  ckpt::SaveStats st;
+  Status s = withoutGil([&] { return ckpt::save(c.client(), path, ts, o, &st); });
+  if (!s.ok()) raiseStatus(s, path);
+  py::dict out;
+  out["tensors"] = st.tensors;
+  out["tensors_reused"] = st.tensors_reused;
+  out["bytes_written"] = st.bytes_written;
+  out["bytes_reused"] = st.bytes_reused;
+  out["reused"] = st.reused;
+  return out;
+}
+
+// {"metadata": {...}, "base": str, "created_ns": int, "tensors": [(name,
+// dtype, shape, bytes), ...]}
+py::dict ckptManifest(PyClient& c, const std::string& path) {
+  auto m = withoutGil([&] { return ckpt::readManifest(c.client(), path); });
+  if (!m.ok()) raiseStatus(m.status(), path);
+  py::dict out;
+  out["metadata"] = m->metadata;
+  out["base"] = m->base;
+  out["created_ns"] = m->created_ns;
+  py::list ts;
+  for (const auto& t : m->tensors)
+    ts.append(py::make_tuple(t.name, std::string(ckpt::dtypeName(t.dtype)), t.shape, t.bytes));
+  out["tensors"] = ts;
+  return out;
+}
+
+// Reads tensors `names` of the checkpoint into `buffers` (writable, each
+// exactly the tensor's bytes), CRC-checked.
+void ckptRead(PyClient& c, const std::string& path, std::vector<std::string> names,
+              py::list buffers) {
+  if (names.size() != buffers.size()) throw py::value_error("one buffer per name");
+  std::vector<py::buffer_info> held;
+  for (py::handle b : buffers) {
+    held.push_back(b.cast<py::buffer>().request(/*writable=*/true));
+  }
+  Status s = withoutGil([&]() -> Status {
+    ASSIGN_OR_RETURN(ckpt::Manifest m, ckpt::readManifest(c.client(), path));
+    for (size_t i = 0; i < names.size(); ++i) {
+      const ckpt::ManifestTensor* t = m.find(names[i]);
+      if (!t) return Status(ErrorCode::kNotFound, "no tensor " + names[i] + " in " + path);
+      std::span<uint8_t> out(static_cast<uint8_t*>(held[i].ptr),
+                             static_cast<size_t>(held[i].size * held[i].itemsize));
+      RETURN_ON_ERROR(ckpt::readTensor(c.client(), path, *t, out));
+    }
+    return Status::OK();
+  });
+  if (!s.ok()) raiseStatus(s, path);
+}
+
+void ckptCall(PyClient& c, const std::string& path, Status (*fn)(Client&, const std::string&)) {
+  Status s = withoutGil([&] { return fn(c.client(), path); });
+  if (!s.ok()) raiseStatus(s, path);
+}
+void ckptRemove(PyClient& c, const std::string& path) { ckptCall(c, path, ckpt::remove); }
+void ckptVerify(PyClient& c, const std::string& path) { ckptCall(c, path, ckpt::verify); }
+std::vector<std::string> ckptList(PyClient& c, const std::string& root) {
+  auto r = withoutGil([&] { return ckpt::list(c.client(), root); });
+  if (!r.ok()) raiseStatus(r.status(), root);
+  return *r;
+}
+
 }  // namespace
 }  // namespace cistern::python
 
@@ -595,7 +682,16 @@ PYBIND11_MODULE(_cistern, m) {
       .def("rmdir", &PyClient::rmdir, py::arg("path"))
       .def("rename", &PyClient::rename, py::arg("src"), py::arg("dst"))
       .def("truncate", &PyClient::truncate, py::arg("path"), py::arg("length"))
-      .def("exists", &PyClient::exists, py::arg("path"));
+      .def("exists", &PyClient::exists, py::arg("path"))
+      .def("ckpt_save", &ckptSave, py::arg("path"), py::arg("tensors"), py::arg("base") = "",
+           py::arg("metadata") = std::map<std::string, std::string>{}, py::arg("block_bytes") = 0,
+           "Writes checkpoint `path` from [(name, dtype, shape, buffer)]; returns its stats")
+      .def("ckpt_manifest", &ckptManifest, py::arg("path"))
+      .def("ckpt_read", &ckptRead, py::arg("path"), py::arg("names"), py::arg("buffers"))
+      .def("ckpt_list", &ckptList, py::arg("root"),
+           "Committed checkpoints under `root`, oldest first")
+      .def("ckpt_remove", &ckptRemove, py::arg("path"))
+      .def("ckpt_verify", &ckptVerify, py::arg("path"));
   py::class_<PyPack>(m, "Pack", "A pack of samples (docs/pack_format.md), opened for reading")
       .def(py::init<PyClient&, std::string, uint64_t>(), py::arg("connection"), py::arg("path"),
            py::arg("cache_bytes") = 64ull << 20, py::keep_alive<1, 2>())

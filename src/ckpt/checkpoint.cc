@@ -170,6 +170,7 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
       mt.crc32c = old->crc32c;
       ++st.tensors_reused;
       st.bytes_reused += mt.bytes;
+      st.reused.push_back(t.name);
     } else {
       mt.file = std::string(kDataFileName);
       mt.crc32c = crc32c(t.bytes.data(), t.bytes.size());

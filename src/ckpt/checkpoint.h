@@ -58,6 +58,7 @@ struct SaveStats {
   uint64_t tensors_reused = 0;
   uint64_t bytes_written = 0;  // tensor bytes written (headers and manifest not counted)
   uint64_t bytes_reused = 0;
+  std::vector<std::string> reused;  // the names of the tensors reused
 };
 
 // Writes checkpoint `path` (see the header comment). Errors:

@@ -1,0 +1,382 @@
+"""Checkpoints on cistern (docs/checkpoint_format.md, docs/python.md).
+
+    import cistern.ckpt as ckpt
+    h = ckpt.save(model.state_dict(), "/ckpt/step-100", async_=True)
+    ...                                   # training goes on while it persists
+    h.wait()
+    state = ckpt.load(ckpt.latest("/ckpt"))
+
+A state is a nested dict (or list/tuple) of torch tensors, numpy arrays and
+small picklable objects (an optimizer's step counts, hyperparameters).
+Tensors and arrays go to a safetensors data file; the rest of the structure
+is pickled into one more tensor. The checkpoint is listed only once its
+manifest is committed, last: a crash leaves the previous one intact and
+this one unlisted. save() first copies every tensor into a staging pool in
+host memory (bounded: StagingPool(max_bytes); a save waits for room and
+counts the wait), then, with async_=True, returns while a thread persists
+it with the GIL released.
+"""
+import pickle as _pickle
+import threading as _threading
+import time as _time
+
+import numpy as _np
+
+try:
+    import torch as _torch
+except ImportError:  # numpy-only use
+    _torch = None
+
+_list = list  # the builtin: this module defines its own list()
+
+__all__ = ["save", "load", "latest", "list", "delete", "verify", "Handle", "StagingPool"]
+
+_TREE = "__cistern__.tree"
+
+_TORCH_DTYPES = {}
+if _torch is not None:
+    _TORCH_DTYPES = {
+        _torch.float64: "F64", _torch.float32: "F32", _torch.float16: "F16",
+        _torch.bfloat16: "BF16", _torch.int64: "I64", _torch.int32: "I32",
+        _torch.int16: "I16", _torch.int8: "I8", _torch.uint8: "U8", _torch.bool: "BOOL",
+    }
+_TORCH_BY_NAME = {v: k for k, v in _TORCH_DTYPES.items()}
+_NUMPY_DTYPES = {
+    _np.dtype("float64"): "F64", _np.dtype("float32"): "F32", _np.dtype("float16"): "F16",
+    _np.dtype("int64"): "I64", _np.dtype("int32"): "I32", _np.dtype("int16"): "I16",
+    _np.dtype("int8"): "I8", _np.dtype("uint8"): "U8", _np.dtype("uint16"): "U16",
+    _np.dtype("uint32"): "U32", _np.dtype("uint64"): "U64", _np.dtype("bool"): "BOOL",
+}
+_NUMPY_BY_NAME = {v: k for k, v in _NUMPY_DTYPES.items()}
+
+
+class _Ref:
+    """A tensor's place in the pickled structure."""
+
+    __slots__ = ("name", "kind")
+
+    def __init__(self, name, kind):
+        self.name = name
+        self.kind = kind  # "torch" or "numpy"
+
+    def __reduce__(self):
+        return (_Ref, (self.name, self.kind))
+
+
+def _connection(connection):
+    if connection is not None:
+        return connection
+    import cistern
+    return cistern.connect()
+
+
+def _is_tensor(x):
+    return _torch is not None and isinstance(x, _torch.Tensor)
+
+
+def _same_kind(x, items):
+    """A container like `x` (dict, OrderedDict, list, tuple, namedtuple)
+    holding `items`."""
+    if isinstance(x, dict):
+        try:
+            return type(x)(items)
+        except TypeError:
+            return dict(items)
+    if hasattr(x, "_fields"):
+        return type(x)(*items)
+    try:
+        return type(x)(items)
+    except TypeError:
+        return _list(items)
+
+
+def _flatten(state):
+    """(skeleton, [(name, value)]): tensors and arrays replaced by _Refs
+    named by their path ("model.layer.0.weight"; a repeated name gets a
+    suffix)."""
+    leaves = []
+    names = set()
+
+    def name_of(path):
+        base = ".".join(str(p) for p in path) or "tensor"
+        name, i = base, 1
+        while name in names or name == _TREE:
+            name, i = "%s#%d" % (base, i), i + 1
+        names.add(name)
+        return name
+
+    def walk(x, path):
+        if _is_tensor(x):
+            if x.dtype not in _TORCH_DTYPES:
+                raise TypeError("cistern.ckpt: tensor %s has dtype %s" % (".".join(map(str, path)), x.dtype))
+            name = name_of(path)
+            leaves.append((name, x))
+            return _Ref(name, "torch")
+        if isinstance(x, _np.ndarray):
+            if x.dtype not in _NUMPY_DTYPES:
+                raise TypeError("cistern.ckpt: array %s has dtype %s" % (".".join(map(str, path)), x.dtype))
+            name = name_of(path)
+            leaves.append((name, x))
+            return _Ref(name, "numpy")
+        if isinstance(x, dict):
+            return _same_kind(x, [(k, walk(v, path + [k])) for k, v in x.items()])
+        if isinstance(x, (_list, tuple)):
+            return _same_kind(x, [walk(v, path + [i]) for i, v in enumerate(x)])
+        return x
+
+    return walk(state, []), leaves
+
+
+class StagingPool:
+    """Host memory the tensors of a save are copied into before it returns:
+    at most max_bytes allocated at once, in use or kept for the next save
+    (pinned when CUDA is available). A save that finds no room waits for an
+    earlier one to finish persisting; `waits` counts those waits."""
+
+    def __init__(self, max_bytes=4 << 30):
+        self.max_bytes = max_bytes
+        self.waits = 0
+        self._held = 0   # bytes allocated (in use or free)
+        self._free = []  # uint8 arrays to reuse
+        self._cv = _threading.Condition()
+
+    def take(self, n):
+        """A uint8 array of n bytes (a view of a pooled buffer)."""
+        with self._cv:
+            if n > self.max_bytes:
+                raise ValueError("cistern.ckpt: a save of %d bytes is larger than the staging "
+                                 "pool (%d bytes)" % (n, self.max_bytes))
+            waited = False
+            while True:
+                fits = [i for i, b in enumerate(self._free) if b.nbytes >= n]
+                if fits:
+                    i = min(fits, key=lambda i: self._free[i].nbytes)
+                    return self._free.pop(i)[:n]
+                if self._held + n <= self.max_bytes:
+                    self._held += n
+                    return self._alloc(n)[:n]
+                if self._free:  # too small to use: make room for a larger one
+                    self._held -= self._free.pop().nbytes
+                    continue
+                if not waited:
+                    self.waits += 1
+                    waited = True
+                self._cv.wait()
+
+    def _alloc(self, n):
+        if _torch is not None:
+            pin = _torch.cuda.is_available()
+            return _torch.empty(max(n, 1), dtype=_torch.uint8, pin_memory=pin).numpy()
+        return _np.empty(max(n, 1), dtype=_np.uint8)
+
+    def give(self, view):
+        """Returns what take() gave."""
+        with self._cv:
+            self._free.append(view.base)
+            self._cv.notify_all()
+
+
+_default_pool = StagingPool()
+
+
+def _bytes_of(x):
+    """A contiguous uint8 numpy view of a tensor's or array's bytes."""
+    if _is_tensor(x):
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        return t.contiguous().reshape(-1).view(_torch.uint8).numpy()
+    a = _np.ascontiguousarray(x)
+    return a.reshape(-1).view(_np.uint8)
+
+
+def _dtype_shape(x):
+    if _is_tensor(x):
+        return _TORCH_DTYPES[x.dtype], [int(d) for d in x.shape]
+    return _NUMPY_DTYPES[x.dtype], [int(d) for d in x.shape]
+
+
+class Handle:
+    """A save: wait() returns its stats (or raises its error), done() says
+    whether it finished. A synchronous save's handle is finished (its error
+    was raised by save())."""
+
+    def __init__(self, fn, run_here=False):
+        self._result = None
+        self._error = None
+        self._thread = None
+        if run_here:
+            self._result = fn()
+        else:
+            self._thread = _threading.Thread(target=self._run, args=(fn,), daemon=True)
+            self._thread.start()
+
+    def _run(self, fn):
+        try:
+            self._result = fn()
+        except BaseException as e:  # re-raised by wait()
+            self._error = e
+
+    def done(self):
+        return self._thread is None or not self._thread.is_alive()
+
+    def wait(self, timeout=None):
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError("cistern.ckpt: the save is still persisting")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def _root_of(path):
+    path = path.rstrip("/")
+    return path.rsplit("/", 1)[0] or "/"
+
+
+def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
+         connection=None, pool=None, block_bytes=0):
+    """Saves `state` as checkpoint `path` (a new directory of the cluster).
+
+    base: "auto" reuses unchanged tensors of the newest checkpoint next to
+    `path` (None: write everything; a path: that one). keep_last=N removes
+    the oldest checkpoints next to it beyond N once this one is committed.
+    Returns a Handle (already finished unless async_)."""
+    fs = _connection(connection)
+    pool = pool or _default_pool
+    skeleton, leaves = _flatten(state)
+    tree = _np.frombuffer(_pickle.dumps(skeleton, protocol=_pickle.HIGHEST_PROTOCOL), dtype=_np.uint8)
+    # Stage: every tensor's bytes copied into the pool (the blocking part).
+    sources = [(name, _dtype_shape(v), _bytes_of(v)) for name, v in leaves]
+    sources.append((_TREE, ("U8", [tree.nbytes]), tree))
+    staged = pool.take(sum(src.nbytes for _, _, src in sources))
+    try:
+        at = 0
+        tensors = []
+        for name, (dtype, shape), src in sources:
+            dst = staged[at:at + src.nbytes]
+            dst[...] = src
+            tensors.append((name, dtype, shape, dst))
+            at += src.nbytes
+    except BaseException:
+        pool.give(staged)
+        raise
+    del sources
+    root = _root_of(path)
+    if base == "auto":
+        own = path.rstrip("/").rsplit("/", 1)[-1]
+        names = [n for n in fs.ckpt_list(root) if n != own] if fs.exists(root) else []
+        base = root.rstrip("/") + "/" + names[-1] if names else None
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    meta["cistern.saved_at"] = "%.3f" % _time.time()
+
+    def persist():
+        try:
+            if not fs.exists(root):
+                fs.makedirs(root, exist_ok=True)
+            stats = fs.ckpt_save(path, tensors, base or "", meta, block_bytes)
+        finally:
+            pool.give(staged)
+        # Counted without the pickled structure.
+        stats["tensors"] -= 1
+        if _TREE in stats["reused"]:
+            stats["reused"].remove(_TREE)
+            stats["tensors_reused"] -= 1
+            stats["bytes_reused"] -= tree.nbytes
+        else:
+            stats["bytes_written"] -= tree.nbytes
+        if keep_last:
+            for old in fs.ckpt_list(root)[:-keep_last]:
+                fs.ckpt_remove(root.rstrip("/") + "/" + old)
+        return stats
+
+    return Handle(persist, run_here=not async_)
+
+
+def _flat_targets(into):
+    """name -> tensor/array of `into`, named as _flatten names them."""
+    if into is None:
+        return {}
+    _, leaves = _flatten(into)
+    return dict(leaves)
+
+
+def load(path, keys=None, into=None, connection=None):
+    """The state saved at `path`. keys: only tensors whose names start with
+    one of these (the rest come back as None). into: a state of the same
+    structure whose tensors are filled in place (and returned)."""
+    fs = _connection(connection)
+    m = fs.ckpt_manifest(path)
+    info = {name: (dtype, shape, n) for name, dtype, shape, n in m["tensors"]}
+    if _TREE not in info:
+        raise ValueError("cistern.ckpt: %s was not written by cistern.ckpt.save" % path)
+    tree = _np.empty(info[_TREE][2], dtype=_np.uint8)
+    fs.ckpt_read(path, [_TREE], [tree])
+    skeleton = _pickle.loads(tree.tobytes())
+    targets = _flat_targets(into)
+    wanted = lambda name: keys is None or any(name.startswith(k) for k in keys)
+    loaded = {}
+    names, buffers, copies = [], [], []
+    for name, (dtype, shape, n) in info.items():
+        if name == _TREE or not wanted(name):
+            continue
+        target = targets.get(name)
+        if _torch is not None and dtype in _TORCH_BY_NAME:
+            t = _torch.empty(shape, dtype=_TORCH_BY_NAME[dtype])
+        else:
+            t = _np.empty(shape, dtype=_NUMPY_BY_NAME[dtype])
+        loaded[name] = t
+        names.append(name)
+        buffers.append(_bytes_of(t) if n else _np.empty(0, dtype=_np.uint8))
+        if target is not None:
+            copies.append((target, name))
+    fs.ckpt_read(path, names, buffers)
+    for target, name in copies:
+        src = loaded[name]
+        if _is_tensor(target):
+            target.copy_(src if _is_tensor(src) else _torch.from_numpy(src))
+        else:
+            target[...] = src.numpy() if _is_tensor(src) else src
+
+    def build(x):
+        if isinstance(x, _Ref):
+            if x.name not in loaded:
+                return None
+            if x.name in targets:
+                return targets[x.name]
+            v = loaded[x.name]
+            if x.kind == "numpy" and _is_tensor(v):
+                return v.numpy()
+            return v
+        if isinstance(x, dict):
+            return _same_kind(x, [(k, build(v)) for k, v in x.items()])
+        if isinstance(x, (_list, tuple)):
+            return _same_kind(x, [build(v) for v in x])
+        return x
+
+    state = build(skeleton)
+    return into if into is not None else state
+
+
+def list(root, connection=None):  # noqa: A001 (the API's name)
+    """Paths of the committed checkpoints under `root`, oldest first."""
+    fs = _connection(connection)
+    return [root.rstrip("/") + "/" + n for n in fs.ckpt_list(root)]
+
+
+def latest(root, connection=None):
+    """The newest committed checkpoint under `root`, or None."""
+    names = list(root, connection)
+    return names[-1] if names else None
+
+
+def delete(path, connection=None):
+    """Removes a checkpoint; newer ones that reuse its files keep them."""
+    _connection(connection).ckpt_remove(path)
+
+
+def verify(path, connection=None):
+    """Reads every tensor and checks its CRC32C (raises OSError naming the
+    first bad one)."""
+    _connection(connection).ckpt_verify(path)

@@ -1,0 +1,197 @@
+"""cistern.ckpt against the `cistern up` of conftest.py: exact round trips of
+every dtype (0-d, empty and non-contiguous tensors too), nested states with
+objects, the data file read by a safetensors reader written here from the
+format's description, asynchronous saves, incremental saves, retention,
+removal that keeps newer checkpoints, corruption named, a SIGKILL during an
+asynchronous persist."""
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pytest
+import torch
+
+import cistern
+import cistern.ckpt as ckpt
+
+
+@pytest.fixture()
+def root(fs):
+    path = "/ckpt-" + uuid.uuid4().hex[:8]
+    fs.mkdir(path)
+    return path
+
+
+def state_of_every_kind():
+    g = torch.Generator().manual_seed(7)
+    return {
+        "f32": torch.randn(3, 5, generator=g),
+        "f16": torch.randn(7, generator=g).half(),
+        "bf16": torch.randn(4, 2, generator=g).bfloat16(),
+        "i64": torch.arange(10, dtype=torch.int64),
+        "i8": torch.tensor([-128, 0, 127], dtype=torch.int8),
+        "bool": torch.tensor([True, False, True]),
+        "scalar": torch.tensor(3.5),
+        "empty": torch.empty(0, 4),
+        "strided": torch.arange(24, dtype=torch.float32).reshape(4, 6)[:, ::2],
+        "transposed": torch.randn(3, 4, generator=g).t(),
+        "np": np.arange(12, dtype=np.int32).reshape(3, 4),
+        "nested": {"lr": 0.1, "name": "adam", "blob": b"\x00\x01bytes", 3: torch.ones(2)},
+        "list": [torch.zeros(1), (1, 2), None],
+    }
+
+
+def assert_same(a, b):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a, b)
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype
+        assert np.array_equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    else:
+        assert a == b
+
+
+def read_safetensors(raw):
+    """A safetensors reader from the format's description: u64 header
+    length, JSON header, tensors by data_offsets in the buffer."""
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    buf = raw[8 + n:]
+    types = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+             "I8": np.int8, "BOOL": np.bool_, "U8": np.uint8}
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] not in types:
+            continue
+        b, e = t["data_offsets"]
+        out[name] = np.frombuffer(buf[b:e], dtype=types[t["dtype"]]).reshape(t["shape"])
+    return out
+
+
+def test_every_kind_of_state_round_trips_exactly(fs, root):
+    state = state_of_every_kind()
+    h = ckpt.save(state, root + "/step-1", connection=fs)
+    assert h.done()
+    stats = h.wait()
+    assert stats["tensors_reused"] == 0
+    assert_same(state, ckpt.load(root + "/step-1", connection=fs))
+    assert ckpt.list(root, connection=fs) == [root + "/step-1"]
+    assert ckpt.latest(root, connection=fs) == root + "/step-1"
+    ckpt.verify(root + "/step-1", connection=fs)
+
+
+def test_the_data_file_is_plain_safetensors(fs, root):
+    state = {"w": torch.randn(8, 3), "n": np.arange(5, dtype=np.int64), "q": torch.tensor([1, -2], dtype=torch.int8)}
+    ckpt.save(state, root + "/s", connection=fs)
+    with fs.open(root + "/s/rank-00000.safetensors") as f:
+        tensors = read_safetensors(f.read())
+    assert np.array_equal(tensors["w"], state["w"].numpy())
+    assert np.array_equal(tensors["n"], state["n"])
+    assert np.array_equal(tensors["q"], state["q"].numpy())
+
+
+def test_an_async_save_returns_before_it_persists_and_load_fills_in_place(fs, root):
+    state = {"model": {"w%d" % i: torch.randn(256, 256) for i in range(8)}}
+    saved = {k: v.clone() for k, v in state["model"].items()}
+    h = ckpt.save(state, root + "/a", async_=True, connection=fs)
+    # The state may change at once: the save copied it.
+    for t in state["model"].values():
+        t.add_(1)
+    h.wait()
+    assert h.done()
+    into = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}}
+    out = ckpt.load(root + "/a", into=into, connection=fs)
+    assert out is into
+    for k, v in saved.items():
+        assert torch.equal(into["model"][k], v)
+    part = ckpt.load(root + "/a", keys=["model.w3"], connection=fs)
+    assert torch.equal(part["model"]["w3"], saved["w3"])
+    assert part["model"]["w2"] is None
+
+
+def test_incremental_saves_write_only_what_changed_and_removal_keeps_newer_ones(fs, root):
+    state = {"w%d" % i: torch.randn(128, 1024) for i in range(10)}
+    ckpt.save(state, root + "/s1", connection=fs)
+    state["w3"][0, 0] += 1
+    stats = ckpt.save(state, root + "/s2", connection=fs).wait()  # base="auto": s1
+    one = state["w3"].numel() * 4
+    assert stats["tensors_reused"] == 9
+    assert stats["bytes_written"] == one
+    assert stats["bytes_written"] <= 0.15 * (stats["bytes_written"] + stats["bytes_reused"])
+    ckpt.delete(root + "/s1", connection=fs)
+    assert ckpt.list(root, connection=fs) == [root + "/s2"]
+    assert_same(state, ckpt.load(root + "/s2", connection=fs))
+    full = ckpt.save(state, root + "/s3", base=None, connection=fs).wait()
+    assert full["tensors_reused"] == 0
+
+
+def test_keep_last_removes_the_oldest(fs, root):
+    for i in range(5):
+        ckpt.save({"step": torch.tensor(i), "w": torch.full((100,), float(i))},
+                  root + "/step-%d" % i, keep_last=2, connection=fs)
+    assert ckpt.list(root, connection=fs) == [root + "/step-3", root + "/step-4"]
+    assert ckpt.load(root + "/step-4", connection=fs)["step"].item() == 4
+    assert ckpt.load(root + "/step-3", connection=fs)["w"][0].item() == 3.0
+
+
+def test_a_flipped_byte_is_named_and_bad_input_refused(fs, root):
+    ckpt.save({"weights": torch.randn(64)}, root + "/c", connection=fs)
+    with fs.open(root + "/c/rank-00000.safetensors", "r+b") as f:
+        raw = f.read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        f.seek(8 + n + 10)
+        f.write(bytes([raw[8 + n + 10] ^ 0x20]))
+    with pytest.raises(OSError, match="weights"):
+        ckpt.load(root + "/c", connection=fs)
+    with pytest.raises(OSError, match="weights"):
+        ckpt.verify(root + "/c", connection=fs)
+    with pytest.raises(FileExistsError):
+        ckpt.save({"x": torch.zeros(1)}, root + "/c", connection=fs)
+    with pytest.raises(TypeError, match="complex"):
+        ckpt.save({"z": torch.zeros(2, dtype=torch.complex64)}, root + "/z", connection=fs)
+    with pytest.raises(FileNotFoundError):
+        ckpt.load(root + "/none", connection=fs)
+    pool = ckpt.StagingPool(max_bytes=1024)
+    with pytest.raises(ValueError, match="staging pool"):
+        ckpt.save({"big": torch.zeros(4096)}, root + "/big", pool=pool, connection=fs)
+
+
+CHILD = r"""
+import os, sys, torch, cistern, cistern.ckpt as ckpt
+fs = cistern.connect(sys.argv[1])
+root = sys.argv[2]
+h = ckpt.save({"w": torch.full((64 << 20,), 2.0)}, root + "/new", async_=True, base=None, connection=fs)
+print("staged", flush=True)
+h.wait()
+print("persisted", flush=True)
+"""
+
+
+def test_a_sigkill_during_an_async_persist_leaves_the_previous_checkpoint(fs, cluster, root):
+    old = {"w": torch.full((1000,), 1.0)}
+    ckpt.save(old, root + "/old", connection=fs)
+    p = subprocess.Popen([sys.executable, "-c", CHILD, cluster, root], stdout=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().strip() == "staged"
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert ckpt.list(root, connection=fs) == [root + "/old"]
+    assert_same(old, ckpt.load(root + "/old", connection=fs))
+    # The next save of that name clears what the killed one left.
+    ckpt.save({"w": torch.ones(3)}, root + "/new", connection=fs)
+    assert ckpt.latest(root, connection=fs) == root + "/new"
