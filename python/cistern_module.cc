@@ -540,7 +540,8 @@ class PyPrefetch {
 // cross as (name, dtype, shape, buffer of their bytes), read with the GIL
 // released.
 py::dict ckptSave(PyClient& c, const std::string& path, py::list tensors, const std::string& base,
-                  std::map<std::string, std::string> metadata, uint64_t block_bytes) {
+                  std::map<std::string, std::string> metadata, uint64_t block_bytes, uint32_t rank,
+                  uint32_t world_size) {
   std::vector<py::buffer_info> held;  // keeps the buffers alive and unmoved
   std::vector<ckpt::TensorData> ts;
   held.reserve(tensors.size());
@@ -559,6 +560,8 @@ py::dict ckptSave(PyClient& c, const std::string& path, py::list tensors, const 
   o.base = base;
   o.metadata = std::move(metadata);
   if (block_bytes) o.block_bytes = block_bytes;
+  o.rank = rank;
+  o.world_size = world_size;
   ckpt::SaveStats st;
   Status s = withoutGil([&] { return ckpt::save(c.client(), path, ts, o, &st); });
   if (!s.ok()) raiseStatus(s, path);
@@ -615,6 +618,10 @@ void ckptCall(PyClient& c, const std::string& path, Status (*fn)(Client&, const 
   if (!s.ok()) raiseStatus(s, path);
 }
 void ckptRemove(PyClient& c, const std::string& path) { ckptCall(c, path, ckpt::remove); }
+void ckptCommit(PyClient& c, const std::string& path, uint32_t world_size) {
+  Status s = withoutGil([&] { return ckpt::commit(c.client(), path, world_size); });
+  if (!s.ok()) raiseStatus(s, path);
+}
 void ckptVerify(PyClient& c, const std::string& path) { ckptCall(c, path, ckpt::verify); }
 std::vector<std::string> ckptList(PyClient& c, const std::string& root) {
   auto r = withoutGil([&] { return ckpt::list(c.client(), root); });
@@ -685,7 +692,10 @@ PYBIND11_MODULE(_cistern, m) {
       .def("exists", &PyClient::exists, py::arg("path"))
       .def("ckpt_save", &ckptSave, py::arg("path"), py::arg("tensors"), py::arg("base") = "",
            py::arg("metadata") = std::map<std::string, std::string>{}, py::arg("block_bytes") = 0,
-           "Writes checkpoint `path` from [(name, dtype, shape, buffer)]; returns its stats")
+           py::arg("rank") = 0, py::arg("world_size") = 1,
+           "Writes checkpoint `path` from [(name, dtype, shape, buffer)]; returns its stats "
+           "(with several ranks, rank `rank`'s part, committed by ckpt_commit)")
+      .def("ckpt_commit", &ckptCommit, py::arg("path"), py::arg("world_size"))
       .def("ckpt_manifest", &ckptManifest, py::arg("path"))
       .def("ckpt_read", &ckptRead, py::arg("path"), py::arg("names"), py::arg("buffers"))
       .def("ckpt_list", &ckptList, py::arg("root"),

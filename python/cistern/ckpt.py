@@ -31,7 +31,7 @@ _list = list  # the builtin: this module defines its own list()
 
 __all__ = ["save", "load", "latest", "list", "delete", "verify", "Handle", "StagingPool"]
 
-_TREE = "__cistern__.tree"
+_TREE = "__cistern__.tree"  # + ".<rank>": each rank's pickled structure
 
 _TORCH_DTYPES = {}
 if _torch is not None:
@@ -100,7 +100,7 @@ def _flatten(state):
     def name_of(path):
         base = ".".join(str(p) for p in path) or "tensor"
         name, i = base, 1
-        while name in names or name == _TREE:
+        while name in names or name.startswith(_TREE):
             name, i = "%s#%d" % (base, i), i + 1
         names.add(name)
         return name
@@ -201,15 +201,22 @@ class Handle:
     whether it finished. A synchronous save's handle is finished (its error
     was raised by save())."""
 
-    def __init__(self, fn, run_here=False):
+    def __init__(self, fn, run_here=False, finish=None):
         self._result = None
         self._error = None
         self._thread = None
+        self._finish = finish  # run by wait() in the caller's thread (the ranks' commit)
         if run_here:
             self._result = fn()
+            self._finished()
         else:
             self._thread = _threading.Thread(target=self._run, args=(fn,), daemon=True)
             self._thread.start()
+
+    def _finished(self):
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
 
     def _run(self, fn):
         try:
@@ -218,6 +225,8 @@ class Handle:
             self._error = e
 
     def done(self):
+        """Whether this rank's part persisted (with several ranks, the
+        checkpoint commits in wait())."""
         return self._thread is None or not self._thread.is_alive()
 
     def wait(self, timeout=None):
@@ -227,6 +236,7 @@ class Handle:
                 raise TimeoutError("cistern.ckpt: the save is still persisting")
         if self._error is not None:
             raise self._error
+        self._finished()
         return self._result
 
 
@@ -235,21 +245,47 @@ def _root_of(path):
     return path.rsplit("/", 1)[0] or "/"
 
 
+def _ranks(rank, world_size, group):
+    """(rank, world size, barrier): from the arguments, else from
+    torch.distributed when it is initialized, else (0, 1, None)."""
+    dist = getattr(_torch, "distributed", None) if _torch is not None else None
+    if rank is None and dist is not None and dist.is_available() and dist.is_initialized():
+        rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    if rank is None:
+        return 0, 1, None
+    if world_size is None or not 0 <= rank < world_size:
+        raise ValueError("cistern.ckpt: rank %r of %r" % (rank, world_size))
+    barrier = None
+    if world_size > 1:
+        if dist is None or not dist.is_initialized():
+            raise ValueError("cistern.ckpt: several ranks need torch.distributed initialized")
+        barrier = lambda: dist.barrier(group=group)
+    return rank, world_size, barrier
+
+
 def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
-         connection=None, pool=None, block_bytes=0):
+         connection=None, pool=None, block_bytes=0, rank=None, world_size=None, group=None):
     """Saves `state` as checkpoint `path` (a new directory of the cluster).
 
     base: "auto" reuses unchanged tensors of the newest checkpoint next to
     `path` (None: write everything; a path: that one). keep_last=N removes
     the oldest checkpoints next to it beyond N once this one is committed.
+    With torch.distributed initialized (or rank= and world_size=), every
+    rank saves its own part (a dict; tensor names unique across ranks) and
+    rank 0 commits the checkpoint once all have persisted: every rank calls
+    save() (and wait(), which holds the ranks' barrier).
     Returns a Handle (already finished unless async_)."""
     fs = _connection(connection)
     pool = pool or _default_pool
+    rank, world, barrier = _ranks(rank, world_size, group)
+    if world > 1 and not isinstance(state, dict):
+        raise TypeError("cistern.ckpt: with several ranks each saves a dict")
+    tree_name = "%s.%d" % (_TREE, rank)
     skeleton, leaves = _flatten(state)
     tree = _np.frombuffer(_pickle.dumps(skeleton, protocol=_pickle.HIGHEST_PROTOCOL), dtype=_np.uint8)
     # Stage: every tensor's bytes copied into the pool (the blocking part).
     sources = [(name, _dtype_shape(v), _bytes_of(v)) for name, v in leaves]
-    sources.append((_TREE, ("U8", [tree.nbytes]), tree))
+    sources.append((tree_name, ("U8", [tree.nbytes]), tree))
     staged = pool.take(sum(src.nbytes for _, _, src in sources))
     try:
         at = 0
@@ -275,23 +311,44 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
         try:
             if not fs.exists(root):
                 fs.makedirs(root, exist_ok=True)
-            stats = fs.ckpt_save(path, tensors, base or "", meta, block_bytes)
+            stats = fs.ckpt_save(path, tensors, base or "", meta, block_bytes, rank, world)
         finally:
             pool.give(staged)
         # Counted without the pickled structure.
         stats["tensors"] -= 1
-        if _TREE in stats["reused"]:
-            stats["reused"].remove(_TREE)
+        if tree_name in stats["reused"]:
+            stats["reused"].remove(tree_name)
             stats["tensors_reused"] -= 1
             stats["bytes_reused"] -= tree.nbytes
         else:
             stats["bytes_written"] -= tree.nbytes
+        if world == 1:
+            retain()
+        return stats
+
+    def retain():
         if keep_last:
             for old in fs.ckpt_list(root)[:-keep_last]:
                 fs.ckpt_remove(root.rstrip("/") + "/" + old)
-        return stats
 
-    return Handle(persist, run_here=not async_)
+    def commit():
+        barrier()  # every rank's part persisted
+        if rank == 0:
+            fs.ckpt_commit(path, world)
+            retain()
+        barrier()  # committed before any rank goes on
+
+    return Handle(persist, run_here=not async_, finish=commit if world > 1 else None)
+
+
+def _merge(a, b):
+    """The ranks' dicts as one (a's value where both hold a non-dict)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = _same_kind(a, _list(a.items()))
+        for k, v in b.items():
+            out[k] = _merge(out[k], v) if k in out else v
+        return out
+    return a
 
 
 def _flat_targets(into):
@@ -309,17 +366,21 @@ def load(path, keys=None, into=None, connection=None):
     fs = _connection(connection)
     m = fs.ckpt_manifest(path)
     info = {name: (dtype, shape, n) for name, dtype, shape, n in m["tensors"]}
-    if _TREE not in info:
+    trees = sorted((n for n in info if n.startswith(_TREE + ".")),
+                   key=lambda n: int(n.rsplit(".", 1)[1]))
+    if not trees:
         raise ValueError("cistern.ckpt: %s was not written by cistern.ckpt.save" % path)
-    tree = _np.empty(info[_TREE][2], dtype=_np.uint8)
-    fs.ckpt_read(path, [_TREE], [tree])
-    skeleton = _pickle.loads(tree.tobytes())
+    bufs = [_np.empty(info[n][2], dtype=_np.uint8) for n in trees]
+    fs.ckpt_read(path, trees, bufs)
+    skeleton = _pickle.loads(bufs[0].tobytes())
+    for b in bufs[1:]:  # the other ranks' parts
+        skeleton = _merge(skeleton, _pickle.loads(b.tobytes()))
     targets = _flat_targets(into)
     wanted = lambda name: keys is None or any(name.startswith(k) for k in keys)
     loaded = {}
     names, buffers, copies = [], [], []
     for name, (dtype, shape, n) in info.items():
-        if name == _TREE or not wanted(name):
+        if name.startswith(_TREE) or not wanted(name):
             continue
         target = targets.get(name)
         if _torch is not None and dtype in _TORCH_BY_NAME:

@@ -65,13 +65,14 @@ Status writeNew(Client& client, const std::string& path, std::string_view bytes)
   return statusOf(f->close());
 }
 
-// Replaces `dir`/manifest.json with `m` atomically (a synced temporary
-// renamed over it) and makes the rename durable.
-Status commitManifest(Client& client, const std::string& dir, const Manifest& m) {
-  const std::string tmp = join(dir, std::string(kManifestName) + ".tmp");
+// Replaces `dir`/`name` (the manifest) with `m` atomically (a synced
+// temporary renamed over it) and makes the rename durable.
+Status commitManifest(Client& client, const std::string& dir, const Manifest& m,
+                      std::string_view name = kManifestName) {
+  const std::string tmp = join(dir, std::string(name) + ".tmp");
   (void)client.unlink(tmp);  // a crashed commit's
   RETURN_ON_ERROR(writeNew(client, tmp, encodeManifest(m)));
-  RETURN_ON_ERROR(statusOf(client.rename(tmp, join(dir, kManifestName))));
+  RETURN_ON_ERROR(statusOf(client.rename(tmp, join(dir, name))));
   return statusOf(client.syncNamespace());
 }
 
@@ -100,6 +101,11 @@ Status removeDir(Client& client, const std::string& dir) {
 
 }  // namespace
 
+std::string dataFileName(uint32_t rank) { return fmt::format("rank-{:05d}.safetensors", rank); }
+std::string rankManifestName(uint32_t rank) {
+  return fmt::format("manifest.rank-{:05d}.json", rank);
+}
+
 Status save(Client& client, const std::string& path, std::span<const TensorData> tensors,
             const SaveOptions& options, SaveStats* stats) {
   SaveStats local;
@@ -107,6 +113,11 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
   st = {};
   if (options.block_bytes == 0 || options.block_bytes > kBlockBytesMax)
     return Status(ErrorCode::kInvalidArgument, "checkpoint block_bytes out of range");
+  if (options.world_size == 0 || options.rank >= options.world_size) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("rank {} of {}", options.rank, options.world_size));
+  }
+  const bool alone = options.world_size == 1;
   auto [root, name] = splitPath(path);
   if (!plainName(name))
     return Status(ErrorCode::kInvalidArgument, fmt::format("checkpoint path {:?}", path));
@@ -141,8 +152,19 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
   if (!client.stat(join(path, kManifestName), &info)) {
     return Status(ErrorCode::kAlreadyExists, fmt::format("checkpoint {} exists", path));
   }
-  if (!client.stat(path, &info)) RETURN_ON_ERROR(removeDir(client, path).withContext(path));
-  RETURN_ON_ERROR(statusOf(client.mkdir(path, 0755, /*parents=*/true)).withContext(path));
+  const std::string data_name = dataFileName(options.rank);
+  const std::string data_path = join(path, data_name);
+  if (alone) {
+    if (!client.stat(path, &info)) RETURN_ON_ERROR(removeDir(client, path).withContext(path));
+  } else {
+    // The other ranks write next to this one: only this rank's leftovers go.
+    for (const std::string& f : {data_name, rankManifestName(options.rank)}) {
+      Error e = client.unlink(join(path, f));
+      if (e && e.errno_value != ENOENT) return statusOf(e).withContext(path);
+    }
+  }
+  Error made = client.mkdir(path, 0755, /*parents=*/true);
+  if (made && !(made.errno_value == EEXIST && !alone)) return statusOf(made).withContext(path);
 
   Manifest m;
   m.created_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -172,7 +194,7 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
       st.bytes_reused += mt.bytes;
       st.reused.push_back(t.name);
     } else {
-      mt.file = std::string(kDataFileName);
+      mt.file = data_name;
       mt.crc32c = crc32c(t.bytes.data(), t.bytes.size());
       header.tensors.push_back(ti);
       written.push_back(&t);
@@ -182,7 +204,6 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
   }
   // The data file: header, then the written tensors back to back.
   ASSIGN_OR_RETURN(std::string head, encodeHeader(&header));
-  const std::string data_path = join(path, kDataFileName);
   {
     std::unique_ptr<File> f;
     RETURN_ON_ERROR(statusOf(client.open(data_path, O_CREAT | O_EXCL | O_WRONLY, 0644, &f)));
@@ -202,7 +223,49 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
   }
   std::sort(m.tensors.begin(), m.tensors.end(),
             [](const ManifestTensor& a, const ManifestTensor& b) { return a.name < b.name; });
-  return commitManifest(client, path, m);
+  if (alone) return commitManifest(client, path, m);
+  return commitManifest(client, path, m, rankManifestName(options.rank));
+}
+
+Status commit(Client& client, const std::string& path, uint32_t world_size) {
+  if (world_size == 0) return Status(ErrorCode::kInvalidArgument, "a world of 0 ranks");
+  FileInfo info;
+  if (!client.stat(join(path, kManifestName), &info))
+    return Status(ErrorCode::kAlreadyExists, fmt::format("checkpoint {} exists", path));
+  Manifest all;
+  for (uint32_t r = 0; r < world_size; ++r) {
+    auto text = readWhole(client, join(path, rankManifestName(r)));
+    if (!text.ok() && text.code() == ErrorCode::kNotFound) {
+      return Status(ErrorCode::kNotFound,
+                    fmt::format("checkpoint {}: rank {} of {} has not saved", path, r, world_size));
+    }
+    RETURN_ON_ERROR(text.status());
+    auto m = decodeManifest(*text);
+    if (!m.ok()) return m.status().withContext(join(path, rankManifestName(r)));
+    if (r == 0) {
+      all = *m;
+      continue;
+    }
+    if (m->block_bytes != all.block_bytes || m->base != all.base) {
+      return Status(ErrorCode::kInvalidArgument,
+                    fmt::format("checkpoint {}: rank {} saved with other options", path, r));
+    }
+    for (auto& [k, v] : m->metadata) all.metadata.emplace(k, v);
+    all.created_ns = std::max(all.created_ns, m->created_ns);
+    for (ManifestTensor& t : m->tensors) all.tensors.push_back(std::move(t));
+  }
+  std::sort(all.tensors.begin(), all.tensors.end(),
+            [](const ManifestTensor& a, const ManifestTensor& b) { return a.name < b.name; });
+  for (size_t i = 1; i < all.tensors.size(); ++i) {
+    if (all.tensors[i].name == all.tensors[i - 1].name) {
+      return Status(
+          ErrorCode::kInvalidArgument,
+          fmt::format("checkpoint {}: two ranks saved tensor {:?}", path, all.tensors[i].name));
+    }
+  }
+  RETURN_ON_ERROR(commitManifest(client, path, all));
+  for (uint32_t r = 0; r < world_size; ++r) (void)client.unlink(join(path, rankManifestName(r)));
+  return Status::OK();
 }
 
 Result<Manifest> readManifest(Client& client, const std::string& path) {

@@ -42,7 +42,10 @@ struct TensorData {
 };
 
 inline constexpr std::string_view kManifestName = "manifest.json";
-inline constexpr std::string_view kDataFileName = "rank-00000.safetensors";
+// "rank-00003.safetensors": the data file rank 3 writes.
+std::string dataFileName(uint32_t rank);
+// "manifest.rank-00003.json": what rank 3 wrote, until commit() merges it.
+std::string rankManifestName(uint32_t rank);
 
 struct SaveOptions {
   // A committed checkpoint in the same root whose unchanged tensors are
@@ -51,6 +54,12 @@ struct SaveOptions {
   // Hash block size (the unit of change detection). Default: 4 MiB.
   uint64_t block_bytes = 4ull << 20;
   std::map<std::string, std::string> metadata;
+  // Several ranks save one checkpoint: each writes its own data file and
+  // rank manifest (tensor names unique across ranks); commit() by one of
+  // them, once every rank's save returned, makes it a checkpoint.
+  // Default: rank 0 of 1 (save commits by itself).
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
 };
 
 struct SaveStats {
@@ -67,6 +76,11 @@ struct SaveStats {
 // twice, kNotFound for a missing base; I/O errors as the client gives them.
 Status save(Client& client, const std::string& path, std::span<const TensorData> tensors,
             const SaveOptions& options = {}, SaveStats* stats = nullptr);
+
+// Merges the rank manifests of a checkpoint saved by `world_size` ranks into
+// its manifest, committed as save() commits one. kNotFound naming a rank
+// that has not saved; kInvalidArgument for a tensor name two ranks used.
+Status commit(Client& client, const std::string& path, uint32_t world_size);
 
 // kNotFound when `path` holds no committed checkpoint.
 Result<Manifest> readManifest(Client& client, const std::string& path);

@@ -6,6 +6,7 @@
 #include "ckpt/checkpoint.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -240,6 +241,45 @@ TEST_F(CheckpointTest, AFlippedByteIsNamedOnReadAndVerify) {
   Status v = verify(*client_, "/ckpt/c");
   EXPECT_EQ(v.code(), ErrorCode::kCorruption);
   EXPECT_NE(v.toString().find("model.w"), std::string::npos) << v.toString();
+}
+
+TEST_F(CheckpointTest, RanksSaveTheirShardsAndOneCommitsThemAll) {
+  std::vector<std::vector<Owned>> shards(3);
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < 3; ++i)
+      shards[r].push_back(
+          tensor(fmt::format("r{}.t{}", r, i), DType::kF32, {100u + r}, 300 + 10 * r + i));
+  SaveOptions o;
+  o.world_size = 3;
+  for (int r : {2, 0}) {
+    o.rank = r;
+    ASSERT_TRUE(save(*client_, "/ckpt/m", views(shards[r]), o).ok()) << r;
+  }
+  EXPECT_TRUE(list(*client_, "/ckpt")->empty());  // not before commit
+  Status missing = commit(*client_, "/ckpt/m", 3);
+  EXPECT_EQ(missing.code(), ErrorCode::kNotFound);
+  EXPECT_NE(missing.toString().find("rank 1"), std::string::npos) << missing.toString();
+  o.rank = 1;
+  ASSERT_TRUE(save(*client_, "/ckpt/m", views(shards[1]), o).ok());
+  ASSERT_TRUE(commit(*client_, "/ckpt/m", 3).ok());
+  EXPECT_EQ(*list(*client_, "/ckpt"), std::vector<std::string>{"m"});
+  std::vector<Owned> all;
+  for (auto& sh : shards) all.insert(all.end(), sh.begin(), sh.end());
+  expectHolds("/ckpt/m", all);
+  EXPECT_EQ(commit(*client_, "/ckpt/m", 3).code(), ErrorCode::kAlreadyExists);
+  // Two ranks with one name: refused at commit, nothing listed.
+  o.world_size = 2;
+  for (uint32_t r : {0u, 1u}) {
+    o.rank = r;
+    ASSERT_TRUE(save(*client_, "/ckpt/dup", views({shards[0][0]}), o).ok());
+  }
+  Status dup = commit(*client_, "/ckpt/dup", 2);
+  EXPECT_EQ(dup.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(dup.toString().find("r0.t0"), std::string::npos) << dup.toString();
+  EXPECT_EQ(*list(*client_, "/ckpt"), std::vector<std::string>{"m"});
+  o.rank = 2;
+  EXPECT_EQ(save(*client_, "/ckpt/x", views({shards[0][0]}), o).code(),
+            ErrorCode::kInvalidArgument);  // rank 2 of 2
 }
 
 TEST_F(CheckpointTest, BadInputIsRefusedAndWritesNothing) {

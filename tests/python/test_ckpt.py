@@ -195,3 +195,46 @@ def test_a_sigkill_during_an_async_persist_leaves_the_previous_checkpoint(fs, cl
     # The next save of that name clears what the killed one left.
     ckpt.save({"w": torch.ones(3)}, root + "/new", connection=fs)
     assert ckpt.latest(root, connection=fs) == root + "/new"
+
+
+RANK = r"""
+import json, sys, torch, torch.distributed as dist, cistern, cistern.ckpt as ckpt
+cluster, root, port, rank, world = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + port, rank=rank, world_size=world)
+fs = cistern.connect(cluster)
+layers = {str(2 * rank + i): torch.full((1000,), float(10 * rank + i)) for i in range(2)}
+h = ckpt.save({"layers": layers}, root + "/step-1", async_=True, connection=fs)
+first = h.wait()
+if rank == 1:
+    layers["2"] += 1
+second = ckpt.save({"layers": layers}, root + "/step-2", connection=fs).wait()
+print(json.dumps([first["tensors_reused"], second["tensors_reused"]]), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_save_their_parts_and_any_world_size_loads_them(fs, cluster, root):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    world = 3
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, cluster, root, port, str(r), str(world)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(world)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    reused = [json.loads(out) for out, _ in outs]
+    assert [r[0] for r in reused] == [0, 0, 0]
+    assert [r[1] for r in reused] == [2, 1, 2]  # rank 1 changed one of its two
+    assert ckpt.list(root, connection=fs) == [root + "/step-1", root + "/step-2"]
+    # One process (a world of 1) loads all of it; a part by keys.
+    state = ckpt.load(root + "/step-2", connection=fs)
+    assert sorted(state["layers"], key=int) == [str(i) for i in range(6)]
+    for i in range(6):
+        r, k = divmod(i, 2)
+        want = float(10 * r + k) + (1 if i == 2 else 0)
+        assert torch.equal(state["layers"][str(i)], torch.full((1000,), want))
+    part = ckpt.load(root + "/step-2", keys=["layers.4", "layers.5"], connection=fs)
+    assert part["layers"]["3"] is None and part["layers"]["4"][0].item() == 20.0
