@@ -28,13 +28,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-bool reportStatus(const Status& s, const std::string& what) {
-  if (s.ok()) return false;
-  fmt::print(stderr, "cistern: {}: {}\n", what, s.toString());
-  setExitCode(1);
-  return true;
-}
-
 // "12,345/100,000 files  1.2 GiB  310 MB/s  ETA 0:42" on one stderr line.
 void progress(uint64_t files, uint64_t total, uint64_t bytes, Clock::time_point t0, bool last) {
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -19,6 +19,14 @@ int main(int argc, char** argv) {
   cistern::cli::addBench(app);
   cistern::cli::addMount(app);
   cistern::cli::addPackCommands(app);
-  CLI11_PARSE(app, argc, argv);
+  cistern::cli::addCkptCommands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version print and succeed; every other parse error is a
+    // usage error: its message, and exit code 2 (docs/client.md, "CLI").
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
   return cistern::cli::exitCode();
 }

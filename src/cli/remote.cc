@@ -59,6 +59,13 @@ bool report(const Error& e) {
   return true;
 }
 
+bool reportStatus(const Status& s, const std::string& what) {
+  if (s.ok()) return false;
+  fmt::print(stderr, "cistern: {}: {}\n", what, s.toString());
+  setExitCode(1);
+  return true;
+}
+
 std::string humanBytes(double bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int u = 0;

@@ -6,11 +6,12 @@
 #include <string>
 
 #include "cistern/client.h"
+#include "common/status.h"
 
 namespace CLI {
 class App;
 class Option;
-}
+}  // namespace CLI
 
 namespace cistern::cli {
 
@@ -38,6 +39,9 @@ std::string remotePath(const std::string& p);
 // Prints "cistern: <message>" to stderr and records exit code 1. Returns true
 // when there was an error.
 bool report(const Error& e);
+
+// As report(), for a Status about `what`.
+bool reportStatus(const Status& s, const std::string& what);
 
 // 1536 → "1.5 KiB".
 std::string humanBytes(double bytes);

@@ -238,3 +238,28 @@ def test_ranks_save_their_parts_and_any_world_size_loads_them(fs, cluster, root)
         assert torch.equal(state["layers"][str(i)], torch.full((1000,), want))
     part = ckpt.load(root + "/step-2", keys=["layers.4", "layers.5"], connection=fs)
     assert part["layers"]["3"] is None and part["layers"]["4"][0].item() == 20.0
+
+
+def test_the_cli_lists_shows_verifies_and_removes(fs, cluster, root):
+    cli = [os.environ["CISTERN_BIN"], "ckpt"]
+    run = lambda *a: subprocess.run(cli + list(a) + ["--cluster", cluster], capture_output=True,
+                                    text=True)
+    ckpt.save({"w": torch.ones(1000), "b": torch.zeros(3, dtype=torch.int64)}, root + "/s1",
+              metadata={"step": 1}, connection=fs)
+    ckpt.save({"w": torch.ones(1000), "b": torch.ones(3, dtype=torch.int64)}, root + "/s2",
+              connection=fs)
+    out = run("ls", root)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2 and " s1 " in lines[0] and "(base s1)" in lines[1]
+    show = run("show", root + "/s2")
+    assert show.returncode == 0, show.stderr
+    assert "w  F32  [1000]" in show.stdout and " in s1" in show.stdout
+    assert "metadata step = 1" in run("show", root + "/s1").stdout
+    ok = run("verify", root + "/s2")
+    assert ok.returncode == 0 and "ok, 3 tensors" in ok.stdout, ok.stdout + ok.stderr
+    assert run("rm", root + "/s1").returncode == 0
+    assert run("verify", root + "/s2").returncode == 0
+    missing = run("show", root + "/nope")
+    assert missing.returncode == 1 and "no checkpoint" in missing.stderr
+    assert run("show").returncode == 2  # PATH required
