@@ -196,6 +196,36 @@ def _dtype_shape(x):
     return _NUMPY_DTYPES[x.dtype], [int(d) for d in x.shape]
 
 
+_COPY_PIECE = 64 << 20
+_copier = None
+_copier_lock = _threading.Lock()
+
+
+def _copy_all(pieces):
+    """Copies (dst, src) pieces on a few threads (numpy releases the GIL
+    for the copy): one core copies ~12 GB/s here, two ~20 GB/s."""
+    global _copier
+    if len(pieces) <= 1:
+        for dst, src in pieces:
+            dst[...] = src
+        return
+    with _copier_lock:
+        if _copier is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _copier = ThreadPoolExecutor(max(1, min(4, _os_cpus())), "cistern-ckpt-copy")
+    for f in [_copier.submit(_copy_one, d, s) for d, s in pieces]:
+        f.result()
+
+
+def _copy_one(dst, src):
+    dst[...] = src
+
+
+def _os_cpus():
+    import os
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 class Handle:
     """A save: wait() returns its stats (or raises its error), done() says
     whether it finished. A synchronous save's handle is finished (its error
@@ -289,12 +319,14 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
     staged = pool.take(sum(src.nbytes for _, _, src in sources))
     try:
         at = 0
-        tensors = []
+        tensors, pieces = [], []
         for name, (dtype, shape), src in sources:
             dst = staged[at:at + src.nbytes]
-            dst[...] = src
             tensors.append((name, dtype, shape, dst))
+            for off in range(0, src.nbytes, _COPY_PIECE):
+                pieces.append((dst[off:off + _COPY_PIECE], src[off:off + _COPY_PIECE]))
             at += src.nbytes
+        _copy_all(pieces)
     except BaseException:
         pool.give(staged)
         raise

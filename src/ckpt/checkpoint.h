@@ -53,6 +53,9 @@ struct SaveOptions {
   std::string base;
   // Hash block size (the unit of change detection). Default: 4 MiB.
   uint64_t block_bytes = 4ull << 20;
+  // Tensors written at once (each one's chunks also go out in parallel).
+  // Default: 4.
+  uint32_t write_threads = 4;
   std::map<std::string, std::string> metadata;
   // Several ranks save one checkpoint: each writes its own data file and
   // rank manifest (tensor names unique across ranks); commit() by one of
