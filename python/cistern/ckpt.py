@@ -16,6 +16,7 @@ host memory (bounded: StagingPool(max_bytes); a save waits for room and
 counts the wait), then, with async_=True, returns while a thread persists
 it with the GIL released.
 """
+import json as _json
 import pickle as _pickle
 import threading as _threading
 import time as _time
@@ -218,7 +219,32 @@ def _copy_all(pieces):
 
 
 def _copy_one(dst, src):
-    dst[...] = src
+    if isinstance(dst, _np.ndarray):
+        dst[...] = src
+    else:
+        dst.copy_(src)  # a torch tensor: converting to its dtype
+
+
+def _downcast_to(v, downcast):
+    """The dtype name `v` is stored as when downcast, or None."""
+    if downcast is None:
+        return None
+    if _is_tensor(v):
+        if v.dtype not in (_torch.float32, _torch.float64):
+            return None
+        return "BF16" if downcast == "bf16" else "F16"
+    if downcast == "fp16" and v.dtype in (_np.dtype("float32"), _np.dtype("float64")):
+        return "F16"
+    return None
+
+
+def _typed_view(dst, dtype, shape, value):
+    """The staging bytes `dst` as an array or tensor of `dtype` and `shape`,
+    for a converting copy of `value`."""
+    if _is_tensor(value):
+        t = _torch.from_numpy(dst).view(_TORCH_BY_NAME[dtype])
+        return t.view(shape)
+    return dst.view(_NUMPY_BY_NAME[dtype]).reshape(shape)
 
 
 def _os_cpus():
@@ -294,7 +320,8 @@ def _ranks(rank, world_size, group):
 
 
 def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
-         connection=None, pool=None, block_bytes=0, rank=None, world_size=None, group=None):
+         connection=None, pool=None, block_bytes=0, rank=None, world_size=None, group=None,
+         downcast=None):
     """Saves `state` as checkpoint `path` (a new directory of the cluster).
 
     base: "auto" reuses unchanged tensors of the newest checkpoint next to
@@ -304,7 +331,12 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
     rank saves its own part (a dict; tensor names unique across ranks) and
     rank 0 commits the checkpoint once all have persisted: every rank calls
     save() (and wait(), which holds the ranks' barrier).
+    downcast="bf16" or "fp16" stores float32/float64 tensors in that type
+    (numpy arrays: "fp16" only), recorded in the manifest and cast back by
+    load().
     Returns a Handle (already finished unless async_)."""
+    if downcast not in (None, "bf16", "fp16"):
+        raise ValueError("cistern.ckpt: downcast is None, 'bf16' or 'fp16', not %r" % (downcast,))
     fs = _connection(connection)
     pool = pool or _default_pool
     rank, world, barrier = _ranks(rank, world_size, group)
@@ -313,19 +345,37 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
     tree_name = "%s.%d" % (_TREE, rank)
     skeleton, leaves = _flatten(state)
     tree = _np.frombuffer(_pickle.dumps(skeleton, protocol=_pickle.HIGHEST_PROTOCOL), dtype=_np.uint8)
-    # Stage: every tensor's bytes copied into the pool (the blocking part).
-    sources = [(name, _dtype_shape(v), _bytes_of(v)) for name, v in leaves]
-    sources.append((tree_name, ("U8", [tree.nbytes]), tree))
-    staged = pool.take(sum(src.nbytes for _, _, src in sources))
+    # Stage: every tensor's bytes copied into the pool (the blocking part);
+    # a downcast one converted on the way.
+    casts = {}
+    sources = []
+    for name, v in leaves:
+        dtype, shape = _dtype_shape(v)
+        stored = _downcast_to(v, downcast)
+        if stored is None:
+            sources.append((name, dtype, shape, _bytes_of(v), None))
+        else:
+            casts[name] = dtype
+            n = v.numel() * 2 if _is_tensor(v) else v.size * 2
+            sources.append((name, stored, shape, n, v))
+    sources.append((tree_name, "U8", [tree.nbytes], tree, None))
+    nbytes = lambda src: src if isinstance(src, int) else src.nbytes
+    # Each tensor starts 8-byte aligned in the staging buffer (typed views).
+    padded = lambda n: (n + 7) & ~7
+    staged = pool.take(sum(padded(nbytes(src)) for _, _, _, src, _ in sources))
     try:
         at = 0
         tensors, pieces = [], []
-        for name, (dtype, shape), src in sources:
-            dst = staged[at:at + src.nbytes]
+        for name, dtype, shape, src, value in sources:
+            n = nbytes(src)
+            dst = staged[at:at + n]
             tensors.append((name, dtype, shape, dst))
-            for off in range(0, src.nbytes, _COPY_PIECE):
-                pieces.append((dst[off:off + _COPY_PIECE], src[off:off + _COPY_PIECE]))
-            at += src.nbytes
+            if value is not None:  # a converting copy, whole
+                pieces.append((_typed_view(dst, dtype, shape, value), value))
+            else:
+                for off in range(0, n, _COPY_PIECE):
+                    pieces.append((dst[off:off + _COPY_PIECE], src[off:off + _COPY_PIECE]))
+            at += padded(n)
         _copy_all(pieces)
     except BaseException:
         pool.give(staged)
@@ -338,6 +388,8 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
         base = root.rstrip("/") + "/" + names[-1] if names else None
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     meta["cistern.saved_at"] = "%.3f" % _time.time()
+    if casts:  # per rank: commit keeps rank 0's value of a key the ranks share
+        meta["cistern.downcast.%d" % rank] = _json.dumps(casts)
 
     def persist():
         try:
@@ -408,6 +460,10 @@ def load(path, keys=None, into=None, connection=None):
     for b in bufs[1:]:  # the other ranks' parts
         skeleton = _merge(skeleton, _pickle.loads(b.tobytes()))
     targets = _flat_targets(into)
+    casts = {}  # name -> the dtype it was saved from (downcast)
+    for k, v in m["metadata"].items():
+        if k.startswith("cistern.downcast."):
+            casts.update(_json.loads(v))
     wanted = lambda name: keys is None or any(name.startswith(k) for k in keys)
     loaded = {}
     names, buffers, copies = [], [], []
@@ -425,6 +481,11 @@ def load(path, keys=None, into=None, connection=None):
         if target is not None:
             copies.append((target, name))
     fs.ckpt_read(path, names, buffers)
+    for name in names:
+        if name in casts:
+            t = loaded[name]
+            loaded[name] = (t.to(_TORCH_BY_NAME[casts[name]]) if _is_tensor(t)
+                            else t.astype(_NUMPY_BY_NAME[casts[name]]))
     for target, name in copies:
         src = loaded[name]
         if _is_tensor(target):

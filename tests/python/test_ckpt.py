@@ -263,3 +263,29 @@ def test_the_cli_lists_shows_verifies_and_removes(fs, cluster, root):
     missing = run("show", root + "/nope")
     assert missing.returncode == 1 and "no checkpoint" in missing.stderr
     assert run("show").returncode == 2  # PATH required
+
+
+def test_a_downcast_is_recorded_and_undone_on_load(fs, root):
+    g = torch.Generator().manual_seed(3)
+    state = {"mask": torch.tensor([True, False, True]),  # odd bytes before the downcast ones
+             "w": torch.randn(256, 64, generator=g), "d": torch.randn(7, generator=g).double(),
+             "i": torch.arange(5), "a": np.linspace(0, 1, 33, dtype=np.float32),
+             "t": torch.randn(8, 4, generator=g).t()}
+    stats = ckpt.save(state, root + "/bf", downcast="bf16", connection=fs).wait()
+    full = sum(v.numel() * v.element_size() if isinstance(v, torch.Tensor) else v.nbytes
+               for v in state.values())
+    assert stats["bytes_written"] < full * 0.6
+    out = ckpt.load(root + "/bf", connection=fs)
+    assert out["w"].dtype == torch.float32 and out["d"].dtype == torch.float64
+    assert torch.equal(out["w"], state["w"].bfloat16().float())
+    assert torch.equal(out["d"], state["d"].bfloat16().double())
+    assert torch.equal(out["t"], state["t"].bfloat16().float())
+    assert torch.equal(out["i"], state["i"]) and torch.equal(out["mask"], state["mask"])
+    assert np.array_equal(out["a"], state["a"])  # numpy has no bf16: kept
+    ckpt.save(state, root + "/fp", downcast="fp16", base=None, connection=fs)
+    into = {k: (v.clone() * 0 if isinstance(v, torch.Tensor) else v.copy() * 0) for k, v in state.items()}
+    ckpt.load(root + "/fp", into=into, connection=fs)
+    assert torch.equal(into["w"], state["w"].half().float())
+    assert np.array_equal(into["a"], state["a"].astype(np.float16).astype(np.float32))
+    with pytest.raises(ValueError, match="downcast"):
+        ckpt.save(state, root + "/x", downcast="int4", connection=fs)
