@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -34,6 +35,30 @@ std::pair<std::string, std::string> splitPath(std::string path) {
 
 std::string hex128(const XXH128_hash_t& h) {
   return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+}
+
+// Runs fn(0..n-1) on up to `threads` threads; the first error stops the
+// items not yet started and is returned.
+Status parallelFor(size_t n, uint32_t threads, const std::function<Status(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  Status failed;
+  auto run = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      Status s = fn(i);
+      if (!s.ok()) {
+        std::lock_guard lock(mu);
+        if (failed.ok()) failed = s;
+        next = n;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  const size_t count = std::min<size_t>(std::max<uint32_t>(threads, 1), n);
+  for (size_t i = 1; i < count; ++i) pool.emplace_back(run);
+  run();
+  for (auto& t : pool) t.join();
+  return failed;
 }
 
 std::vector<std::string> hashBlocks(std::span<const uint8_t> bytes, uint64_t block) {
@@ -178,14 +203,21 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
   m.metadata = options.metadata;
   Header header;
   std::vector<std::pair<const TensorData*, size_t>> written;  // and its manifest entry
-  for (const TensorData& t : tensors) {
+  // Block hashes on the writer threads first (they decide what is reused).
+  std::vector<std::vector<std::string>> hashes(tensors.size());
+  RETURN_ON_ERROR(parallelFor(tensors.size(), options.write_threads, [&](size_t i) -> Status {
+    hashes[i] = hashBlocks(tensors[i].bytes, m.block_bytes);
+    return Status::OK();
+  }));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorData& t = tensors[i];
     TensorInfo ti{t.name, t.dtype, t.shape};
     ManifestTensor mt;
     mt.name = t.name;
     mt.dtype = t.dtype;
     mt.shape = t.shape;
     mt.bytes = t.bytes.size();
-    mt.blocks = hashBlocks(t.bytes, m.block_bytes);
+    mt.blocks = std::move(hashes[i]);
     const ManifestTensor* old = base.find(t.name);
     if (old && old->dtype == t.dtype && old->shape == t.shape && old->blocks == mt.blocks &&
         base.block_bytes == m.block_bytes) {
@@ -197,8 +229,7 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
       st.bytes_reused += mt.bytes;
       st.reused.push_back(t.name);
     } else {
-      mt.file = data_name;
-      mt.crc32c = crc32c(t.bytes.data(), t.bytes.size());
+      mt.file = data_name;  // its CRC32C by the thread that writes it
       header.tensors.push_back(ti);
       written.emplace_back(&t, m.tensors.size());
     }
@@ -220,28 +251,14 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
       m.tensors[written[i].second].offset = head.size() + ti.begin;
       st.bytes_written += ti.end - ti.begin;
     }
-    std::atomic<size_t> next{0};
-    std::mutex mu;
-    Status failed;
-    auto writer = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < written.size();) {
-        const TensorData& t = *written[i].first;
-        size_t n = 0;
-        Status s = statusOf(
-            f->pwrite(t.bytes.data(), t.bytes.size(), m.tensors[written[i].second].offset, &n));
-        if (!s.ok()) {
-          std::lock_guard lock(mu);
-          if (failed.ok()) failed = s.withContext(data_path);
-          next = written.size();
-        }
-      }
-    };
-    std::vector<std::thread> threads;
-    const size_t nthreads = std::min<size_t>(options.write_threads, written.size());
-    for (size_t i = 1; i < nthreads; ++i) threads.emplace_back(writer);
-    writer();
-    for (auto& th : threads) th.join();
-    RETURN_ON_ERROR(failed);
+    RETURN_ON_ERROR(parallelFor(written.size(), options.write_threads, [&](size_t i) -> Status {
+      const TensorData& t = *written[i].first;
+      ManifestTensor& mt = m.tensors[written[i].second];
+      mt.crc32c = crc32c(t.bytes.data(), t.bytes.size());
+      size_t n = 0;
+      return statusOf(f->pwrite(t.bytes.data(), t.bytes.size(), mt.offset, &n))
+          .withContext(data_path);
+    }));
     RETURN_ON_ERROR(statusOf(f->fsync()));
     RETURN_ON_ERROR(statusOf(f->close()));
   }
