@@ -541,7 +541,7 @@ class PyPrefetch {
 // released.
 py::dict ckptSave(PyClient& c, const std::string& path, py::list tensors, const std::string& base,
                   std::map<std::string, std::string> metadata, uint64_t block_bytes, uint32_t rank,
-                  uint32_t world_size) {
+                  uint32_t world_size, const std::string& codec) {
   std::vector<py::buffer_info> held;  // keeps the buffers alive and unmoved
   std::vector<ckpt::TensorData> ts;
   held.reserve(tensors.size());
@@ -562,6 +562,7 @@ py::dict ckptSave(PyClient& c, const std::string& path, py::list tensors, const 
   if (block_bytes) o.block_bytes = block_bytes;
   o.rank = rank;
   o.world_size = world_size;
+  o.codec = codec;
   ckpt::SaveStats st;
   Status s = withoutGil([&] { return ckpt::save(c.client(), path, ts, o, &st); });
   if (!s.ok()) raiseStatus(s, path);
@@ -692,7 +693,7 @@ PYBIND11_MODULE(_cistern, m) {
       .def("exists", &PyClient::exists, py::arg("path"))
       .def("ckpt_save", &ckptSave, py::arg("path"), py::arg("tensors"), py::arg("base") = "",
            py::arg("metadata") = std::map<std::string, std::string>{}, py::arg("block_bytes") = 0,
-           py::arg("rank") = 0, py::arg("world_size") = 1,
+           py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("codec") = "",
            "Writes checkpoint `path` from [(name, dtype, shape, buffer)]; returns its stats "
            "(with several ranks, rank `rank`'s part, committed by ckpt_commit)")
       .def("ckpt_commit", &ckptCommit, py::arg("path"), py::arg("world_size"))

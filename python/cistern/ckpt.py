@@ -321,7 +321,7 @@ def _ranks(rank, world_size, group):
 
 def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
          connection=None, pool=None, block_bytes=0, rank=None, world_size=None, group=None,
-         downcast=None):
+         downcast=None, compression=None):
     """Saves `state` as checkpoint `path` (a new directory of the cluster).
 
     base: "auto" reuses unchanged tensors of the newest checkpoint next to
@@ -333,8 +333,12 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
     save() (and wait(), which holds the ranks' barrier).
     downcast="bf16" or "fp16" stores float32/float64 tensors in that type
     (numpy arrays: "fp16" only), recorded in the manifest and cast back by
-    load().
+    load(). compression="zstd" or "lz4" compresses each tensor on its own
+    (the data file is then not a safetensors file; load() reads it).
     Returns a Handle (already finished unless async_)."""
+    if compression not in (None, "zstd", "lz4"):
+        raise ValueError("cistern.ckpt: compression is None, 'zstd' or 'lz4', not %r"
+                         % (compression,))
     if downcast not in (None, "bf16", "fp16"):
         raise ValueError("cistern.ckpt: downcast is None, 'bf16' or 'fp16', not %r" % (downcast,))
     fs = _connection(connection)
@@ -395,7 +399,8 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
         try:
             if not fs.exists(root):
                 fs.makedirs(root, exist_ok=True)
-            stats = fs.ckpt_save(path, tensors, base or "", meta, block_bytes, rank, world)
+            stats = fs.ckpt_save(path, tensors, base or "", meta, block_bytes, rank, world,
+                                 compression or "")
         finally:
             pool.give(staged)
         # Counted without the pickled structure.

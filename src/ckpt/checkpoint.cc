@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <lz4.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -35,6 +37,52 @@ std::pair<std::string, std::string> splitPath(std::string path) {
 
 std::string hex128(const XXH128_hash_t& h) {
   return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+}
+
+// One frame of `codec` holding `in` (zstd level 1: fast, as a checkpoint
+// must be; lz4 takes at most ~2 GB per tensor).
+Result<std::vector<uint8_t>> compress(const std::string& codec, std::span<const uint8_t> in,
+                                      const std::string& name) {
+  std::vector<uint8_t> out;
+  if (codec == "zstd") {
+    out.resize(ZSTD_compressBound(in.size()));
+    size_t n = ZSTD_compress(out.data(), out.size(), in.data(), in.size(), 1);
+    if (ZSTD_isError(n)) {
+      return Status(ErrorCode::kInternal,
+                    fmt::format("zstd: tensor {:?}: {}", name, ZSTD_getErrorName(n)));
+    }
+    out.resize(n);
+    return out;
+  }
+  if (in.size() > static_cast<size_t>(LZ4_MAX_INPUT_SIZE)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("lz4: tensor {:?} of {} bytes is too large for one frame (zstd "
+                              "takes it)",
+                              name, in.size()));
+  }
+  out.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(in.size()))));
+  int n = LZ4_compress_default(reinterpret_cast<const char*>(in.data()),
+                               reinterpret_cast<char*>(out.data()), static_cast<int>(in.size()),
+                               static_cast<int>(out.size()));
+  if (n <= 0) return Status(ErrorCode::kInternal, fmt::format("lz4: tensor {:?}", name));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+// Decompresses `frame` into `out`; the bytes it gave (anything but
+// out.size() means the frame is bad).
+size_t decompress(const std::string& codec, std::span<const uint8_t> frame,
+                  std::span<uint8_t> out) {
+  if (codec == "zstd") {
+    size_t n = ZSTD_decompress(out.data(), out.size(), frame.data(), frame.size());
+    return ZSTD_isError(n) ? SIZE_MAX : n;
+  }
+  if (frame.size() > static_cast<size_t>(INT32_MAX) || out.size() > static_cast<size_t>(INT32_MAX))
+    return SIZE_MAX;
+  int n = LZ4_decompress_safe(reinterpret_cast<const char*>(frame.data()),
+                              reinterpret_cast<char*>(out.data()), static_cast<int>(frame.size()),
+                              static_cast<int>(out.size()));
+  return n < 0 ? SIZE_MAX : static_cast<size_t>(n);
 }
 
 // Runs fn(0..n-1) on up to `threads` threads; the first error stops the
@@ -180,7 +228,14 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
   if (!client.stat(join(path, kManifestName), &info)) {
     return Status(ErrorCode::kAlreadyExists, fmt::format("checkpoint {} exists", path));
   }
-  const std::string data_name = dataFileName(options.rank);
+  if (!options.codec.empty() && options.codec != "zstd" && options.codec != "lz4") {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("codec {:?}: zstd, lz4 or none", options.codec));
+  }
+  const bool packed = !options.codec.empty();
+  // Compressed tensors are frames back to back, no safetensors header.
+  const std::string data_name = packed ? fmt::format("rank-{:05d}.{}", options.rank, options.codec)
+                                       : dataFileName(options.rank);
   const std::string data_path = join(path, data_name);
   if (alone) {
     if (!client.stat(path, &info)) RETURN_ON_ERROR(removeDir(client, path).withContext(path));
@@ -225,19 +280,26 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
       mt.file = old->file;
       mt.offset = old->offset;
       mt.crc32c = old->crc32c;
+      mt.codec = old->codec;
+      mt.stored = old->stored;
       ++st.tensors_reused;
       st.bytes_reused += mt.bytes;
       st.reused.push_back(t.name);
     } else {
-      mt.file = data_name;  // its CRC32C by the thread that writes it
+      mt.file = data_name;  // its CRC32C (and frame) by the thread that writes it
+      mt.stored = mt.bytes;
       header.tensors.push_back(ti);
       written.emplace_back(&t, m.tensors.size());
     }
     ++st.tensors;
     m.tensors.push_back(std::move(mt));
   }
-  // The data file: header, then the written tensors back to back.
-  ASSIGN_OR_RETURN(std::string head, encodeHeader(&header));
+  // The data file: header, then the written tensors back to back (or,
+  // compressed, their frames in the order they finish).
+  std::string head;
+  if (!packed) {
+    ASSIGN_OR_RETURN(head, encodeHeader(&header));
+  }
   {
     std::unique_ptr<File> f;
     // O_DIRECT: no write buffer in the client, so tensors go to storage from
@@ -245,20 +307,27 @@ Status save(Client& client, const std::string& path, std::span<const TensorData>
     RETURN_ON_ERROR(
         statusOf(client.open(data_path, O_CREAT | O_EXCL | O_WRONLY | O_DIRECT, 0644, &f)));
     size_t done = 0;
-    RETURN_ON_ERROR(statusOf(f->pwrite(head.data(), head.size(), 0, &done)));
-    for (size_t i = 0; i < written.size(); ++i) {
-      const TensorInfo& ti = header.tensors[i];
-      m.tensors[written[i].second].offset = head.size() + ti.begin;
-      st.bytes_written += ti.end - ti.begin;
-    }
+    if (!head.empty()) RETURN_ON_ERROR(statusOf(f->pwrite(head.data(), head.size(), 0, &done)));
+    for (size_t i = 0; i < written.size(); ++i)
+      m.tensors[written[i].second].offset = head.size() + header.tensors[i].begin;
+    std::atomic<uint64_t> end{0};  // of the frames written so far
     RETURN_ON_ERROR(parallelFor(written.size(), options.write_threads, [&](size_t i) -> Status {
       const TensorData& t = *written[i].first;
       ManifestTensor& mt = m.tensors[written[i].second];
       mt.crc32c = crc32c(t.bytes.data(), t.bytes.size());
+      std::span<const uint8_t> out = t.bytes;
+      std::vector<uint8_t> frame;
+      if (packed && !t.bytes.empty()) {
+        ASSIGN_OR_RETURN(frame, compress(options.codec, t.bytes, t.name));
+        out = frame;
+        mt.codec = options.codec;
+        mt.stored = frame.size();
+        mt.offset = end.fetch_add(frame.size());
+      }
       size_t n = 0;
-      return statusOf(f->pwrite(t.bytes.data(), t.bytes.size(), mt.offset, &n))
-          .withContext(data_path);
+      return statusOf(f->pwrite(out.data(), out.size(), mt.offset, &n)).withContext(data_path);
     }));
+    for (const auto& w : written) st.bytes_written += m.tensors[w.second].stored;
     RETURN_ON_ERROR(statusOf(f->fsync()));
     RETURN_ON_ERROR(statusOf(f->close()));
   }
@@ -329,7 +398,17 @@ Status readTensor(Client& client, const std::string& path, const ManifestTensor&
   std::unique_ptr<File> f;
   RETURN_ON_ERROR(statusOf(client.open(file, O_RDONLY, 0, &f)).withContext(file));
   size_t done = 0;
-  RETURN_ON_ERROR(statusOf(f->pread(out.data(), out.size(), t.offset, &done)));
+  if (t.codec.empty()) {
+    RETURN_ON_ERROR(statusOf(f->pread(out.data(), out.size(), t.offset, &done)));
+  } else {
+    std::vector<uint8_t> frame(t.stored);
+    RETURN_ON_ERROR(statusOf(f->pread(frame.data(), frame.size(), t.offset, &done)));
+    if (done != t.stored) {
+      return Status(ErrorCode::kCorruption,
+                    fmt::format("tensor {:?} in {}: the file ends before it", t.name, file));
+    }
+    done = decompress(t.codec, frame, out);
+  }
   (void)f->close();
   if (done != t.bytes || crc32c(out.data(), out.size()) != t.crc32c) {
     return Status(ErrorCode::kCorruption,

@@ -56,6 +56,10 @@ struct SaveOptions {
   // Tensors written at once (each one's chunks also go out in parallel).
   // Default: 4.
   uint32_t write_threads = 4;
+  // "zstd" or "lz4": each written tensor compressed on its own, into
+  // rank-NNNNN.<codec> (frames back to back, not a safetensors file); the
+  // manifest holds each frame's place. Default: "" (none).
+  std::string codec;
   std::map<std::string, std::string> metadata;
   // Several ranks save one checkpoint: each writes its own data file and
   // rank manifest (tensor names unique across ranks); commit() by one of

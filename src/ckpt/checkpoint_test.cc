@@ -78,7 +78,8 @@ class CheckpointTest : public ::testing::Test {
       EXPECT_EQ(t->dtype, w.dtype);
       EXPECT_EQ(t->shape, w.shape);
       std::vector<uint8_t> got(t->bytes);
-      ASSERT_TRUE(readTensor(*client_, path, *t, got).ok()) << w.name;
+      Status s = readTensor(*client_, path, *t, got);
+      ASSERT_TRUE(s.ok()) << w.name << ": " << s.toString();
       EXPECT_EQ(got, w.bytes) << w.name;
     }
   }
@@ -280,6 +281,67 @@ TEST_F(CheckpointTest, RanksSaveTheirShardsAndOneCommitsThemAll) {
   o.rank = 2;
   EXPECT_EQ(save(*client_, "/ckpt/x", views({shards[0][0]}), o).code(),
             ErrorCode::kInvalidArgument);  // rank 2 of 2
+}
+
+TEST_F(CheckpointTest, CompressedTensorsRoundTripAndAreSmaller) {
+  std::vector<Owned> ts = everyKind();
+  Owned zeros{"zeros", DType::kF32, {1 << 18}, std::vector<uint8_t>(1 << 20, 0)};
+  ts.push_back(zeros);
+  for (const char* codec : {"zstd", "lz4"}) {
+    const std::string path = std::string("/ckpt/") + codec;
+    SaveOptions o;
+    o.codec = codec;
+    SaveStats st;
+    ASSERT_TRUE(save(*client_, path, views(ts), o, &st).ok()) << codec;
+    uint64_t raw = 0;
+    for (const Owned& t : ts) raw += t.bytes.size();
+    EXPECT_LT(st.bytes_written, raw - (1 << 19)) << codec;  // the zeros shrink
+    expectHolds(path, ts);
+    auto m = readManifest(*client_, path);
+    ASSERT_TRUE(m.ok());
+    const ManifestTensor* z = m->find("zeros");
+    EXPECT_EQ(z->codec, codec);
+    EXPECT_EQ(z->file, std::string("rank-00000.") + codec);
+    EXPECT_LT(z->stored, z->bytes / 10);
+    // A flipped byte of a frame: named, never returned.
+    std::unique_ptr<File> f;
+    ASSERT_FALSE(client_->open(path + "/" + z->file, O_RDWR, 0, &f));
+    char c = 0;
+    size_t done = 0;
+    ASSERT_FALSE(f->pread(&c, 1, z->offset + z->stored / 2, &done));
+    c ^= 0x55;
+    ASSERT_FALSE(f->pwrite(&c, 1, z->offset + z->stored / 2, &done));
+    ASSERT_FALSE(f->close());
+    std::vector<uint8_t> got(z->bytes);
+    Status s = readTensor(*client_, path, *z, got);
+    EXPECT_EQ(s.code(), ErrorCode::kCorruption) << codec;
+    EXPECT_NE(s.toString().find("zeros"), std::string::npos) << s.toString();
+  }
+  SaveOptions bad;
+  bad.codec = "gzip";
+  EXPECT_EQ(save(*client_, "/ckpt/g", views(ts), bad).code(), ErrorCode::kInvalidArgument);
+  // An incremental save over a compressed one reuses its frames (the
+  // changed tensor is written, compressed with this save's codec).
+  SaveOptions o;
+  o.codec = "zstd";
+  o.base = "/ckpt/lz4";
+  ts[0].bytes[0] ^= 1;
+  SaveStats st;
+  ASSERT_TRUE(save(*client_, "/ckpt/z2", views(ts), o, &st).ok());
+  EXPECT_EQ(st.tensors_reused, ts.size() - 1);
+  auto m2 = readManifest(*client_, "/ckpt/z2");
+  ASSERT_TRUE(m2.ok());
+  EXPECT_EQ(m2->find("q")->codec, "lz4");
+  EXPECT_EQ(m2->find("q")->in, "lz4");
+  EXPECT_EQ(m2->find(ts[0].name)->codec, "zstd");
+  ts.pop_back();  // the zeros, whose frame in lz4 was flipped above
+  for (const Owned& t : ts) {
+    const ManifestTensor* mt = m2->find(t.name);
+    ASSERT_NE(mt, nullptr);
+    std::vector<uint8_t> got(mt->bytes);
+    ASSERT_TRUE(readTensor(*client_, "/ckpt/z2", *mt, got).ok()) << t.name;
+    EXPECT_EQ(got, t.bytes) << t.name;
+  }
 }
 
 TEST_F(CheckpointTest, BadInputIsRefusedAndWritesNothing) {

@@ -36,6 +36,10 @@ std::string encodeManifest(const Manifest& m) {
     tensors[t.name] = {{"in", t.in},         {"file", t.file},     {"dtype", dtypeName(t.dtype)},
                        {"shape", t.shape},   {"offset", t.offset}, {"bytes", t.bytes},
                        {"crc32c", t.crc32c}, {"blocks", t.blocks}};
+    if (!t.codec.empty()) {
+      tensors[t.name]["codec"] = t.codec;
+      tensors[t.name]["stored"] = t.stored;
+    }
   }
   json doc = {{"format", kFormat},
               {"version", m.version},
@@ -112,7 +116,13 @@ Result<Manifest> decodeManifest(std::string_view text) {
     t.crc32c = static_cast<uint32_t>(crc);
     TensorInfo info{name, t.dtype, t.shape};
     if (info.expectedBytes() != t.bytes) return bad("bytes do not match its dtype and shape");
-    if (t.offset > UINT64_MAX - t.bytes) return bad("offset past the end");
+    t.stored = t.bytes;
+    if (v.contains("codec")) {
+      if (!str(v, "codec", &t.codec) || (t.codec != "zstd" && t.codec != "lz4"))
+        return bad("unknown codec");
+      if (!u64(v, "stored", &t.stored)) return bad("a codec without stored bytes");
+    }
+    if (t.offset > UINT64_MAX - t.stored) return bad("offset past the end");
     auto blocks = v.find("blocks");
     if (blocks == v.end() || !blocks->is_array()) return bad("no blocks");
     for (const json& b : *blocks) {

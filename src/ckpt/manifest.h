@@ -24,6 +24,10 @@ struct ManifestTensor {
   std::vector<uint64_t> shape;
   uint64_t offset = 0;  // of the tensor's first byte in the file
   uint64_t bytes = 0;
+  // Compressed ("zstd", "lz4": one frame of `stored` bytes at `offset`
+  // that decompresses to `bytes`), or not ("": stored == bytes).
+  std::string codec;
+  uint64_t stored = 0;
   uint32_t crc32c = 0;
   std::vector<std::string> blocks;  // XXH3-128 of each block_bytes piece, 32 hex digits
 };

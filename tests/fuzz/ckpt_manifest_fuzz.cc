@@ -29,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < m->tensors.size(); ++i) {
     const ManifestTensor &a = m->tensors[i], &b = again->tensors[i];
     if (a.name != b.name || a.file != b.file || a.in != b.in || a.offset != b.offset ||
-        a.bytes != b.bytes || a.crc32c != b.crc32c || a.blocks != b.blocks || a.shape != b.shape)
+        a.bytes != b.bytes || a.crc32c != b.crc32c || a.blocks != b.blocks || a.shape != b.shape ||
+        a.codec != b.codec || a.stored != b.stored)
       std::abort();
   }
   return 0;

@@ -289,3 +289,16 @@ def test_a_downcast_is_recorded_and_undone_on_load(fs, root):
     assert np.array_equal(into["a"], state["a"].astype(np.float16).astype(np.float32))
     with pytest.raises(ValueError, match="downcast"):
         ckpt.save(state, root + "/x", downcast="int4", connection=fs)
+
+
+def test_compressed_checkpoints_round_trip_and_are_smaller(fs, root):
+    state = state_of_every_kind()
+    state["zeros"] = torch.zeros(1 << 20)
+    for codec in ("zstd", "lz4"):
+        stats = ckpt.save(state, root + "/" + codec, compression=codec, base=None,
+                          connection=fs).wait()
+        assert stats["bytes_written"] < (1 << 20)  # 4 MiB of zeros among them
+        assert_same(state, ckpt.load(root + "/" + codec, connection=fs))
+        ckpt.verify(root + "/" + codec, connection=fs)
+    with pytest.raises(ValueError, match="compression"):
+        ckpt.save(state, root + "/x", compression="gzip", connection=fs)
