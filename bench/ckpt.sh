@@ -53,15 +53,5 @@ for round in $(seq "$rounds"); do
   stop_mount
 done
 echo "-- $rounds rounds; peak_rss cistern up $peak_rss MiB"
-$py - "$per_round" <<'PY'
-import statistics, sys
-values = {}
-for line in open(sys.argv[1]):
-    name, v = line.split()
-    values.setdefault(name, []).append(float(v))
-for name, vs in values.items():
-    print("rounds %s: %s" % (name, " / ".join("%g" % v for v in vs)))
-for name, vs in values.items():
-    print("figure %s %g x" % (name, statistics.median(vs)))
-PY
+medians "$per_round"
 echo "figure ckpt_peak_rss_mib $peak_rss MiB"

@@ -86,14 +86,4 @@ for round in $(seq "$rounds"); do
   stop_mount
 done
 echo "-- $rounds rounds; peak_rss cistern up --mount $peak_rss MiB"
-$py - "$per_round" <<'PY'
-import statistics, sys
-values = {}
-for line in open(sys.argv[1]):
-    name, value = line.split()
-    values.setdefault(name, []).append(float(value))
-for name in values:
-    print(f"rounds {name}: " + " / ".join(f"{v:.2f}" for v in values[name]))
-for name in values:
-    print(f"figure {name} {statistics.median(values[name]):.2f} x")
-PY
+medians "$per_round"

@@ -1,5 +1,5 @@
 # Sourced by the benchmarks that compare a `cistern up --mount` with a
-# local directory of the same disk (fuse.sh, loader.sh, latency.sh). The
+# local directory of the same disk (fuse.sh, loader.sh, latency.sh, ckpt.sh). The
 # caller sets $root (a fresh directory); this sets the EXIT trap that stops
 # the mount and removes $root.
 bin=${CISTERN_BIN:-build/cistern}
@@ -31,5 +31,20 @@ cleanup() { stop_mount; rm -rf "$root"; }
 trap cleanup EXIT
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
 ratio() { $py -c "print(round($1 / $2, 2) if $2 else 0)"; }
+# medians FILE: FILE holds "FIGURE VALUE" lines, one per round; prints each
+# figure's rounds, then its median as a ratio.
+medians() {
+  $py - "$1" <<'PY'
+import statistics, sys
+values = {}
+for line in open(sys.argv[1]):
+    name, value = line.split()
+    values.setdefault(name, []).append(float(value))
+for name in values:
+    print(f"rounds {name}: " + " / ".join(f"{v:.3g}" for v in values[name]))
+for name in values:
+    print(f"figure {name} {statistics.median(values[name]):.3g} x")
+PY
+}
 # The peak RSS of `cistern up --mount`, MiB.
 mount_rss_mib() { awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$up_pid/status"; }

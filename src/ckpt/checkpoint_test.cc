@@ -14,7 +14,7 @@
 #include "client/status_of.h"
 #include "common/endian.h"
 #include "common/random.h"
-#include "server/local_cluster.h"
+#include "tests/support/in_process_cluster.h"
 
 namespace cistern::ckpt {
 namespace {
@@ -47,25 +47,9 @@ Owned tensor(std::string name, DType d, std::vector<uint64_t> shape, uint64_t se
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("cistern-ckpt-" + std::to_string(getpid()));
-    std::filesystem::remove_all(dir_);
-    server::LocalClusterOptions o;
-    o.data_dir = dir_.string();
-    o.sync = false;
-    auto c = server::LocalCluster::start(o);
-    ASSERT_TRUE(c.ok()) << c.status().toString();
-    cluster_ = std::move(*c);
-    Client::Options co;
-    co.cluster = cluster_->endpoint().toString();
-    auto [client, err] = Client::connect(co);
-    ASSERT_FALSE(err) << err.message;
-    client_ = std::move(client);
+    ASSERT_TRUE(cluster_.start("ckpt"));
+    client_ = &cluster_.client();
     ASSERT_FALSE(client_->mkdir("/ckpt", 0755, false));
-  }
-  void TearDown() override {
-    client_.reset();
-    cluster_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   void expectHolds(const std::string& path, const std::vector<Owned>& want) {
@@ -96,9 +80,8 @@ class CheckpointTest : public ::testing::Test {
     return out;
   }
 
-  std::filesystem::path dir_;
-  std::unique_ptr<server::LocalCluster> cluster_;
-  std::unique_ptr<Client> client_;
+  testing::InProcessCluster cluster_;
+  Client* client_ = nullptr;
 };
 
 std::vector<Owned> everyKind() {

@@ -13,7 +13,7 @@
 #include <regex>
 
 #include "common/random.h"
-#include "server/local_cluster.h"
+#include "tests/support/in_process_cluster.h"
 
 namespace cistern::pack {
 namespace {
@@ -28,24 +28,8 @@ std::vector<uint8_t> bytesOf(size_t n, uint64_t seed) {
 class PackTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("cistern-pack-" + std::to_string(getpid()));
-    std::filesystem::remove_all(dir_);
-    server::LocalClusterOptions o;
-    o.data_dir = dir_.string();
-    o.sync = false;
-    auto c = server::LocalCluster::start(o);
-    ASSERT_TRUE(c.ok()) << c.status().toString();
-    cluster_ = std::move(*c);
-    Client::Options co;
-    co.cluster = cluster_->endpoint().toString();
-    auto [client, err] = Client::connect(co);
-    ASSERT_FALSE(err) << err.message;
-    client_ = std::move(client);
-  }
-  void TearDown() override {
-    client_.reset();
-    cluster_.reset();
-    std::filesystem::remove_all(dir_);
+    ASSERT_TRUE(cluster_.start("pack"));
+    client_ = &cluster_.client();
   }
   // Writes `n` samples "s<i>" of seeded sizes; returns name -> bytes.
   std::map<std::string, std::vector<uint8_t>> write(const std::string& pack, int n, int from,
@@ -84,9 +68,8 @@ class PackTest : public ::testing::Test {
     EXPECT_TRUE((*r)->verify().ok());
   }
 
-  std::filesystem::path dir_;
-  std::unique_ptr<server::LocalCluster> cluster_;
-  std::unique_ptr<Client> client_;
+  testing::InProcessCluster cluster_;
+  Client* client_ = nullptr;
 };
 
 TEST_F(PackTest, SamplesRoundTripAcrossShardsAndAreFoundByName) {
