@@ -17,6 +17,7 @@ counts the wait), then, with async_=True, returns while a thread persists
 it with the GIL released.
 """
 import json as _json
+import logging as _logging
 import pickle as _pickle
 import threading as _threading
 import time as _time
@@ -29,6 +30,7 @@ except ImportError:  # numpy-only use
     _torch = None
 
 _list = list  # the builtin: this module defines its own list()
+_log = _logging.getLogger("cistern.ckpt")
 
 __all__ = ["save", "load", "latest", "list", "delete", "verify", "Handle", "StagingPool"]
 
@@ -162,6 +164,9 @@ class StagingPool:
                 if not waited:
                     self.waits += 1
                     waited = True
+                    _log.warning("cistern.ckpt: the staging pool (%d MiB) is full; this save "
+                                 "waits for earlier ones to persist (%d waits so far)",
+                                 self.max_bytes >> 20, self.waits)
                 self._cv.wait()
 
     def _alloc(self, n):

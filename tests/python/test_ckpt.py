@@ -302,3 +302,24 @@ def test_compressed_checkpoints_round_trip_and_are_smaller(fs, root):
         ckpt.verify(root + "/" + codec, connection=fs)
     with pytest.raises(ValueError, match="compression"):
         ckpt.save(state, root + "/x", compression="gzip", connection=fs)
+
+
+def test_a_full_staging_pool_makes_the_next_save_wait_and_says_so(fs, root, caplog):
+    import threading
+    import time
+    pool = ckpt.StagingPool(max_bytes=3 << 20)
+    held = pool.take(2 << 20)  # an earlier save still persisting
+    big = {"w": torch.randn(512 << 10)}  # 2 MiB: does not fit beside it
+    done = threading.Event()
+    with caplog.at_level("WARNING", logger="cistern.ckpt"):
+        t = threading.Thread(target=lambda: (ckpt.save(big, root + "/p", base=None, pool=pool,
+                                                       connection=fs), done.set()))
+        t.start()
+        time.sleep(0.3)
+        assert not done.is_set()  # waiting, not growing
+        assert pool.waits == 1
+        pool.give(held)
+        t.join(timeout=30)
+    assert done.is_set()
+    assert "staging pool (3 MiB) is full" in caplog.text
+    assert_same(big, ckpt.load(root + "/p", connection=fs))
