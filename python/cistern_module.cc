@@ -602,12 +602,13 @@ void ckptRead(PyClient& c, const std::string& path, std::vector<std::string> nam
   }
   Status s = withoutGil([&]() -> Status {
     ASSIGN_OR_RETURN(ckpt::Manifest m, ckpt::readManifest(c.client(), path));
+    ckpt::TensorReader reader(c.client(), path);
     for (size_t i = 0; i < names.size(); ++i) {
       const ckpt::ManifestTensor* t = m.find(names[i]);
       if (!t) return Status(ErrorCode::kNotFound, "no tensor " + names[i] + " in " + path);
       std::span<uint8_t> out(static_cast<uint8_t*>(held[i].ptr),
                              static_cast<size_t>(held[i].size * held[i].itemsize));
-      RETURN_ON_ERROR(ckpt::readTensor(c.client(), path, *t, out));
+      RETURN_ON_ERROR(reader.read(*t, out));
     }
     return Status::OK();
   });

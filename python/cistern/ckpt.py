@@ -393,7 +393,10 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
     root = _root_of(path)
     if base == "auto":
         own = path.rstrip("/").rsplit("/", 1)[-1]
-        names = [n for n in fs.ckpt_list(root) if n != own] if fs.exists(root) else []
+        try:
+            names = [n for n in fs.ckpt_list(root) if n != own]
+        except FileNotFoundError:  # the first checkpoint under root
+            names = []
         base = root.rstrip("/") + "/" + names[-1] if names else None
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     meta["cistern.saved_at"] = "%.3f" % _time.time()
@@ -401,9 +404,7 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
         meta["cistern.downcast.%d" % rank] = _json.dumps(casts)
 
     def persist():
-        try:
-            if not fs.exists(root):
-                fs.makedirs(root, exist_ok=True)
+        try:  # (the save makes the directory and its parents)
             stats = fs.ckpt_save(path, tensors, base or "", meta, block_bytes, rank, world,
                                  compression or "")
         finally:

@@ -390,13 +390,17 @@ Result<Manifest> readManifest(Client& client, const std::string& path) {
 
 Status readTensor(Client& client, const std::string& path, const ManifestTensor& t,
                   std::span<uint8_t> out) {
+  return TensorReader(client, path).read(t, out);
+}
+
+Status TensorReader::read(const ManifestTensor& t, std::span<uint8_t> out) {
   if (out.size() != t.bytes) {
     return Status(ErrorCode::kInvalidArgument,
                   fmt::format("tensor {:?} has {} bytes, not {}", t.name, t.bytes, out.size()));
   }
-  const std::string file = fileOf(path, t);
-  std::unique_ptr<File> f;
-  RETURN_ON_ERROR(statusOf(client.open(file, O_RDONLY, 0, &f)).withContext(file));
+  const std::string file = fileOf(path_, t);
+  std::unique_ptr<File>& f = files_[file];
+  if (!f) RETURN_ON_ERROR(statusOf(client_.open(file, O_RDONLY, 0, &f)).withContext(file));
   size_t done = 0;
   if (t.codec.empty()) {
     RETURN_ON_ERROR(statusOf(f->pread(out.data(), out.size(), t.offset, &done)));
@@ -409,7 +413,6 @@ Status readTensor(Client& client, const std::string& path, const ManifestTensor&
     }
     done = decompress(t.codec, frame, out);
   }
-  (void)f->close();
   if (done != t.bytes || crc32c(out.data(), out.size()) != t.crc32c) {
     return Status(ErrorCode::kCorruption,
                   fmt::format("tensor {:?} in {}: {}", t.name, file,
@@ -420,10 +423,11 @@ Status readTensor(Client& client, const std::string& path, const ManifestTensor&
 
 Status verify(Client& client, const std::string& path) {
   ASSIGN_OR_RETURN(Manifest m, readManifest(client, path));
+  TensorReader reader(client, path);
   std::vector<uint8_t> buf;
   for (const ManifestTensor& t : m.tensors) {
     buf.resize(t.bytes);
-    RETURN_ON_ERROR(readTensor(client, path, t, buf));
+    RETURN_ON_ERROR(reader.read(t, buf));
   }
   return Status::OK();
 }

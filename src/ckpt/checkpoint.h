@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -95,6 +96,18 @@ Result<Manifest> readManifest(Client& client, const std::string& path);
 // bytes), CRC-checked: kCorruption naming the tensor and the file.
 Status readTensor(Client& client, const std::string& path, const ManifestTensor& t,
                   std::span<uint8_t> out);
+// readTensor for many tensors of one checkpoint: each data file is opened
+// once and kept open while the reader lives.
+class TensorReader {
+ public:
+  TensorReader(Client& client, std::string path) : client_(client), path_(std::move(path)) {}
+  Status read(const ManifestTensor& t, std::span<uint8_t> out);
+
+ private:
+  Client& client_;
+  const std::string path_;
+  std::map<std::string, std::unique_ptr<File>> files_;  // by path
+};
 // Reads every tensor and checks it; the first problem named.
 Status verify(Client& client, const std::string& path);
 // The names of the committed checkpoints under `root`, oldest first.

@@ -13,17 +13,13 @@
 #include <regex>
 
 #include "common/random.h"
+#include "tests/support/client_files.h"
 #include "tests/support/in_process_cluster.h"
 
 namespace cistern::pack {
 namespace {
 
-std::vector<uint8_t> bytesOf(size_t n, uint64_t seed) {
-  Xoshiro256 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(rng.next());
-  return v;
-}
+using testing::bytesOf;
 
 class PackTest : public ::testing::Test {
  protected:

@@ -28,6 +28,13 @@ inline void fill(uint8_t* p, size_t n, uint64_t offset, uint64_t seed) {
   }
 }
 
+// `n` bytes of (seed) contents.
+inline std::vector<uint8_t> bytesOf(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  fill(v.data(), n, 0, seed);
+  return v;
+}
+
 // Writes `size` bytes of (seed) contents in `block` writes; returns their CRC.
 inline uint32_t writeFile(Client& c, const std::string& path, uint64_t size, uint64_t seed,
                           size_t block = 4 << 20) {
