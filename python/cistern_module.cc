@@ -19,6 +19,7 @@
 
 #include "cistern/client.h"
 #include "ckpt/checkpoint.h"
+#include "common/metrics.h"
 #include "pack/pack.h"
 #include "pack/prefetch.h"
 
@@ -647,6 +648,19 @@ PYBIND11_MODULE(_cistern, m) {
       py::arg("name"),
       "WebDataset's (key, field) of a member name (the key runs to the first '.' of the "
       "last component), or None for names WebDataset skips");
+  m.def(
+      "metrics", [] { return cistern::metrics::Registry::global().renderPrometheus(); },
+      "This process's client metrics (bytes read and written, checkpoint staging waits) in "
+      "Prometheus text format");
+  m.def(
+      "note_staging_wait",
+      [] {
+        static auto& waits = cistern::metrics::Registry::global().counter(
+            "ckpt_staging_pool_waits_total", {},
+            "Checkpoint saves that waited for room in the staging pool");
+        waits.inc();
+      },
+      "Counts a checkpoint save that waited for room in its staging pool");
   py::class_<PyFile>(m, "File", "A file of the cluster, as Python's binary file objects")
       .def("read", &PyFile::read, py::arg("size") = -1,
            "Up to `size` bytes from the position (all to the end if negative)")

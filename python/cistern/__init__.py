@@ -20,9 +20,10 @@ import stat as _stat
 from ._cistern import Client as _Client
 from ._cistern import File
 from ._cistern import Pack
+from ._cistern import metrics
 from ._cistern import webdataset_name
 
-__all__ = ["connect", "Connection", "File", "DirEntry", "Pack", "webdataset_name"]
+__all__ = ["connect", "Connection", "File", "DirEntry", "Pack", "metrics", "webdataset_name"]
 
 
 class DirEntry:

@@ -35,6 +35,15 @@ _log = _logging.getLogger("cistern.ckpt")
 __all__ = ["save", "load", "latest", "list", "delete", "verify", "Handle", "StagingPool"]
 
 _TREE = "__cistern__.tree"  # + ".<rank>": each rank's pickled structure
+_SHARD = "@shard."  # name + _SHARD + rank: a rank's dim-0 slice of a tensor
+
+
+def _is_sharded(name, sharded):
+    if sharded is True:
+        return True
+    if isinstance(sharded, str):
+        sharded = [sharded]
+    return any(name == p or name.startswith(p + ".") for p in sharded or ())
 
 _TORCH_DTYPES = {}
 if _torch is not None:
@@ -130,11 +139,22 @@ def _flatten(state):
     return walk(state, []), leaves
 
 
+def _note_staging_wait():
+    """Counts a wait in this process's metrics (cistern.metrics():
+    ckpt_staging_pool_waits_total)."""
+    try:
+        from cistern._cistern import note_staging_wait
+    except ImportError:  # the module alone, without the native client
+        return
+    note_staging_wait()
+
+
 class StagingPool:
     """Host memory the tensors of a save are copied into before it returns:
     at most max_bytes allocated at once, in use or kept for the next save
     (pinned when CUDA is available). A save that finds no room waits for an
-    earlier one to finish persisting; `waits` counts those waits."""
+    earlier one to finish persisting; `waits` counts those waits (and the
+    process's metric ckpt_staging_pool_waits_total, cistern.metrics())."""
 
     def __init__(self, max_bytes=4 << 30):
         self.max_bytes = max_bytes
@@ -164,6 +184,7 @@ class StagingPool:
                 if not waited:
                     self.waits += 1
                     waited = True
+                    _note_staging_wait()
                     _log.warning("cistern.ckpt: the staging pool (%d MiB) is full; this save "
                                  "waits for earlier ones to persist (%d waits so far)",
                                  self.max_bytes >> 20, self.waits)
@@ -306,16 +327,27 @@ def _root_of(path):
     return path.rsplit("/", 1)[0] or "/"
 
 
-def _ranks(rank, world_size, group):
-    """(rank, world size, barrier): from the arguments, else from
-    torch.distributed when it is initialized, else (0, 1, None)."""
-    dist = getattr(_torch, "distributed", None) if _torch is not None else None
+def _dist():
+    return getattr(_torch, "distributed", None) if _torch is not None else None
+
+
+def _rank_world(rank, world_size, group):
+    """(rank, world size): from the arguments, else from torch.distributed
+    when it is initialized, else (0, 1)."""
+    dist = _dist()
     if rank is None and dist is not None and dist.is_available() and dist.is_initialized():
         rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     if rank is None:
-        return 0, 1, None
+        return 0, 1
     if world_size is None or not 0 <= rank < world_size:
         raise ValueError("cistern.ckpt: rank %r of %r" % (rank, world_size))
+    return rank, world_size
+
+
+def _ranks(rank, world_size, group):
+    """(rank, world size, barrier) as _rank_world says."""
+    dist = _dist()
+    rank, world_size = _rank_world(rank, world_size, group)
     barrier = None
     if world_size > 1:
         if dist is None or not dist.is_initialized():
@@ -326,7 +358,7 @@ def _ranks(rank, world_size, group):
 
 def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
          connection=None, pool=None, block_bytes=0, rank=None, world_size=None, group=None,
-         downcast=None, compression=None):
+         downcast=None, compression=None, sharded=None):
     """Saves `state` as checkpoint `path` (a new directory of the cluster).
 
     base: "auto" reuses unchanged tensors of the newest checkpoint next to
@@ -340,6 +372,9 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
     (numpy arrays: "fp16" only), recorded in the manifest and cast back by
     load(). compression="zstd" or "lz4" compresses each tensor on its own
     (the data file is then not a safetensors file; load() reads it).
+    sharded: names (prefixes, or True for all) of tensors that each rank
+    holds a dim-0 slice of, in rank order; load() joins them and gives each
+    rank of any world size its even share.
     Returns a Handle (already finished unless async_)."""
     if compression not in (None, "zstd", "lz4"):
         raise ValueError("cistern.ckpt: compression is None, 'zstd' or 'lz4', not %r"
@@ -353,6 +388,12 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
         raise TypeError("cistern.ckpt: with several ranks each saves a dict")
     tree_name = "%s.%d" % (_TREE, rank)
     skeleton, leaves = _flatten(state)
+    stored_as = {}  # a sharded tensor's name -> its shard's name
+    for name, v in leaves:
+        if _is_sharded(name, sharded):
+            if len(v.shape) == 0:
+                raise ValueError("cistern.ckpt: %s is 0-d and cannot be a shard" % name)
+            stored_as[name] = "%s%s%d" % (name, _SHARD, rank)
     tree = _np.frombuffer(_pickle.dumps(skeleton, protocol=_pickle.HIGHEST_PROTOCOL), dtype=_np.uint8)
     # Stage: every tensor's bytes copied into the pool (the blocking part);
     # a downcast one converted on the way.
@@ -360,13 +401,18 @@ def save(state, path, async_=False, base="auto", keep_last=None, metadata=None,
     sources = []
     for name, v in leaves:
         dtype, shape = _dtype_shape(v)
+        name = stored_as.get(name, name)
         stored = _downcast_to(v, downcast)
-        if stored is None:
-            sources.append((name, dtype, shape, _bytes_of(v), None))
-        else:
+        if stored is not None:
             casts[name] = dtype
             n = v.numel() * 2 if _is_tensor(v) else v.size * 2
             sources.append((name, stored, shape, n, v))
+        elif _is_tensor(v) and (v.device.type != "cpu" or not v.is_contiguous()):
+            # One copy_ into the staging bytes: from a GPU a DMA into the
+            # pinned pool, no pageable copy on the way.
+            sources.append((name, dtype, shape, v.numel() * v.element_size(), v.detach()))
+        else:
+            sources.append((name, dtype, shape, _bytes_of(v), None))
     sources.append((tree_name, "U8", [tree.nbytes], tree, None))
     nbytes = lambda src: src if isinstance(src, int) else src.nbytes
     # Each tensor starts 8-byte aligned in the staging buffer (typed views).
@@ -446,6 +492,37 @@ def _merge(a, b):
     return a
 
 
+class _Shards:
+    """A checkpoint's sharded tensors: parts (name -> its shards' stored
+    names in rank order) and stored (every shard's stored name)."""
+
+    def __init__(self):
+        self.parts = {}
+        self.stored = set()
+
+
+def _shards_of(path, info):
+    found = {}
+    for stored in info:
+        name, sep, index = stored.rpartition(_SHARD)
+        if sep and index.isdigit():
+            found.setdefault(name, {})[int(index)] = stored
+    out = _Shards()
+    for name, by_rank in found.items():
+        parts = [by_rank.get(i) for i in range(len(by_rank))]
+        if None in parts:
+            raise ValueError("cistern.ckpt: %s: tensor %s has shards of ranks %s, not 0..%d"
+                             % (path, name, sorted(by_rank), len(by_rank) - 1))
+        dtype, shape = info[parts[0]][0], info[parts[0]][1]
+        for p in parts:
+            if info[p][0] != dtype or info[p][1][1:] != shape[1:]:
+                raise ValueError("cistern.ckpt: %s: shard %s is %s %s, shard %s %s %s" % (
+                    path, p, info[p][0], info[p][1], parts[0], dtype, shape))
+        out.parts[name] = parts
+        out.stored.update(parts)
+    return out
+
+
 def _flat_targets(into):
     """name -> tensor/array of `into`, named as _flatten names them."""
     if into is None:
@@ -454,10 +531,12 @@ def _flat_targets(into):
     return dict(leaves)
 
 
-def load(path, keys=None, into=None, connection=None):
+def load(path, keys=None, into=None, connection=None, rank=None, world_size=None, group=None):
     """The state saved at `path`. keys: only tensors whose names start with
     one of these (the rest come back as None). into: a state of the same
-    structure whose tensors are filled in place (and returned)."""
+    structure whose tensors are filled in place (and returned). A tensor
+    saved sharded comes back as this rank's even share of the whole (rank,
+    world size from the arguments or torch.distributed; alone: all of it)."""
     fs = _connection(connection)
     m = fs.ckpt_manifest(path)
     info = {name: (dtype, shape, n) for name, dtype, shape, n in m["tensors"]}
@@ -471,34 +550,69 @@ def load(path, keys=None, into=None, connection=None):
     for b in bufs[1:]:  # the other ranks' parts
         skeleton = _merge(skeleton, _pickle.loads(b.tobytes()))
     targets = _flat_targets(into)
-    casts = {}  # name -> the dtype it was saved from (downcast)
+    casts = {}  # stored name -> the dtype it was saved from (downcast)
     for k, v in m["metadata"].items():
         if k.startswith("cistern.downcast."):
             casts.update(_json.loads(v))
     wanted = lambda name: keys is None or any(name.startswith(k) for k in keys)
+    shards = _shards_of(path, info)
+    rank, world = _rank_world(rank, world_size, group)
     loaded = {}
-    names, buffers, copies = [], [], []
-    for name, (dtype, shape, n) in info.items():
-        if name.startswith(_TREE) or not wanted(name):
-            continue
-        target = targets.get(name)
+    names, buffers = [], []
+
+    def read_into(name):
+        dtype, shape, n = info[name]
         if _torch is not None and dtype in _TORCH_BY_NAME:
             t = _torch.empty(shape, dtype=_TORCH_BY_NAME[dtype])
         else:
             t = _np.empty(shape, dtype=_NUMPY_BY_NAME[dtype])
-        loaded[name] = t
         names.append(name)
         buffers.append(_bytes_of(t) if n else _np.empty(0, dtype=_np.uint8))
-        if target is not None:
-            copies.append((target, name))
+        return t
+
+    joins = []  # (logical name, [(tensor, first row to take, rows)])
+    for name in info:
+        if name.startswith(_TREE) or name in shards.stored or not wanted(name):
+            continue
+        loaded[name] = read_into(name)
+    for name, parts in shards.parts.items():
+        if not wanted(name):
+            continue
+        total = sum(info[p][1][0] for p in parts)
+        q, r = divmod(total, world)
+        first, rows = rank * q + min(rank, r), q + (1 if rank < r else 0)
+        target = targets.get(name)
+        want_shape = [rows] + info[parts[0]][1][1:]
+        if target is not None and [int(d) for d in target.shape] != want_shape:
+            raise ValueError("cistern.ckpt: %s holds %d rows in %d shards; rank %d of %d takes "
+                             "rows %d..%d, shape %s, not %s" % (name, total, len(parts), rank, world,
+                                                               first, first + rows, want_shape,
+                                                               _list(target.shape)))
+        pieces, at = [], 0
+        for p in parts:
+            n = info[p][1][0]
+            lo, hi = max(first, at), min(first + rows, at + n)
+            if lo < hi or (rows == 0 and not pieces):
+                pieces.append((read_into(p), lo - at, max(hi - lo, 0)))
+            at += n
+        joins.append((name, parts[0], pieces))
     fs.ckpt_read(path, names, buffers)
-    for name in names:
-        if name in casts:
+    for name, stored, pieces in joins:
+        parts = [t[lo:lo + n] for t, lo, n in pieces]
+        if len(parts) == 1 and parts[0].shape[0] == pieces[0][0].shape[0]:
+            loaded[name] = parts[0]  # one whole shard
+        else:
+            loaded[name] = _torch.cat(parts) if _is_tensor(parts[0]) else _np.concatenate(parts)
+        casts.setdefault(name, casts.get(stored))
+    for name in loaded:
+        if casts.get(name):
             t = loaded[name]
             loaded[name] = (t.to(_TORCH_BY_NAME[casts[name]]) if _is_tensor(t)
                             else t.astype(_NUMPY_BY_NAME[casts[name]]))
-    for target, name in copies:
-        src = loaded[name]
+    for name, src in loaded.items():
+        target = targets.get(name)
+        if target is None:
+            continue
         if _is_tensor(target):
             target.copy_(src if _is_tensor(src) else _torch.from_numpy(src))
         else:

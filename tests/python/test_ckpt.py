@@ -209,6 +209,11 @@ if rank == 1:
     layers["2"] += 1
 second = ckpt.save({"layers": layers}, root + "/step-2", connection=fs).wait()
 print(json.dumps([first["tensors_reused"], second["tensors_reused"]]), flush=True)
+# A dim-0 sharded tensor: rank r holds rows of the whole (2, 3, 4 rows).
+rows = torch.arange(sum(range(2, 2 + rank)), sum(range(2, 3 + rank)), dtype=torch.float32)
+w = (rows[:, None] * 10 + torch.arange(4)).t().contiguous().t()  # non-contiguous
+ckpt.save({"w": w, "step": 7}, root + "/step-3", sharded=["w"], downcast="bf16",
+          connection=fs).wait()
 dist.destroy_process_group()
 """
 
@@ -228,7 +233,8 @@ def test_ranks_save_their_parts_and_any_world_size_loads_them(fs, cluster, root)
     reused = [json.loads(out) for out, _ in outs]
     assert [r[0] for r in reused] == [0, 0, 0]
     assert [r[1] for r in reused] == [2, 1, 2]  # rank 1 changed one of its two
-    assert ckpt.list(root, connection=fs) == [root + "/step-1", root + "/step-2"]
+    assert ckpt.list(root, connection=fs) == [root + "/step-1", root + "/step-2",
+                                               root + "/step-3"]
     # One process (a world of 1) loads all of it; a part by keys.
     state = ckpt.load(root + "/step-2", connection=fs)
     assert sorted(state["layers"], key=int) == [str(i) for i in range(6)]
@@ -238,6 +244,33 @@ def test_ranks_save_their_parts_and_any_world_size_loads_them(fs, cluster, root)
         assert torch.equal(state["layers"][str(i)], torch.full((1000,), want))
     part = ckpt.load(root + "/step-2", keys=["layers.4", "layers.5"], connection=fs)
     assert part["layers"]["3"] is None and part["layers"]["4"][0].item() == 20.0
+    # The sharded tensor re-sharded: 9 rows saved by 3 ranks; alone, all of
+    # them; rank r of 2 its even share (5 + 4 rows), filled in place.
+    whole = torch.arange(9, dtype=torch.float32)[:, None] * 10 + torch.arange(4)
+    alone = ckpt.load(root + "/step-3", connection=fs)
+    assert alone["step"] == 7 and alone["w"].dtype == torch.float32
+    assert torch.equal(alone["w"], whole)
+    for r, (lo, hi) in enumerate([(0, 5), (5, 9)]):
+        mine = {"w": torch.zeros(hi - lo, 4), "step": 0}
+        got = ckpt.load(root + "/step-3", into=mine, rank=r, world_size=2, connection=fs)
+        assert got is mine and torch.equal(mine["w"], whole[lo:hi])
+    four = [ckpt.load(root + "/step-3", rank=r, world_size=4, connection=fs)["w"] for r in range(4)]
+    assert [len(t) for t in four] == [3, 2, 2, 2] and torch.equal(torch.cat(four), whole)
+    with pytest.raises(ValueError, match="w holds 9 rows in 3 shards; rank 1 of 2"):
+        ckpt.load(root + "/step-3", into={"w": torch.zeros(5, 4)}, rank=1, world_size=2,
+                  connection=fs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_gpu_tensors_stage_into_pinned_memory_and_load_into_gpu_tensors(fs, root):
+    state = {"w": torch.randn(1000, 100, device="cuda"), "t": torch.randn(50, device="cuda").t()}
+    pool = ckpt.StagingPool(64 << 20)
+    ckpt.save(state, root + "/gpu", pool=pool, connection=fs)
+    into = {"w": torch.zeros(1000, 100, device="cuda"), "t": torch.zeros(50, device="cuda")}
+    ckpt.load(root + "/gpu", into=into, connection=fs)
+    assert torch.equal(into["w"], state["w"]) and torch.equal(into["t"], state["t"])
+    back = ckpt.load(root + "/gpu", connection=fs)
+    assert torch.equal(back["w"], state["w"].cpu())
 
 
 def test_the_cli_lists_shows_verifies_and_removes(fs, cluster, root):
@@ -307,6 +340,13 @@ def test_compressed_checkpoints_round_trip_and_are_smaller(fs, root):
 def test_a_full_staging_pool_makes_the_next_save_wait_and_says_so(fs, root, caplog):
     import threading
     import time
+    def counted():
+        for line in cistern.metrics().splitlines():
+            if line.startswith("ckpt_staging_pool_waits_total "):
+                return int(line.split()[1])
+        return 0
+
+    before = counted()
     pool = ckpt.StagingPool(max_bytes=3 << 20)
     held = pool.take(2 << 20)  # an earlier save still persisting
     big = {"w": torch.randn(512 << 10)}  # 2 MiB: does not fit beside it
@@ -317,7 +357,7 @@ def test_a_full_staging_pool_makes_the_next_save_wait_and_says_so(fs, root, capl
         t.start()
         time.sleep(0.3)
         assert not done.is_set()  # waiting, not growing
-        assert pool.waits == 1
+        assert pool.waits == 1 and counted() == before + 1
         pool.give(held)
         t.join(timeout=30)
     assert done.is_set()
