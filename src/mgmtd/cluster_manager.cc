@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "common/log.h"
 #include "kv/cluster_keys.h"
 #include "mgmtd/chain_states.h"
-#include "mgmtd/placement.h"
 #include "mgmtd/routing_table.h"
 
 namespace cistern::mgmtd {
@@ -48,7 +50,13 @@ mgmt::Chain chainOf(const ChainView& v) {
 }  // namespace
 
 ClusterManager::ClusterManager(kv::Engine& kv, Clock& clock, ClusterManagerOptions options)
-    : kv_(kv), clock_(clock), options_(options), started_(clock.now()) {}
+    : kv_(kv),
+      clock_(clock),
+      options_(options),
+      replaced_total_(metrics::Registry::global().counter(
+          "mgmtd_replicas_replaced_total", {},
+          "chain members silent past the grace period and replaced by another target")),
+      started_(clock.now()) {}
 
 void ClusterManager::restart() {
   std::lock_guard lock(mu_);
@@ -58,10 +66,18 @@ void ClusterManager::restart() {
   restarted_.clear();
 }
 
-bool ClusterManager::aliveLocked(uint32_t target, SteadyTime now) const {
+SteadyTime ClusterManager::lastSeenLocked(uint32_t target) const {
   auto it = last_seen_.find(target);
-  const SteadyTime seen = it == last_seen_.end() ? started_ : std::max(it->second, started_);
-  return now - seen < std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+  return it == last_seen_.end() ? started_ : std::max(it->second, started_);
+}
+
+bool ClusterManager::aliveLocked(uint32_t target, SteadyTime now) const {
+  return now - lastSeenLocked(target) < std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+}
+
+bool ClusterManager::goneLocked(uint32_t target, SteadyTime now) const {
+  return options_.replace_after_ms != 0 &&
+         now - lastSeenLocked(target) >= std::chrono::milliseconds(options_.replace_after_ms);
 }
 
 Result<mgmt::RegisterNodeResp> ClusterManager::registerNode(const mgmt::RegisterNodeReq& req) {
@@ -220,6 +236,64 @@ Result<mgmt::CreateChainsResp> ClusterManager::createChains(const mgmt::CreateCh
   return resp;
 }
 
+Result<bool> ClusterManager::replaceGone(kv::Transaction& t, ChainView& chain, SteadyTime now,
+                                         const std::set<uint32_t>& restarted,
+                                         std::map<uint32_t, PlacementTarget>& targets,
+                                         std::map<uint32_t, uint32_t>& uses,
+                                         std::vector<std::string>& replaced) {
+  if (chain.serving().empty()) return false;  // a LASTSRV member holds the only copy
+  std::vector<uint32_t> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (const ChainMember& m : chain.members) {
+      if (m.state == TargetState::kOffline && goneLocked(m.target, now)) gone.push_back(m.target);
+    }
+  }
+  if (gone.empty()) return false;
+  if (targets.empty()) {
+    ASSIGN_OR_RETURN(auto rows, t.getRange(kv::targetBegin(), kv::targetEnd(), {}));
+    for (const auto& row : rows.kvs) {
+      ASSIGN_OR_RETURN(mgmt::Target target, parseRow<mgmt::Target>(row.value, "target"));
+      targets[target.id()] = {target.id(), target.node(), target.rack()};
+    }
+  }
+  bool moved = false;
+  for (uint32_t lost : gone) {
+    std::vector<PlacementTarget> others, candidates;
+    std::set<uint32_t> members;
+    for (const ChainMember& m : chain.members) {
+      members.insert(m.target);
+      if (m.target == lost) continue;
+      if (auto it = targets.find(m.target); it != targets.end()) others.push_back(it->second);
+    }
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [id, target] : targets) {
+        if (!members.count(id) && aliveLocked(id, now) && !restarted.count(id))
+          candidates.push_back(target);
+      }
+    }
+    auto pick = pickReplacement(candidates, others, uses);
+    if (!pick) continue;  // no target on another node works now: try again next tick
+    auto it = std::find_if(chain.members.begin(), chain.members.end(),
+                           [&](const ChainMember& m) { return m.target == lost; });
+    chain.members.erase(it);
+    // Behind the SERVING, SYNCING and WAITING members (the step's order).
+    auto at = std::find_if(chain.members.begin(), chain.members.end(), [](const ChainMember& m) {
+      return m.state == TargetState::kLastServing || m.state == TargetState::kOffline;
+    });
+    chain.members.insert(at, {*pick, TargetState::kWaiting});
+    --uses[lost];
+    ++uses[*pick];
+    replaced_total_.inc();
+    replaced.push_back(fmt::format("chain {}: target {} silent past the grace period; target {} "
+                                   "takes its place and syncs",
+                                   chain.id, lost, *pick));
+    moved = true;
+  }
+  return moved;
+}
+
 Result<uint64_t> ClusterManager::tick() {
   std::set<std::pair<uint32_t, uint32_t>> synced;
   std::set<uint32_t> restarted;
@@ -230,20 +304,30 @@ Result<uint64_t> ClusterManager::tick() {
     restarted = restarted_;
   }
   uint64_t version = 0;
+  std::vector<std::string> replaced;  // for the log, once committed
   RETURN_ON_ERROR(kv::runTransaction(kv_, [&](kv::Transaction& t) -> Status {
+    replaced.clear();
     ASSIGN_OR_RETURN(auto rows, t.getRange(kv::chainBegin(), kv::chainEnd(), {}));
-    bool changed = false;
+    std::vector<ChainView> views;
+    std::map<uint32_t, uint32_t> uses;  // target -> chains it is in
     for (const auto& row : rows.kvs) {
-      ASSIGN_OR_RETURN(mgmt::Chain chain, parseRow<mgmt::Chain>(row.value, "chain"));
       if (row.value.empty()) continue;  // an old one-target chain of `cistern up`
-      const ChainView before = viewOf(chain);
+      ASSIGN_OR_RETURN(mgmt::Chain chain, parseRow<mgmt::Chain>(row.value, "chain"));
+      views.push_back(viewOf(chain));
+      for (const ChainMember& m : views.back().members) ++uses[m.target];
+    }
+    std::map<uint32_t, PlacementTarget> targets;  // read only when a member is gone
+    bool changed = false;
+    for (const ChainView& before : views) {
       ChainView after = nextChain(before, [&](uint32_t target) {
         std::lock_guard lock(mu_);
         const bool alive = aliveLocked(target, now) && !restarted.count(target);
         return TargetReport{alive, synced.count({before.id, target}) > 0};
       });
+      ASSIGN_OR_RETURN(bool moved, replaceGone(t, after, now, restarted, targets, uses, replaced));
+      if (moved && after.version == before.version) after.version = before.version + 1;
       if (after.version == before.version) continue;
-      t.set(row.key, chainOf(after).SerializeAsString());
+      t.set(kv::chainKey(after.id), chainOf(after).SerializeAsString());
       changed = true;
     }
     if (changed) {
@@ -253,6 +337,7 @@ Result<uint64_t> ClusterManager::tick() {
     }
     return Status::OK();
   }));
+  for (const std::string& r : replaced) CLOG_INFO("mgmtd", "{}", r);
   std::lock_guard lock(mu_);
   for (const auto& s : synced) synced_.erase(s);
   for (uint32_t t : restarted) restarted_.erase(t);

@@ -2,7 +2,8 @@
 // cluster-state tables in the KV (docs/chain_protocol.md): registers storage
 // nodes and gives their targets ids, lays out chains over them
 // (placement.h), takes heartbeats, and on each tick moves every chain's
-// targets by the state machine (chain_states.h), bumping the chain's and the
+// targets by the state machine (chain_states.h), replaces members silent
+// past the grace period (re-replication), bumping the chain's and the
 // routing version when anything changed.
 //
 // A node that registers again has restarted: its targets may have lost
@@ -25,15 +26,23 @@
 #include <set>
 
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/result.h"
 #include "kv/engine.h"
 #include "mgmt.pb.h"
+#include "mgmtd/chain_states.h"
+#include "mgmtd/placement.h"
 
 namespace cistern::mgmtd {
 
 struct ClusterManagerOptions {
   // A target not listed in a heartbeat for this long is OFFLINE.
   uint32_t heartbeat_timeout_ms = 10000;
+  // A chain member silent this long (counted from its last heartbeat, or
+  // from this manager's start) is replaced by another target (placement.h
+  // pickReplacement), which joins as WAITING and syncs; 0: never. Only
+  // while the chain has a SERVING member (a LASTSRV one is waited for).
+  uint32_t replace_after_ms = 600000;
   // Called when news calls for a step before the next tick (a finished
   // sync, a node that registered again); may be empty.
   std::function<void()> wake;
@@ -58,10 +67,20 @@ class ClusterManager {
 
  private:
   bool aliveLocked(uint32_t target, SteadyTime now) const;
+  // Silent for replace_after_ms (and it is on).
+  bool goneLocked(uint32_t target, SteadyTime now) const;
+  SteadyTime lastSeenLocked(uint32_t target) const;
+  // Replaces `chain`'s members gone past the grace period (within `t`);
+  // true when it did. `targets` is filled on first need.
+  Result<bool> replaceGone(kv::Transaction& t, ChainView& chain, SteadyTime now,
+                           const std::set<uint32_t>& restarted,
+                           std::map<uint32_t, PlacementTarget>& targets,
+                           std::map<uint32_t, uint32_t>& uses, std::vector<std::string>& replaced);
 
   kv::Engine& kv_;
   Clock& clock_;
   const ClusterManagerOptions options_;
+  metrics::Counter& replaced_total_;
   std::mutex mu_;
   SteadyTime started_;                        // guarded by mu_
   std::map<uint32_t, SteadyTime> last_seen_;  // target -> its node's last heartbeat listing it

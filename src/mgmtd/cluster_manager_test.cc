@@ -216,6 +216,96 @@ TEST_F(ClusterManagerTest, ANewPrimaryGivesEveryTargetOneTimeoutOfGrace) {
   }
 }
 
+// Re-replication: a member silent past the grace period is replaced by a
+// target on a node the chain does not use, which joins as WAITING, syncs
+// and serves at the tail; the chain is back to three with no operator.
+// A chain whose only holder of the newest data is LASTSRV waits for it.
+TEST_F(ClusterManagerTest, AMemberSilentPastTheGraceIsReplacedAndTheChainIsWholeAgain) {
+  mgr_ = std::make_unique<ClusterManager>(*kv_, clock_, ClusterManagerOptions{10000, 60000});
+  for (int n = 1; n <= 5; ++n) reg(n);
+  mgmt::CreateChainsReq req;
+  req.set_replication(3);
+  req.set_chains(5);
+  ASSERT_TRUE(mgr_->createChains(req).ok());
+  std::vector<uint32_t> with5;
+  for (auto& [id, c] : chains()) {
+    for (uint32_t t : c.targets())
+      if (t == 5) with5.push_back(id);
+  }
+  ASSERT_FALSE(with5.empty());
+  const auto beatAllBut5 = [&] {
+    for (int n = 1; n <= 4; ++n) beat(n, {static_cast<uint32_t>(n)});
+  };
+  for (int s = 0; s < 4; ++s) {  // 20 s: OFFLINE, not replaced yet
+    clock_.advance(5s);
+    beatAllBut5();
+    ASSERT_TRUE(mgr_->tick().ok());
+  }
+  for (uint32_t id : with5) EXPECT_EQ(stateIn(chains()[id], 5), mgmt::OFFLINE);
+  for (int s = 0; s < 8; ++s) {  // 60 s: gone
+    clock_.advance(5s);
+    beatAllBut5();
+    ASSERT_TRUE(mgr_->tick().ok());
+  }
+  std::map<uint32_t, uint32_t> added;  // chain -> its new member
+  for (uint32_t id : with5) {
+    auto c = chains()[id];
+    std::set<uint32_t> members;
+    for (auto& m : c.members()) {
+      EXPECT_NE(m.target(), 5u) << "chain " << id << " still lists the lost target";
+      members.insert(m.target());
+      if (m.state() == mgmt::SYNCING || m.state() == mgmt::WAITING) added[id] = m.target();
+    }
+    EXPECT_EQ(members.size(), 3u) << "chain " << id;
+    ASSERT_TRUE(added.count(id)) << "chain " << id << " got no replacement";
+    EXPECT_EQ(c.targets_size(), 2) << "the newcomer is not read before it synced";
+  }
+  ASSERT_TRUE(mgr_->tick().ok());
+  std::vector<std::pair<uint32_t, uint32_t>> synced;
+  for (auto [id, t] : added) {
+    EXPECT_EQ(stateIn(chains()[id], t), mgmt::SYNCING) << "chain " << id;
+    synced.push_back({id, t});
+  }
+  for (auto [id, t] : synced) beat(static_cast<int>(t), {t}, {{id, t}});
+  beatAllBut5();
+  ASSERT_TRUE(mgr_->tick().ok());
+  for (uint32_t id : with5) {
+    auto c = chains()[id];
+    EXPECT_EQ(c.targets_size(), 3) << "chain " << id << " whole again";
+    EXPECT_EQ(c.targets(2), added[id]) << "the newcomer serves at the tail";
+  }
+  // Node 5 coming back now is in no chain: nothing moves for it.
+  auto before = chains();
+  beat(5, {5});
+  ASSERT_TRUE(mgr_->tick().ok());
+  for (auto& [id, c] : chains()) EXPECT_EQ(c.version(), before[id].version()) << "chain " << id;
+}
+
+TEST_F(ClusterManagerTest, AChainWaitingForItsLastServingMemberIsNotReplaced) {
+  mgr_ = std::make_unique<ClusterManager>(*kv_, clock_, ClusterManagerOptions{10000, 30000});
+  for (int n = 1; n <= 4; ++n) reg(n);
+  mgmt::CreateChainsReq req;
+  req.set_replication(2);
+  req.set_chains(1);
+  ASSERT_TRUE(mgr_->createChains(req).ok());
+  auto chain = chains()[1];
+  std::set<uint32_t> members(chain.targets().begin(), chain.targets().end());
+  // Both members go silent; the two other nodes keep beating.
+  for (int s = 0; s < 12; ++s) {
+    clock_.advance(5s);
+    for (uint32_t n = 1; n <= 4; ++n)
+      if (!members.count(n)) beat(static_cast<int>(n), {n});
+    ASSERT_TRUE(mgr_->tick().ok());
+  }
+  auto c = chains()[1];
+  int lastsrv = 0;
+  for (auto& m : c.members()) {
+    EXPECT_TRUE(members.count(m.target())) << "target " << m.target() << " put in";
+    lastsrv += m.state() == mgmt::LASTSRV;
+  }
+  EXPECT_EQ(lastsrv, 1);
+}
+
 }  // namespace
 }  // namespace cistern::mgmtd
 

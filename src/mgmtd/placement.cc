@@ -127,4 +127,32 @@ Result<std::vector<PlacedChain>> placeChains(const std::vector<PlacementTarget>&
   return out;
 }
 
+std::optional<uint32_t> pickReplacement(const std::vector<PlacementTarget>& candidates,
+                                        const std::vector<PlacementTarget>& others,
+                                        const std::map<uint32_t, uint32_t>& uses) {
+  std::set<std::string> nodes, racks;
+  for (const PlacementTarget& t : others) {
+    nodes.insert(t.node);
+    if (!t.rack.empty()) racks.insert(t.rack);
+  }
+  std::map<std::string, uint32_t> node_use;
+  for (const PlacementTarget& t : candidates) {
+    auto it = uses.find(t.id);
+    node_use[t.node] += it == uses.end() ? 0 : it->second;
+  }
+  std::optional<uint32_t> best;
+  std::tuple<uint32_t, uint32_t, uint32_t, uint32_t> best_key{};
+  for (const PlacementTarget& t : candidates) {
+    if (nodes.count(t.node)) continue;
+    auto it = uses.find(t.id);
+    auto key = std::make_tuple(!t.rack.empty() && racks.count(t.rack) ? 1u : 0u,
+                               it == uses.end() ? 0u : it->second, node_use[t.node], t.id);
+    if (!best || key < best_key) {
+      best = t.id;
+      best_key = key;
+    }
+  }
+  return best;
+}
+
 }  // namespace cistern::mgmtd

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,5 +35,15 @@ struct PlacedChain {
 // or fewer nodes have targets than the replication needs (naming both).
 Result<std::vector<PlacedChain>> placeChains(const std::vector<PlacementTarget>& targets,
                                              uint32_t replication, uint32_t chains);
+
+// The target that takes a lost replica's place in a chain (re-replication):
+// among `candidates` (targets that work now and are not in the chain), one
+// on a node no remaining member (`others`) is on, preferring a rack none
+// of them is on, then the fewest chains (`uses`: target -> chains it is
+// in), then the node with the fewest chains, then the lowest id. nullopt
+// when every candidate shares a node with a member.
+std::optional<uint32_t> pickReplacement(const std::vector<PlacementTarget>& candidates,
+                                        const std::vector<PlacementTarget>& others,
+                                        const std::map<uint32_t, uint32_t>& uses);
 
 }  // namespace cistern::mgmtd

@@ -88,6 +88,21 @@ TEST(Placement, TheSameInputGivesTheSameChains) {
   for (size_t i = 0; i < a->size(); ++i) EXPECT_EQ((*a)[i].targets, (*b)[i].targets);
 }
 
+TEST(Placement, AReplacementIsOnAnotherNodePreferablyAnotherRackAndTheLeastUsed) {
+  std::vector<PlacementTarget> others = {{1, "a", "r1"}, {2, "b", "r2"}};
+  std::map<uint32_t, uint32_t> uses = {{3, 5}, {4, 1}, {5, 2}, {6, 0}};
+  // 3 is on a's node; 4 on rack r1 (a member's); 5 on a new rack; 6 the
+  // least used but on b's node.
+  std::vector<PlacementTarget> candidates = {
+      {3, "a", "r1"}, {4, "c", "r1"}, {5, "d", "r3"}, {6, "b", "r2"}};
+  EXPECT_EQ(pickReplacement(candidates, others, uses), std::optional<uint32_t>(5));
+  candidates.erase(candidates.begin() + 2);  // without 5: another node on a used rack
+  EXPECT_EQ(pickReplacement(candidates, others, uses), std::optional<uint32_t>(4));
+  EXPECT_EQ(pickReplacement({{3, "a", ""}, {6, "b", ""}}, others, uses), std::nullopt);
+  // Ties: the fewest chains, then the lowest id.
+  EXPECT_EQ(pickReplacement({{8, "e", ""}, {7, "f", ""}}, others, {}), std::optional<uint32_t>(7));
+}
+
 TEST(Placement, WhatCannotBePlacedIsAClearError) {
   auto few = placeChains(cluster(2, 3), 3, 4);
   EXPECT_EQ(few.code(), ErrorCode::kInvalidArgument);

@@ -25,6 +25,9 @@ void MgmtdServerOptions::bind(ConfigBinder& b) {
   b.bind("mgmtd.listen", &listen, "host:port of the mgmt RPC service");
   b.bind("mgmtd.heartbeat_timeout_ms", &heartbeat_timeout_ms,
          "a storage target not in a heartbeat for this long is taken out of its chains");
+  b.bind("mgmtd.replace_after_s", &replace_after_s,
+         "a chain member silent this long is replaced by another target, which syncs "
+         "(re-replication; 0: never)");
   b.bind("mgmtd.tick_ms", &tick_ms,
          "how often the chains are stepped (0: a quarter of the heartbeat timeout)");
   b.bind("mgmtd.lease_ms", &lease_ms,
@@ -39,6 +42,12 @@ Status MgmtdServerOptions::validate() const {
   RETURN_ON_ERROR(
       checkOptionRange("mgmtd.heartbeat_timeout_ms", heartbeat_timeout_ms, 100, 3'600'000));
   RETURN_ON_ERROR(checkOptionRange("mgmtd.tick_ms", tick_ms, 0, heartbeat_timeout_ms));
+  RETURN_ON_ERROR(checkOptionRange("mgmtd.replace_after_s", replace_after_s, 0, 30 * 86400));
+  if (replace_after_s != 0 && uint64_t{replace_after_s} * 1000 < heartbeat_timeout_ms)
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("mgmtd.replace_after_s {} is shorter than the heartbeat timeout "
+                              "({} ms)",
+                              replace_after_s, heartbeat_timeout_ms));
   RETURN_ON_ERROR(checkOptionRange("mgmtd.lease_ms", lease_ms, 1000, 600000));
   return kv.validate();
 }
@@ -194,6 +203,7 @@ Result<std::unique_ptr<MgmtdServer>> MgmtdServer::start(const MgmtdServerOptions
   ASSIGN_OR_RETURN(impl->kv, openKv(options.kv));
   mgmtd::ClusterManagerOptions mo;
   mo.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
+  mo.replace_after_ms = options.replace_after_s * 1000;
   mo.wake = [i = impl.get()] {
     std::lock_guard lock(i->mu);
     i->poked = true;
