@@ -286,9 +286,10 @@ Result<bool> ClusterManager::replaceGone(kv::Transaction& t, ChainView& chain, S
     --uses[lost];
     ++uses[*pick];
     replaced_total_.inc();
-    replaced.push_back(fmt::format("chain {}: target {} silent past the grace period; target {} "
-                                   "takes its place and syncs",
-                                   chain.id, lost, *pick));
+    replaced.push_back(
+        fmt::format("chain {}: target {} silent past the grace period; target {} "
+                    "takes its place and syncs",
+                    chain.id, lost, *pick));
     moved = true;
   }
   return moved;

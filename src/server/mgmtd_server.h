@@ -21,7 +21,7 @@ namespace cistern::server {
 struct MgmtdServerOptions {
   std::string listen = "127.0.0.1:7420";
   uint32_t heartbeat_timeout_ms = 10000;
-  uint32_t tick_ms = 0;      // 0: a quarter of the heartbeat timeout
+  uint32_t tick_ms = 0;            // 0: a quarter of the heartbeat timeout
   uint32_t replace_after_s = 600;  // re-replication's grace period (0: never)
   uint32_t lease_ms = 3000;  // the primary's etcd lease (whole seconds, at least etcd's minimum)
   // etcd keeps every revision until compacted: the primary compacts, each

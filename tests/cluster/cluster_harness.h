@@ -49,6 +49,8 @@ class ClusterHarness {
     int replication = 3;
     int chains = 4;
     uint32_t heartbeat_timeout_ms = 1500;
+    // mgmtd.replace_after_s (0: mgmtd's default, 600 s).
+    uint32_t replace_after_s = 0;
     // Extra environment of storage node i (1-based), e.g. CISTERN_FAULTS.
     std::map<int, std::string> storage_faults;
     // Where under TMPDIR (several clusters at once need their own).
@@ -325,7 +327,11 @@ class ClusterHarness {
     return write("mgmtd" + std::to_string(i),
                  "mgmtd.listen = \"" + endpointText(mgmtd_ports_[static_cast<size_t>(i)]) +
                      "\"\nmgmtd.heartbeat_timeout_ms = " + std::to_string(o_.heartbeat_timeout_ms) +
-                     "\nmgmtd.tick_ms = 200\nmgmtd.lease_ms = 2000\n" + kvConfig());
+                     "\nmgmtd.tick_ms = 200\nmgmtd.lease_ms = 2000\n" +
+                     (o_.replace_after_s
+                          ? "mgmtd.replace_after_s = " + std::to_string(o_.replace_after_s) + "\n"
+                          : std::string()) +
+                     kvConfig());
   }
   std::string metaConfig(int i) {
     return write("meta" + std::to_string(i),

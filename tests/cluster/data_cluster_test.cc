@@ -349,6 +349,46 @@ TEST(DataCluster, TheHeadDyingAfterForwardingLeavesEachWriteAppliedOnce) {
   h.expectReplicasAgree();
 }
 
+// A storage node lost for good (killed, its disk wiped, never back):
+// past the grace period mgmtd puts another target in its place in every
+// chain it was in; each newcomer syncs from the chain and serves, with no
+// operator action. The writer and readers run throughout: nothing
+// acknowledged is lost, no read returns other bytes, replicas agree.
+TEST(DataCluster, ALostNodeIsReplacedAndEveryChainIsWholeAgain) {
+  ClusterHarness h({.replace_after_s = 3});
+  ASSERT_TRUE(h.ok());
+  Workload load(h.client());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const auto before = h.routing();
+  uint32_t lost = 0;
+  for (const auto& t : before.targets())
+    if (t.endpoint() == h.storageEndpoint(4)) lost = t.id();
+  ASSERT_NE(lost, 0u);
+  int chains_with_lost = 0;
+  for (const auto& c : before.chains())
+    for (uint32_t t : c.targets()) chains_with_lost += t == lost;
+  ASSERT_GT(chains_with_lost, 0);
+  h.storage(4).kill(SIGKILL);
+  std::filesystem::remove_all(h.dir() + "/target4");
+  ASSERT_TRUE(h.waitFor(
+      [&] {
+        const auto r = h.routing();
+        if (!h.healthy(r)) return false;
+        for (const auto& c : r.chains())
+          for (const auto& m : c.members())
+            if (m.target() == lost) return false;
+        return true;
+      },
+      60, "every chain back to 3 SERVING replicas without the lost node"));
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // reads from the newcomers too
+  load.stop();
+  EXPECT_EQ(load.failedWrites(), 0) << load.firstError();
+  EXPECT_EQ(load.badReads(), 0) << load.firstError();
+  EXPECT_GT(load.written().size(), 5u);
+  EXPECT_EQ(load.verifyAll(), 0) << load.firstError();
+  h.expectReplicasAgree();
+}
+
 // Every storage process dies at once: each chain keeps its last serving
 // replica as LASTSRV and serves nothing. A write meanwhile waits (the
 // client retries a chain with no serving replica) and completes once the
