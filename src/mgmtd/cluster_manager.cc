@@ -63,7 +63,6 @@ void ClusterManager::restart() {
   started_ = clock_.now();
   last_seen_.clear();
   synced_.clear();
-  restarted_.clear();
 }
 
 SteadyTime ClusterManager::lastSeenLocked(uint32_t target) const {
@@ -130,6 +129,7 @@ Result<mgmt::RegisterNodeResp> ClusterManager::registerNode(const mgmt::Register
       target.set_path(path);
       target.set_node(req.name());
       target.set_rack(req.rack());
+      target.set_restarted(in_chains.count(id) > 0);
       ASSIGN_OR_RETURN(auto before, t.get(kv::targetKey(id)));
       const std::string bytes = target.SerializeAsString();
       if (!before || *before != bytes) {
@@ -156,11 +156,12 @@ Result<mgmt::RegisterNodeResp> ClusterManager::registerNode(const mgmt::Register
   resp.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
   std::lock_guard lock(mu_);
   const SteadyTime now = clock_.now();
+  bool restarted = false;
   for (uint32_t id : resp.target_ids()) {
     last_seen_[id] = now;
-    if (in_chains.count(id)) restarted_.insert(id);
+    restarted |= in_chains.count(id) > 0;
   }
-  if (!restarted_.empty() && options_.wake) options_.wake();
+  if (restarted && options_.wake) options_.wake();
   return resp;
 }
 
@@ -236,9 +237,9 @@ Result<mgmt::CreateChainsResp> ClusterManager::createChains(const mgmt::CreateCh
   return resp;
 }
 
-Result<bool> ClusterManager::replaceGone(kv::Transaction& t, ChainView& chain, SteadyTime now,
-                                         const std::set<uint32_t>& restarted,
-                                         std::map<uint32_t, PlacementTarget>& targets,
+Result<bool> ClusterManager::replaceGone(ChainView& chain, SteadyTime now,
+                                         const std::map<uint32_t, mgmt::Target>& restarted,
+                                         const std::map<uint32_t, PlacementTarget>& targets,
                                          std::map<uint32_t, uint32_t>& uses,
                                          std::vector<std::string>& replaced) {
   if (chain.serving().empty()) return false;  // a LASTSRV member holds the only copy
@@ -250,13 +251,6 @@ Result<bool> ClusterManager::replaceGone(kv::Transaction& t, ChainView& chain, S
     }
   }
   if (gone.empty()) return false;
-  if (targets.empty()) {
-    ASSIGN_OR_RETURN(auto rows, t.getRange(kv::targetBegin(), kv::targetEnd(), {}));
-    for (const auto& row : rows.kvs) {
-      ASSIGN_OR_RETURN(mgmt::Target target, parseRow<mgmt::Target>(row.value, "target"));
-      targets[target.id()] = {target.id(), target.node(), target.rack()};
-    }
-  }
   bool moved = false;
   for (uint32_t lost : gone) {
     std::vector<PlacementTarget> others, candidates;
@@ -297,17 +291,23 @@ Result<bool> ClusterManager::replaceGone(kv::Transaction& t, ChainView& chain, S
 
 Result<uint64_t> ClusterManager::tick() {
   std::set<std::pair<uint32_t, uint32_t>> synced;
-  std::set<uint32_t> restarted;
   const SteadyTime now = clock_.now();
   {
     std::lock_guard lock(mu_);
     synced = synced_;
-    restarted = restarted_;
   }
   uint64_t version = 0;
   std::vector<std::string> replaced;  // for the log, once committed
   RETURN_ON_ERROR(kv::runTransaction(kv_, [&](kv::Transaction& t) -> Status {
     replaced.clear();
+    std::map<uint32_t, PlacementTarget> targets;
+    std::map<uint32_t, mgmt::Target> restarted;  // registered again (mgmt::Target.restarted)
+    ASSIGN_OR_RETURN(auto target_rows, t.getRange(kv::targetBegin(), kv::targetEnd(), {}));
+    for (const auto& row : target_rows.kvs) {
+      ASSIGN_OR_RETURN(mgmt::Target target, parseRow<mgmt::Target>(row.value, "target"));
+      targets[target.id()] = {target.id(), target.node(), target.rack()};
+      if (target.restarted()) restarted[target.id()] = std::move(target);
+    }
     ASSIGN_OR_RETURN(auto rows, t.getRange(kv::chainBegin(), kv::chainEnd(), {}));
     std::vector<ChainView> views;
     std::map<uint32_t, uint32_t> uses;  // target -> chains it is in
@@ -317,7 +317,6 @@ Result<uint64_t> ClusterManager::tick() {
       views.push_back(viewOf(chain));
       for (const ChainMember& m : views.back().members) ++uses[m.target];
     }
-    std::map<uint32_t, PlacementTarget> targets;  // read only when a member is gone
     bool changed = false;
     for (const ChainView& before : views) {
       ChainView after = nextChain(before, [&](uint32_t target) {
@@ -325,10 +324,15 @@ Result<uint64_t> ClusterManager::tick() {
         const bool alive = aliveLocked(target, now) && !restarted.count(target);
         return TargetReport{alive, synced.count({before.id, target}) > 0};
       });
-      ASSIGN_OR_RETURN(bool moved, replaceGone(t, after, now, restarted, targets, uses, replaced));
+      ASSIGN_OR_RETURN(bool moved, replaceGone(after, now, restarted, targets, uses, replaced));
       if (moved && after.version == before.version) after.version = before.version + 1;
       if (after.version == before.version) continue;
       t.set(kv::chainKey(after.id), chainOf(after).SerializeAsString());
+      changed = true;
+    }
+    for (auto& [id, target] : restarted) {  // taken out of every chain above
+      target.set_restarted(false);
+      t.set(kv::targetKey(id), target.SerializeAsString());
       changed = true;
     }
     if (changed) {
@@ -341,7 +345,6 @@ Result<uint64_t> ClusterManager::tick() {
   for (const std::string& r : replaced) CLOG_INFO("mgmtd", "{}", r);
   std::lock_guard lock(mu_);
   for (const auto& s : synced) synced_.erase(s);
-  for (uint32_t t : restarted) restarted_.erase(t);
   return version;
 }
 

@@ -9,7 +9,9 @@
 // A node that registers again has restarted: its targets may have lost
 // what they held in memory (a replica's uncommitted versions,
 // docs/chain_protocol.md), so the next tick counts them as silent — each
-// leaves its chains and comes back through a sync.
+// leaves its chains and comes back through a sync. That mark is kept in
+// the KV (mgmt::Target.restarted), so a primary that dies before its next
+// tick does not lose it (the simulation found a chain stuck that way).
 //
 // Liveness is this process's knowledge, not the KV's: a target is alive if
 // its node's heartbeat listed it within `heartbeat_timeout_ms`. A manager
@@ -70,11 +72,11 @@ class ClusterManager {
   // Silent for replace_after_ms (and it is on).
   bool goneLocked(uint32_t target, SteadyTime now) const;
   SteadyTime lastSeenLocked(uint32_t target) const;
-  // Replaces `chain`'s members gone past the grace period (within `t`);
-  // true when it did. `targets` is filled on first need.
-  Result<bool> replaceGone(kv::Transaction& t, ChainView& chain, SteadyTime now,
-                           const std::set<uint32_t>& restarted,
-                           std::map<uint32_t, PlacementTarget>& targets,
+  // Replaces `chain`'s members gone past the grace period; true when it
+  // did. `targets`: every registered target.
+  Result<bool> replaceGone(ChainView& chain, SteadyTime now,
+                           const std::map<uint32_t, mgmt::Target>& restarted,
+                           const std::map<uint32_t, PlacementTarget>& targets,
                            std::map<uint32_t, uint32_t>& uses, std::vector<std::string>& replaced);
 
   kv::Engine& kv_;
@@ -85,7 +87,6 @@ class ClusterManager {
   SteadyTime started_;                        // guarded by mu_
   std::map<uint32_t, SteadyTime> last_seen_;  // target -> its node's last heartbeat listing it
   std::set<std::pair<uint32_t, uint32_t>> synced_;  // (chain, target) reported synced
-  std::set<uint32_t> restarted_;                    // targets registered since the last tick
 };
 
 }  // namespace cistern::mgmtd

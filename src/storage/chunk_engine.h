@@ -323,6 +323,9 @@ class ChunkEngine {
   uint64_t usedSlots(uint32_t size_class) const;
   uint64_t heldSlots(uint32_t size_class) const;
   bool failed() const { return failed_.load(); }
+  // Puts the engine into the failed, read-only state (as an fsync error
+  // does) for a reason found outside it; returns the kIOError it reports.
+  Status failTarget(const std::string& what) { return fail(what); }
   // kLeaseExpired naming the chunk if the wall clock is past `not_after_ns`
   // (0: never), as write() checks it once it holds the chunk.
   Status checkNotAfter(ChunkId id, int64_t not_after_ns) const;

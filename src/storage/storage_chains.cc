@@ -18,6 +18,7 @@
 #include "net/blocking.h"
 #include "net/rpc_client.h"
 #include "storage.pb.h"
+#include "storage/forward_rules.h"
 #include "storage/storage_service.h"
 #include "storage/storage_service_util.h"
 
@@ -191,6 +192,10 @@ Status StorageService::stillAt(uint32_t chain, uint64_t chain_version) const {
 }
 
 Status StorageService::settleDirty() {
+  // A failed target's copies stopped moving: pushing them down the chain
+  // would take back changes its successors hold (the head fails its
+  // target for exactly that, headChange).
+  if (engine_.failed()) return Status::OK();
   for (const auto& [id, chain] : locks_->dirtyChunks()) {
     auto pos = chains_->position(chain);
     if (!pos || !pos->head) continue;  // a head's to settle; it is dirty too
@@ -226,6 +231,13 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
   // Where this replica stands once it holds the chunk (the chain may have
   // moved while it waited).
   CO_ASSIGN_OR_RETURN(ChainPosition pos, chains_->serving(chain, chain_version));
+  // A failed target takes no change (checked holding the chunk: a change
+  // that waited behind the one that failed it must not go on): its copy no
+  // longer moves, so a change would go down the chain under a version its
+  // successors hold with other bytes, or settle them back to its own.
+  if (engine_.failed())
+    co_return Status(ErrorCode::kIOError,
+                     fmt::format("target {} failed: it takes no changes", chains_->target()));
   if (!pos.head) {
     co_return Status(ErrorCode::kNotServing,
                      fmt::format("target {} is not the head of chain {} (version {})",
@@ -264,12 +276,31 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
   // apply checks again, as the engine does).
   CO_RETURN_ON_ERROR(engine_.checkNotAfter(id, not_after_ns));
   locks_->markDirty(id, chain);
-  Outcome out = co_await applyAndForward(
-      pos, f, c.data, [&] { return applyLocal(id, c, chain, chain_version, not_after_ns, 0); });
+  Outcome out = co_await applyAndForward(pos, f, c.data, [&]() -> Result<std::optional<ChunkMeta>> {
+    RETURN_ON_ERROR(CISTERN_FAULT("storage.head.apply"));  // the head's disk alone failing
+    return applyLocal(id, c, chain, chain_version, not_after_ns, 0);
+  });
   if (!out.applied.ok()) {
-    // Changed nothing here. Successors that took it get this copy back at
-    // once (docs/chain_protocol.md, "A head that fails to apply"); if that
-    // fails too the chunk stays dirty and the next change settles it.
+    const ErrorCode e = out.applied.code();
+    const ErrorCode fe = out.forwarded.code();
+    // Did a successor (perhaps) take it? Only these refusals say it did not.
+    const bool downstream_may_have_it =
+        pos.successor != 0 && fe != ErrorCode::kChunkVersionMismatch &&
+        fe != ErrorCode::kStaleChainVersion && fe != ErrorCode::kNotServing;
+    if (downstream_may_have_it && (e == ErrorCode::kIOError || e == ErrorCode::kNoSpace)) {
+      // The disk here failed a change the rest of the chain may hold and
+      // may have shown to a reader of the tail: taking it back would
+      // un-commit it. This target fails instead (read-only, out of its
+      // heartbeats: mgmtd takes it out of its chains and the successors,
+      // with the change, go on); the client's retry reaches the new head,
+      // which remembers the update (docs/chain_protocol.md, "A head that
+      // fails to apply").
+      (void)engine_.failTarget(fmt::format("chain {}: {} applied down the chain but not here: {}",
+                                           chain, idText(id), out.applied.toString()));
+      co_return out.applied;
+    }
+    // Changed nothing here, and the successors refused it too (the same
+    // bad input) or not at all: the copy they hold is this one's.
     if (pos.successor != 0 && out.forwarded.ok()) {
       if (Status back = co_await replaceDownstream(pos, id, false); !back.ok())
         co_return out.applied;
@@ -325,6 +356,15 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
     // The resync's copies were written unsynced: durable before the target
     // can serve.
     CO_RETURN_ON_ERROR(co_await net::runBlocking(pool_, [&] { return engine_.sync(); }));
+    // Synced, this copy of the chain is its predecessor's: a dirty mark it
+    // kept from before (a change it took that never settled) is stale and
+    // would keep the chunk unreadable here. Each is cleared under its lock
+    // (a change in flight clears its own).
+    for (const auto& [id, chain] : locks_->dirtyChunks()) {
+      if (chain != f.chain()) continue;
+      ChunkLocks::Guard guard = co_await locks_->lock(id);
+      locks_->clearDirty(id);
+    }
     {
       std::lock_guard lock(synced_mu_);
       synced_.push_back({f.chain(), chains_->target()});
@@ -342,33 +382,35 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
   }
   CO_ASSIGN_OR_RETURN(auto have,
                       co_await net::runBlocking(pool_, [&] { return engine_.query(id); }));
-  const uint64_t have_version = have ? have->chunk_version : 0;
-  const uint64_t have_chain_version = have ? have->chain_version : 0;
-  bool apply = true;
+  ForwardKind kind;
+  ChunkStamp result{f.chunk_version(), f.chain_version()};
   switch (f.op()) {
     case ForwardReq::WRITE:
     case ForwardReq::TRUNCATE:
-      if (have_version == f.chunk_version() && have_chain_version == f.chain_version()) {
-        apply = false;  // a duplicate: applied here before
-      } else if (have_version != f.base_version() ||
-                 (have && have_chain_version != f.base_chain_version())) {
-        co_return Status(ErrorCode::kChunkVersionMismatch,
-                         fmt::format("{}: target {} holds version {}.{}, the change applies to "
-                                     "{}.{}",
-                                     idText(id), chains_->target(), have_version,
-                                     have_chain_version, f.base_version(), f.base_chain_version()));
-      }
+      kind = ForwardKind::kChange;
       break;
     case ForwardReq::REPLACE:
-      apply =
-          !(have_version == f.chunk_version() && have_chain_version == f.content_chain_version());
+      kind = ForwardKind::kReplace;
+      result.chain_version = f.content_chain_version();
       break;
     case ForwardReq::REMOVE:
-      apply = have.has_value();
+      kind = ForwardKind::kRemove;
       break;
     default:
       co_return Status(ErrorCode::kInvalidArgument, fmt::format("unknown change {}", f.op()));
   }
+  std::optional<ChunkStamp> held;
+  if (have) held = ChunkStamp{have->chunk_version, have->chain_version};
+  const ForwardAction action = classifyForward(
+      kind, held ? &*held : nullptr, ChunkStamp{f.base_version(), f.base_chain_version()}, result);
+  if (action == ForwardAction::kMismatch) {
+    co_return Status(
+        ErrorCode::kChunkVersionMismatch,
+        fmt::format("{}: target {} holds version {}.{}, the change applies to {}.{}", idText(id),
+                    chains_->target(), held ? held->version : 0, held ? held->chain_version : 0,
+                    f.base_version(), f.base_chain_version()));
+  }
+  const bool apply = action == ForwardAction::kApply;
   locks_->markDirty(id, f.chain());
   Change c{f.op(), f.offset(), f.length(), payload, f.sync()};
   const uint64_t stamp =
@@ -495,6 +537,9 @@ Status StorageService::syncChunk(const ChainPosition& p, ChunkId id) {
 }
 
 Status StorageService::resync(const ChainPosition& p, const std::atomic<bool>* stop) {
+  if (engine_.failed())  // its copies may be older than the chain's (settleDirty)
+    return Status(ErrorCode::kIOError,
+                  fmt::format("target {} failed: it syncs no successor", chains_->target()));
   ASSIGN_OR_RETURN(auto to, net::Endpoint::parse(p.successor_endpoint));
   const auto stopped = [&] { return stop && stop->load(); };
   // Both lists in chunk order, a page at a time, merged.

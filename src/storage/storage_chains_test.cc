@@ -311,6 +311,40 @@ TEST_F(StorageChainsTest, AWriteUnderWayWhenTheChainMovesIsNotAcknowledged) {
   }
 }
 
+// The head's disk fails a change its successors took (and a reader of the
+// tail may have seen): taking it back would un-commit a version a reader
+// saw. The head's target fails instead — read-only, refusing changes —
+// and the successors keep the change; once mgmtd has taken the head out,
+// the client's retry reaches the new head, which remembers the update and
+// answers without applying it again.
+TEST_F(StorageChainsTest, AHeadWhoseDiskFailsAChangeItsSuccessorsTookFailsItsTarget) {
+  auto a = bytes(8192, 21), b = bytes(8192, 22);
+  ASSERT_TRUE(write(1, 1, 0, 0, a).ok());
+  fault::enable("storage.head.apply", {.code = ErrorCode::kIOError, .times = 1});
+  Status s = write(1, 1, 0, 0, b, 9);
+  fault::disable("storage.head.apply");
+  EXPECT_EQ(s.code(), ErrorCode::kIOError) << s.toString();
+  EXPECT_TRUE(at(1).engine->failed()) << "the head's target failed";
+  // Another change at the failed head is refused before it goes anywhere
+  // (its copy no longer moves: the change would reach the successors under
+  // the version they hold with the first change's bytes).
+  auto c = bytes(8192, 23);
+  EXPECT_EQ(write(1, 1, 0, 0, c, 10).code(), ErrorCode::kIOError);
+  std::vector<uint8_t> got;
+  ASSERT_EQ(read(3, 1, 0, &got), ErrorCode::kOk);
+  EXPECT_EQ(got, b) << "the tail keeps the change";
+  EXPECT_EQ(meta(3, 0)->chunk_version, 2u);
+  route({{2, mgmt::SERVING}, {3, mgmt::SERVING}, {1, mgmt::OFFLINE}}, 2);
+  WriteResp resp;
+  ASSERT_TRUE(write(2, 2, 0, 0, b, 9, &resp).ok()) << "the retry, at the new head";
+  for (uint32_t t : {2u, 3u}) {
+    EXPECT_EQ(meta(t, 0)->chunk_version, 2u) << "target " << t << ": applied once";
+    ASSERT_EQ(read(t, 2, 0, &got), ErrorCode::kOk);
+    EXPECT_EQ(got, b);
+  }
+  EXPECT_EQ(meta(1, 0)->chunk_version, 1u) << "the failed head kept its old copy";
+}
+
 // A change that failed down the chain and that nobody retries is pushed
 // down by the head's background settle: the chunk is readable again.
 TEST_F(StorageChainsTest, TheHeadSettlesADirtyChunkNobodyRetries) {
