@@ -125,7 +125,7 @@ struct StorageServer::Impl {
     if (resp.target_ids_size() != 1)
       return Status(ErrorCode::kInternal, "mgmtd answered a registration without a target id");
     timeout_ms = resp.heartbeat_timeout_ms();
-    table.setTarget(resp.target_ids(0));
+    table.registered(resp.target_ids(0), resp.routing_version());
     target = resp.target_ids(0);
     CLOG_INFO("storage", "node {} registered: target {} ({}), heartbeat timeout {} ms",
               options.node, target.load(), engine->path(), timeout_ms);

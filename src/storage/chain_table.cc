@@ -12,6 +12,16 @@ void ChainTable::setTarget(uint32_t target) {
   target_ = target;
 }
 
+void ChainTable::registered(uint32_t target, uint64_t routing_version) {
+  std::lock_guard lock(mu_);
+  target_ = target;
+  registered_version_ = routing_version;
+  routing_version_ = 0;
+  seen_ = false;
+  positions_.clear();
+  fenced_ = true;  // until a routing from after the registration says otherwise
+}
+
 uint32_t ChainTable::target() const {
   std::lock_guard lock(mu_);
   return target_;
@@ -24,9 +34,14 @@ uint64_t ChainTable::routingVersion() const {
 
 Status ChainTable::update(const mgmt::Routing& routing) {
   std::map<uint32_t, std::string> endpoints;
-  for (const auto& t : routing.targets()) endpoints[t.id()] = t.endpoint();
   std::lock_guard lock(mu_);
+  bool restarted = false;
+  for (const auto& t : routing.targets()) {
+    endpoints[t.id()] = t.endpoint();
+    if (t.id() == target_) restarted = t.restarted();
+  }
   if (seen_ && routing.version() <= routing_version_) return Status::OK();
+  if (routing.version() < registered_version_) return Status::OK();  // from before it registered
   std::map<uint32_t, ChainPosition> positions;
   for (const auto& c : routing.chains()) {
     int self = -1;
@@ -56,10 +71,10 @@ Status ChainTable::update(const mgmt::Routing& routing) {
         p.successor_syncing = next.state() == mgmt::SYNCING;
       }
     }
-    if (!seen_ && p.serving) fenced_[p.chain] = p.version;
     positions[p.chain] = std::move(p);
   }
   positions_ = std::move(positions);
+  fenced_ = restarted;
   routing_version_ = routing.version();
   seen_ = true;
   return Status::OK();
@@ -68,18 +83,15 @@ Status ChainTable::update(const mgmt::Routing& routing) {
 std::optional<ChainPosition> ChainTable::position(uint32_t chain) const {
   std::lock_guard lock(mu_);
   auto it = positions_.find(chain);
-  if (it == positions_.end()) return std::nullopt;
-  auto f = fenced_.find(chain);
-  if (f != fenced_.end() && f->second == it->second.version) return std::nullopt;
+  if (it == positions_.end() || fenced_) return std::nullopt;
   return it->second;
 }
 
 std::vector<ChainPosition> ChainTable::syncsToRun() const {
   std::vector<ChainPosition> out;
   std::lock_guard lock(mu_);
+  if (fenced_) return out;
   for (const auto& [id, p] : positions_) {
-    auto f = fenced_.find(id);
-    if (f != fenced_.end() && f->second == p.version) continue;
     if (p.serving && p.successor_syncing) out.push_back(p);
   }
   return out;

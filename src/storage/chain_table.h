@@ -8,11 +8,15 @@
 // a whole timeout of silence, so a server cut off from mgmtd (a partition, a
 // SIGSTOP) has stopped serving by the time its chains move on without it.
 //
-// Restart fence: a target that is a SERVING member of a chain in the first
-// routing this process sees may have lost what it held in memory (its
-// uncommitted versions). mgmtd takes such a target out when its node
-// registers again (cluster_manager.h); until the chain's version has moved
-// past the one seen first, the target serves nothing of that chain.
+// Restart fence: a process that registers again may have lost what it held
+// in memory (its uncommitted versions, dirty marks), so mgmtd marks its
+// target restarted (mgmt::Target.restarted, in the routing) until a step
+// has taken it out of its chains. While the routing this process holds
+// marks its target restarted, or is older than its registration, the
+// target serves nothing and syncs nobody. (The fence once held until a
+// chain's version moved past the first routing seen; the simulation found
+// a chain whose LASTSRV member restarted wait forever on that: its version
+// moves only when the sync the fence forbade finishes.)
 //
 // Thread-safe.
 #pragma once
@@ -51,6 +55,10 @@ class ChainTable {
 
   // Which target this server serves, once mgmtd has given it an id.
   void setTarget(uint32_t target);
+  // This process registered `target`, answered at `routing_version`:
+  // routings older than that are ignored, the next one is taken whatever
+  // its version (the fence above).
+  void registered(uint32_t target, uint64_t routing_version);
   uint32_t target() const;
   // Replaces the view with `routing`'s if it is newer; kInvalidArgument
   // naming the chain if a chain names a target the table does not have.
@@ -79,7 +87,8 @@ class ChainTable {
   uint32_t target_ = 0;
   uint64_t routing_version_ = 0;
   bool seen_ = false;                    // a routing was applied
-  std::map<uint32_t, uint64_t> fenced_;  // chain -> version at the first routing
+  uint64_t registered_version_ = 0;
+  bool fenced_ = false;  // the routing marks this target restarted
   std::map<uint32_t, ChainPosition> positions_;
   SteadyTime lease_until_{};
 };

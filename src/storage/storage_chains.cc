@@ -200,6 +200,7 @@ Status StorageService::settleDirty() {
     auto pos = chains_->position(chain);
     if (!pos || !pos->head) continue;  // a head's to settle; it is dirty too
     ChunkLocks::Guard guard = locks_->lockBlocking(id);
+    if (engine_.failed()) return Status::OK();  // failed meanwhile (headChange)
     if (!locks_->dirty(id)) continue;
     // A failed send leaves it dirty: the next pass tries again.
     if (pos->successor != 0 && !sendCopyBlocking(*pos, id, /*sync=*/false).ok()) continue;
@@ -380,6 +381,9 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
                      fmt::format("chain {} moved past version {} at target {}", f.chain(),
                                  f.chain_version(), chains_->target()));
   }
+  if (engine_.failed())  // its copy no longer moves (headChange): it passes nothing on
+    co_return Status(ErrorCode::kIOError,
+                     fmt::format("target {} failed: it takes no changes", chains_->target()));
   CO_ASSIGN_OR_RETURN(auto have,
                       co_await net::runBlocking(pool_, [&] { return engine_.query(id); }));
   ForwardKind kind;
@@ -421,6 +425,17 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
         return applyLocal(id, c, f.chain(), stamp, 0, f.chunk_version());
       });
   if (!out.applied.ok()) {
+    const ErrorCode e = out.applied.code(), fe = out.forwarded.code();
+    if (pos->successor != 0 && !f.sync() && (e == ErrorCode::kIOError || e == ErrorCode::kNoSpace) &&
+        fe != ErrorCode::kChunkVersionMismatch && fe != ErrorCode::kStaleChainVersion &&
+        fe != ErrorCode::kNotServing) {
+      // As at the head (headChange): the replicas after this one may hold
+      // the change, and the tail may have shown it; this one fails rather
+      // than hold an older copy the chain could later be settled back to.
+      (void)engine_.failTarget(fmt::format("chain {}: {} applied down the chain but not here: {}",
+                                           f.chain(), idText(id), out.applied.toString()));
+      co_return out.applied.withContext(fmt::format("chain {}", f.chain()));
+    }
     if (pos->successor == 0 || !out.forwarded.ok()) locks_->clearDirty(id);
     co_return out.applied.withContext(fmt::format("chain {}", f.chain()));
   }
@@ -533,6 +548,9 @@ void StorageService::registerChainHandlers(net::RpcServer& server) {
 
 Status StorageService::syncChunk(const ChainPosition& p, ChunkId id) {
   ChunkLocks::Guard guard = locks_->lockBlocking(id);
+  if (engine_.failed())  // failed meanwhile (headChange): its copy may be older than the chain's
+    return Status(ErrorCode::kIOError,
+                  fmt::format("target {} failed: it syncs no successor", chains_->target()));
   return sendCopyBlocking(p, id, /*sync=*/true);
 }
 

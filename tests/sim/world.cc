@@ -209,13 +209,27 @@ class World {
 
   // (Lambdas are made in plain functions, not in coroutine bodies: GCC 12
   // miscompiles a coroutine local captured by copy.)
+  // When a message sent now from `from` to `to` arrives: after a random
+  // delay, but never before one sent earlier on that pair (the real
+  // transport is one TCP connection per peer: in order, or lost with the
+  // connection). Messages of different pairs overtake each other freely.
+  Micros arrival(int from, int to) {
+    Micros& last = last_arrival_[{from, to}];
+    last = std::max(last, sched_.now() + delay());
+    return last;
+  }
   std::shared_ptr<Pending> send(int from, int to, const Msg& m, Micros timeout) {
     auto p = std::make_shared<Pending>();
     ++r_.messages;
-    const int copies = dup_per_mille_ > 0 && rng_.uniform(1000) < dup_per_mille_ ? 2 : 1;
+    // Duplicates: a request delivered twice (an RPC layer's resend) — not
+    // a forward down a chain, which no layer resends (a replica's change is
+    // sent again only by the protocol itself, as a new message).
+    const bool may_dup = m.op != Op::kForward;
+    const int copies =
+        may_dup && dup_per_mille_ > 0 && rng_.uniform(1000) < dup_per_mille_ ? 2 : 1;
     for (int i = 0; i < copies; ++i) {
       if (!linked(from, to) || lose()) continue;
-      sched_.after(delay(), [this, from, to, m, p] { deliver(from, to, m, p); });
+      sched_.at(arrival(from, to), [this, from, to, m, p] { deliver(from, to, m, p); });
     }
     sched_.after(timeout,
                  [this, p] { complete(sched_, p, err(ErrorCode::kTimeout, "no answer in time")); });
@@ -231,8 +245,8 @@ class World {
   }
   void answer(int from, int to, const std::shared_ptr<Pending>& p, Reply r) {
     if (!linked(from, to) || lose()) return;
-    sched_.after(delay(),
-                 [this, p, r = std::move(r)]() mutable { complete(sched_, p, std::move(r)); });
+    sched_.at(arrival(to, from),
+              [this, p, r = std::move(r)]() mutable { complete(sched_, p, std::move(r)); });
   }
   void deliver(int from, int to, const Msg& m, std::shared_ptr<Pending> p) {
     Actor& a = actor(to);
@@ -340,6 +354,12 @@ class World {
     co_await sleepFor(n, 100 + static_cast<Micros>(rng_.uniform(2 * kMs)));
     if (n.failed || (disk_errors_ && rng_.oneIn(40)))
       co_return Status(ErrorCode::kIOError, fmt::format("node {}: disk write failed", n.id));
+    if (o_.trace)
+      trace(fmt::format("node {}: chunk {} := {}{}", n.id, chunk,
+                        copy ? fmt::format("{}.{} {}", copy->stamp.version, copy->stamp.chain_version,
+                                           copy->data)
+                             : std::string("removed"),
+                        durable ? "" : " (unsynced)"));
     if (copy) {
       n.current[chunk] = *copy;
       if (durable) n.durable[chunk] = *copy;
@@ -514,6 +534,8 @@ class World {
     pos = n.table->position(f.chain);
     if (!pos || !(pos->serving || pos->syncing) || pos->version != f.chain_version)
       co_return err(ErrorCode::kStaleChainVersion, "the chain moved");
+    if (n.failed && !o_.bug_head_takes_back)
+      co_return err(ErrorCode::kIOError, "the target failed: it takes no changes");
     auto have = n.current.find(f.chunk);
     const ChunkStamp* held = have == n.current.end() ? nullptr : &have->second.stamp;
     const ForwardKind kind = f.fop == FwdOp::kChange    ? ForwardKind::kChange
@@ -531,6 +553,16 @@ class World {
     Outcome out =
         co_await applyAndForward(n, *pos, f, action == ForwardAction::kApply, copy, !f.sync);
     if (!out.applied.ok()) {
+      const ErrorCode fe = out.forwarded.code();
+      if (pos->successor != 0 && !f.sync && out.applied.code() == ErrorCode::kIOError &&
+          fe != ErrorCode::kChunkVersionMismatch && fe != ErrorCode::kStaleChainVersion &&
+          fe != ErrorCode::kNotServing && !o_.bug_head_takes_back) {
+        trace(fmt::format("node {}: its disk failed chunk {} the chain took: the target fails",
+                          n.id, f.chunk));
+        n.failed = true;  // as at the head (storage_chains.cc onForward)
+        n.failed_by_error = true;
+        co_return err(out.applied);
+      }
       if (pos->successor == 0 || !out.forwarded.ok()) n.dirty.erase(f.chunk);
       co_return err(out.applied);
     }
@@ -572,6 +604,7 @@ class World {
       auto pos = n.table->position(chain);
       if (!pos || !pos->head) continue;
       Guard guard = co_await lockChunk(n, chunk);
+      if (n.failed && !o_.bug_head_takes_back) co_return;  // failed meanwhile
       if (!n.dirty.count(chunk)) continue;
       pos = n.table->position(chain);
       if (!pos || !pos->head) continue;
@@ -606,6 +639,8 @@ class World {
       if (!mine.count(chunk)) differ.insert(chunk);
     for (uint64_t chunk : differ) {
       Guard guard = co_await lockChunk(n, chunk);
+      if (n.failed && !o_.bug_head_takes_back)
+        co_return Status(ErrorCode::kIOError, "the target failed: it syncs no successor");
       Status s = co_await sendCopy(n, p, chunk, true);
       if (!s.ok()) co_return s;
     }
@@ -645,7 +680,7 @@ class World {
     if (r.reg.target_ids_size() != 1) co_return Status(ErrorCode::kInternal, "no target id");
     n.target = r.reg.target_ids(0);
     n.timeout_ms = r.reg.heartbeat_timeout_ms();
-    n.table->setTarget(n.target);
+    n.table->registered(n.target, r.reg.routing_version());
     node_of_target_[n.target] = n.id;
     co_return Status::OK();
   }
@@ -758,6 +793,7 @@ class World {
   }
   Task<void> clientRead(ClientNode& c, uint64_t chunk) {
     const uint64_t floor = hw_[chunk];  // what completed before this read began
+    const Micros began = sched_.now();
     const Micros deadline = sched_.now() + 20000 * kMs;
     for (;;) {
       const mgmt::Chain* chain = chainOf(c, chunk);
@@ -776,6 +812,10 @@ class World {
           r = co_await call(c.id, nodeOfTarget(tail), m, kClientCallTimeout);
         if (r.code == ErrorCode::kOk) {
           ++r_.reads_checked;
+          trace(fmt::format("client {}: read chunk {} (began at {:.3f}, floor {}) at node {}: "
+                            "{}.{} {}",
+                            c.id, chunk, began / 1e6, floor, nodeOfTarget(first), r.stamp.version,
+                            r.stamp.chain_version, r.exists ? r.data : "none"));
           if (!r.exists) {
             if (floor > 0)
               violate(
@@ -820,7 +860,19 @@ class World {
   void crashNode(StorageNode& n, Micros down_for, bool for_good) {
     if (!n.up() || n.lost || n.failed) return;
     ++r_.crashes;
-    trace(fmt::format("node {} crashes{}", n.id, for_good ? " for good" : ""));
+    if (o_.trace) {
+      std::string lost;
+      for (const auto& [chunk, c] : n.current) {
+        auto d = n.durable.find(chunk);
+        if (d == n.durable.end() || !(d->second == c))
+          lost += fmt::format(" chunk {} {}.{} -> {}", chunk, c.stamp.version, c.stamp.chain_version,
+                              d == n.durable.end() ? std::string("none")
+                                                   : fmt::format("{}.{}", d->second.stamp.version,
+                                                                 d->second.stamp.chain_version));
+      }
+      trace(fmt::format("node {} (target {}) crashes{};{}", n.id, n.target,
+                        for_good ? " for good" : "", lost.empty() ? " nothing unsynced" : lost));
+    }
     n.crash();
     n.reset();
     if (for_good) {
@@ -922,6 +974,7 @@ class World {
   std::vector<std::unique_ptr<ClientNode>> clients_;
   std::map<uint32_t, int> node_of_target_;
   std::set<int> cut_;                    // nodes cut off from everyone
+  std::map<std::pair<int, int>, Micros> last_arrival_;  // (from, to) -> its last arrival
   std::set<uint32_t> waiting_for_gone_;  // chains whose LASTSRV member is gone for good
   uint64_t drop_per_mille_ = 0, dup_per_mille_ = 0;
   Micros max_delay_ = 2 * kMs;
