@@ -86,7 +86,7 @@ class ChainTable {
   mutable std::mutex mu_;
   uint32_t target_ = 0;
   uint64_t routing_version_ = 0;
-  bool seen_ = false;                    // a routing was applied
+  bool seen_ = false;  // a routing was applied
   uint64_t registered_version_ = 0;
   bool fenced_ = false;  // the routing marks this target restarted
   std::map<uint32_t, ChainPosition> positions_;

@@ -426,7 +426,8 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
       });
   if (!out.applied.ok()) {
     const ErrorCode e = out.applied.code(), fe = out.forwarded.code();
-    if (pos->successor != 0 && !f.sync() && (e == ErrorCode::kIOError || e == ErrorCode::kNoSpace) &&
+    if (pos->successor != 0 && !f.sync() &&
+        (e == ErrorCode::kIOError || e == ErrorCode::kNoSpace) &&
         fe != ErrorCode::kChunkVersionMismatch && fe != ErrorCode::kStaleChainVersion &&
         fe != ErrorCode::kNotServing) {
       // As at the head (headChange): the replicas after this one may hold

@@ -225,8 +225,7 @@ class World {
     // a forward down a chain, which no layer resends (a replica's change is
     // sent again only by the protocol itself, as a new message).
     const bool may_dup = m.op != Op::kForward;
-    const int copies =
-        may_dup && dup_per_mille_ > 0 && rng_.uniform(1000) < dup_per_mille_ ? 2 : 1;
+    const int copies = may_dup && dup_per_mille_ > 0 && rng_.uniform(1000) < dup_per_mille_ ? 2 : 1;
     for (int i = 0; i < copies; ++i) {
       if (!linked(from, to) || lose()) continue;
       sched_.at(arrival(from, to), [this, from, to, m, p] { deliver(from, to, m, p); });
@@ -355,11 +354,11 @@ class World {
     if (n.failed || (disk_errors_ && rng_.oneIn(40)))
       co_return Status(ErrorCode::kIOError, fmt::format("node {}: disk write failed", n.id));
     if (o_.trace)
-      trace(fmt::format("node {}: chunk {} := {}{}", n.id, chunk,
-                        copy ? fmt::format("{}.{} {}", copy->stamp.version, copy->stamp.chain_version,
-                                           copy->data)
-                             : std::string("removed"),
-                        durable ? "" : " (unsynced)"));
+      trace(fmt::format(
+          "node {}: chunk {} := {}{}", n.id, chunk,
+          copy ? fmt::format("{}.{} {}", copy->stamp.version, copy->stamp.chain_version, copy->data)
+               : std::string("removed"),
+          durable ? "" : " (unsynced)"));
     if (copy) {
       n.current[chunk] = *copy;
       if (durable) n.durable[chunk] = *copy;
@@ -744,6 +743,14 @@ class World {
       if (ch.id() == id) return &ch;
     return nullptr;
   }
+  static Msg chunkRequest(Op op, const mgmt::Chain& chain, uint64_t chunk) {
+    Msg m;
+    m.op = op;
+    m.chain = chain.id();
+    m.chain_version = chain.version();
+    m.chunk = chunk;
+    return m;
+  }
   Task<void> clientWrite(ClientNode& c, uint64_t chunk) {
     const std::pair<uint64_t, uint64_t> update{static_cast<uint64_t>(c.id), ++c.seq};
     const std::string value = fmt::format("c{}.{}", c.id, c.seq);
@@ -752,11 +759,7 @@ class World {
     for (;;) {
       const mgmt::Chain* chain = chainOf(c, chunk);
       if (chain && chain->targets_size() > 0) {
-        Msg m;
-        m.op = Op::kWrite;
-        m.chain = chain->id();
-        m.chain_version = chain->version();
-        m.chunk = chunk;
+        Msg m = chunkRequest(Op::kWrite, *chain, chunk);
         m.update = update;
         m.data = value;
         const int head = nodeOfTarget(chain->targets(0));
@@ -798,11 +801,7 @@ class World {
     for (;;) {
       const mgmt::Chain* chain = chainOf(c, chunk);
       if (chain && chain->targets_size() > 0) {
-        Msg m;
-        m.op = Op::kRead;
-        m.chain = chain->id();
-        m.chain_version = chain->version();
-        m.chunk = chunk;
+        const Msg m = chunkRequest(Op::kRead, *chain, chunk);
         const int n = chain->targets_size();
         const uint32_t first =
             chain->targets(static_cast<int>(rng_.uniform(static_cast<uint64_t>(n))));
@@ -812,10 +811,11 @@ class World {
           r = co_await call(c.id, nodeOfTarget(tail), m, kClientCallTimeout);
         if (r.code == ErrorCode::kOk) {
           ++r_.reads_checked;
-          trace(fmt::format("client {}: read chunk {} (began at {:.3f}, floor {}) at node {}: "
-                            "{}.{} {}",
-                            c.id, chunk, began / 1e6, floor, nodeOfTarget(first), r.stamp.version,
-                            r.stamp.chain_version, r.exists ? r.data : "none"));
+          trace(
+              fmt::format("client {}: read chunk {} (began at {:.3f}, floor {}) at node {}: "
+                          "{}.{} {}",
+                          c.id, chunk, began / 1e6, floor, nodeOfTarget(first), r.stamp.version,
+                          r.stamp.chain_version, r.exists ? r.data : "none"));
           if (!r.exists) {
             if (floor > 0)
               violate(
@@ -865,10 +865,11 @@ class World {
       for (const auto& [chunk, c] : n.current) {
         auto d = n.durable.find(chunk);
         if (d == n.durable.end() || !(d->second == c))
-          lost += fmt::format(" chunk {} {}.{} -> {}", chunk, c.stamp.version, c.stamp.chain_version,
-                              d == n.durable.end() ? std::string("none")
-                                                   : fmt::format("{}.{}", d->second.stamp.version,
-                                                                 d->second.stamp.chain_version));
+          lost += fmt::format(
+              " chunk {} {}.{} -> {}", chunk, c.stamp.version, c.stamp.chain_version,
+              d == n.durable.end()
+                  ? std::string("none")
+                  : fmt::format("{}.{}", d->second.stamp.version, d->second.stamp.chain_version));
       }
       trace(fmt::format("node {} (target {}) crashes{};{}", n.id, n.target,
                         for_good ? " for good" : "", lost.empty() ? " nothing unsynced" : lost));
@@ -973,7 +974,7 @@ class World {
   std::vector<std::unique_ptr<StorageNode>> nodes_;
   std::vector<std::unique_ptr<ClientNode>> clients_;
   std::map<uint32_t, int> node_of_target_;
-  std::set<int> cut_;                    // nodes cut off from everyone
+  std::set<int> cut_;                                   // nodes cut off from everyone
   std::map<std::pair<int, int>, Micros> last_arrival_;  // (from, to) -> its last arrival
   std::set<uint32_t> waiting_for_gone_;  // chains whose LASTSRV member is gone for good
   uint64_t drop_per_mille_ = 0, dup_per_mille_ = 0;
