@@ -57,6 +57,7 @@ struct Piece {
   // uncommitted version (then the tail is asked).
   uint32_t attempts = 0;
   bool to_tail = false;
+  uint32_t corrupt = 0;  // replicas whose copy failed verification
 };
 
 class ClientImpl;
@@ -280,8 +281,11 @@ class ClientImpl final : public Client {
   // Where an attempt at `p` goes: the head for a write (which gets its
   // update id), readRoute() for a read.
   Result<ChainRoute> pieceRoute(bool write, uint64_t ino, Piece& p);
-  // After a read attempt of `p` failed with `s`: where the next one goes.
-  static void afterReadAttempt(Piece& p, const Status& s);
+  // After a read attempt of `p` on `route` failed with `s`: where the next
+  // one goes, and the status to go on with — a replica whose copy failed
+  // verification (kCorruption) sends the read to the next replica, as a
+  // retry, until every replica was tried (docs/chain_protocol.md, "Repair").
+  static Status afterReadAttempt(Piece& p, const Status& s, const Result<ChainRoute>& route);
   // A write piece's update id, given once.
   void giveUpdateId(Piece& p) {
     if (p.update_seq == 0) p.update_seq = next_update_seq_.fetch_add(1);

@@ -192,13 +192,24 @@ Result<ClientImpl::ChainRoute> ClientImpl::pieceRoute(bool write, uint64_t ino, 
   return readRoute(std::move(r), ino, p);
 }
 
-void ClientImpl::afterReadAttempt(Piece& p, const Status& s) {
+Status ClientImpl::afterReadAttempt(Piece& p, const Status& s, const Result<ChainRoute>& route) {
   if (s.code() == ErrorCode::kChunkNotCommitted) {
     p.to_tail = true;
-  } else {
-    p.to_tail = false;
-    ++p.attempts;
+    return s;
   }
+  p.to_tail = false;
+  ++p.attempts;
+  if (s.code() == ErrorCode::kCorruption && route.ok() && route->replicated() &&
+      ++p.corrupt < route->replicas.size()) {
+    static auto& failovers = metrics::Registry::global().counter(
+        "client_read_corrupt_failovers_total", {},
+        "Reads that met a replica's copy failing verification and went to another replica");
+    failovers.inc();
+    return Status(
+        ErrorCode::kTargetBusy,  // retried at once on the next replica
+        fmt::format("{}: {}; reading another replica", route->endpoint.toString(), s.toString()));
+  }
+  return s;
 }
 
 std::optional<Status> ClientImpl::giveUp(const Status& s, Clock::time_point deadline,
@@ -241,7 +252,7 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
       }
     }
     if (s.ok()) co_return s;
-    if (!write) afterReadAttempt(p, s);
+    if (!write) s = afterReadAttempt(p, s, r);
     if (auto end = giveUp(s, deadline, backoff, /*fenced=*/write))
       co_return end->withContext(pieceName(write, inode, p));
     if (s.code() != ErrorCode::kChunkNotCommitted) {  // else the tail, at once
@@ -266,7 +277,7 @@ Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece&
                          write ? blockingFence(r.endpoint, kWrite()) : 0);
         Status s = call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
                                               call.response(), call.options()));
-        if (!s.ok() && !write) afterReadAttempt(p, s);
+        if (!s.ok() && !write) s = afterReadAttempt(p, s, r);
         return s;
       },
       [&] { return pieceName(write, inode, p); }, /*fenced=*/write);

@@ -16,6 +16,7 @@
 #include "net/rpc_server.h"
 #include "server/listen.h"
 #include "storage/chain_table.h"
+#include "storage/scrub_worker.h"
 #include "storage/storage_service.h"
 
 namespace cistern::server {
@@ -42,6 +43,9 @@ void StorageServerOptions::bind(ConfigBinder& b) {
   b.bind("storage.mgmtd", &mgmtd, "mgmtd endpoints (host:port), tried in turn");
   b.bind("storage.heartbeat_ms", &heartbeat_ms,
          "how often the node beats to mgmtd (0: a fifth of mgmtd's heartbeat timeout)");
+  b.bind("storage.scrub_bytes_per_second", &scrub_bytes_per_second,
+         "the scrub re-reads every chunk at this rate, a bad copy repaired from a peer's "
+         "(0: no scrub)");
   engine.bind(b, "storage.engine");
   service.bind(b, "storage.service");
 }
@@ -71,6 +75,7 @@ struct StorageServer::Impl {
   net::RpcClient mgmt;
   storage::ChainTable table;
   std::unique_ptr<storage::StorageService> service;
+  std::unique_ptr<storage::ScrubWorker> scrub;
   std::string endpoint;  // advertised
   std::atomic<uint32_t> target{0};
   uint32_t timeout_ms = 0;
@@ -247,6 +252,7 @@ StorageServer::~StorageServer() {
   if (impl_->beater.joinable()) impl_->beater.join();
   if (impl_->syncer.joinable()) impl_->syncer.join();
   for (auto& t : impl_->sync_threads) t.first.join();
+  impl_->scrub.reset();
   if (impl_->server) impl_->server->stop();
   impl_->service.reset();
   impl_->server.reset();
@@ -275,6 +281,14 @@ Result<std::unique_ptr<StorageServer>> StorageServer::start(const StorageServerO
     i->beat_now = true;
     i->cv.notify_all();
   });
+  if (options.scrub_bytes_per_second > 0) {
+    impl->scrub = std::make_unique<storage::ScrubWorker>(
+        *impl->engine, options.scrub_bytes_per_second, std::chrono::hours(24),
+        [i = impl.get()](storage::ChunkId id) {
+          auto m = i->engine->query(id);
+          if (m.ok() && *m && (*m)->chain != 0) i->service->repairLater(id, (*m)->chain);
+        });
+  }
   RETURN_ON_ERROR(impl->server->start());
   impl->endpoint =
       options.advertise.empty() ? impl->server->endpoint().toString() : options.advertise;

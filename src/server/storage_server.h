@@ -32,6 +32,9 @@ struct StorageServerOptions {
   std::string target = "./cistern-data/target0";
   std::vector<std::string> mgmtd = {"127.0.0.1:7420"};
   uint32_t heartbeat_ms = 0;
+  // The scrub re-reads every chunk at this rate and has a bad copy repaired
+  // from a peer's (docs/chain_protocol.md, "Repair"); 0: no scrub.
+  uint64_t scrub_bytes_per_second = 32ull << 20;
   storage::ChunkEngineOptions engine;
   storage::StorageServiceOptions service;
 

@@ -56,6 +56,11 @@ Status ChainTable::update(const mgmt::Routing& routing) {
     p.serving = state == mgmt::SERVING;
     p.syncing = state == mgmt::SYNCING;
     p.head = p.serving && c.targets_size() > 0 && c.targets(0) == target_;
+    for (int i = 0; i < c.members_size(); ++i) {
+      if (i == self || c.members(i).state() != mgmt::SERVING) continue;
+      if (auto ep = endpoints.find(c.members(i).target()); ep != endpoints.end())
+        p.serving_peers.push_back(ep->second);
+    }
     // Members that take changes come first (SERVING, then SYNCING).
     if ((p.serving || p.syncing) && self + 1 < c.members_size()) {
       const auto& next = c.members(self + 1);

@@ -47,6 +47,9 @@ struct ChainPosition {
   uint32_t successor = 0;
   std::string successor_endpoint;
   bool successor_syncing = false;
+  // The chain's other SERVING members, in chain order (the tail last): where
+  // a repair fetches a good copy.
+  std::vector<std::string> serving_peers;
 };
 
 class ChainTable {

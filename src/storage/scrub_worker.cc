@@ -6,8 +6,12 @@
 namespace cistern::storage {
 
 ScrubWorker::ScrubWorker(ChunkEngine& engine, uint64_t bytes_per_second,
-                         std::chrono::milliseconds pause)
-    : engine_(engine), rate_(bytes_per_second), pause_(pause), thread_([this] { loop(); }) {}
+                         std::chrono::milliseconds pause, std::function<void(ChunkId)> on_bad)
+    : engine_(engine),
+      rate_(bytes_per_second),
+      pause_(pause),
+      on_bad_(std::move(on_bad)),
+      thread_([this] { loop(); }) {}
 
 ScrubWorker::~ScrubWorker() {
   {
@@ -45,6 +49,13 @@ void ScrubWorker::loop() {
       for (const auto& id : last_bad_) {
         CLOG_ERROR("storage", "scrub: chunk {}:{} on {} fails verification", id.inode, id.index,
                    engine_.path());
+      }
+      if (on_bad_) {
+        const auto bad_ids = last_bad_;
+        lock.unlock();
+        for (const auto& id : bad_ids) on_bad_(id);
+        lock.lock();
+        if (stop_) break;
       }
     } else {
       CLOG_WARN("storage", "scrub of {} stopped: {}", engine_.path(), bad.status().toString());

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -20,8 +21,11 @@ namespace cistern::storage {
 
 class ScrubWorker {
  public:
+  // `on_bad`, if set, is called (from the worker's thread) with each chunk
+  // that failed verification in a pass: a replica's repair.
   ScrubWorker(ChunkEngine& engine, uint64_t bytes_per_second,
-              std::chrono::milliseconds pause = std::chrono::hours(24));
+              std::chrono::milliseconds pause = std::chrono::hours(24),
+              std::function<void(ChunkId)> on_bad = {});
   ~ScrubWorker();
 
   uint64_t passes() const;
@@ -33,6 +37,7 @@ class ScrubWorker {
   ChunkEngine& engine_;
   uint64_t rate_;
   std::chrono::milliseconds pause_;
+  std::function<void(ChunkId)> on_bad_;
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;

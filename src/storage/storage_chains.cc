@@ -13,6 +13,7 @@
 #include <asio/experimental/awaitable_operators.hpp>
 #include "common/fault.h"
 #include "common/log.h"
+#include "common/metrics.h"
 
 #include "mgmt.pb.h"
 #include "net/blocking.h"
@@ -29,6 +30,10 @@ std::string idText(ChunkId id) { return fmt::format("chunk {}:{}", id.inode, id.
 
 const net::Method& kForward() {
   static const auto m = net::Method::of("cistern.storage.StorageService.Forward");
+  return m;
+}
+const net::Method& kCopy() {
+  static const auto m = net::Method::of("cistern.storage.StorageService.Copy");
   return m;
 }
 const net::Method& kList() {
@@ -189,6 +194,70 @@ Status StorageService::stillAt(uint32_t chain, uint64_t chain_version) const {
   return Status(
       ErrorCode::kStaleChainVersion,
       fmt::format("chain {} moved past version {} during the change", chain, chain_version));
+}
+
+Status StorageService::repair(ChunkId id, uint32_t chain) {
+  static auto& repaired = metrics::Registry::global().counter(
+      "storage_chunks_repaired_total", {},
+      "Chunk copies that failed verification and were replaced by a peer's copy");
+  if (engine_.failed())
+    return Status(ErrorCode::kIOError, fmt::format("target {} failed", chains_->target()));
+  auto pos = chains_->position(chain);
+  if (!pos || !pos->serving)
+    return Status(ErrorCode::kNotServing,
+                  fmt::format("target {} does not serve chain {}", chains_->target(), chain));
+  ChunkLocks::Guard guard = locks_->lockBlocking(id);
+  ASSIGN_OR_RETURN(auto mine, engine_.query(id));
+  if (!mine) return Status(ErrorCode::kNotFound, fmt::format("{}: no copy here", idText(id)));
+  net::PooledBuffer buf = buffers_.get(mine->length);
+  Status last(ErrorCode::kNotFound, fmt::format("chain {} has no other serving replica", chain));
+  // The tail's copy first: it is the chain's committed one.
+  for (auto it = pos->serving_peers.rbegin(); it != pos->serving_peers.rend(); ++it) {
+    auto to = net::Endpoint::parse(*it);
+    if (!to.ok()) continue;
+    CopyReq req;
+    req.mutable_chunk()->set_inode(id.inode);
+    req.mutable_chunk()->set_index(id.index);
+    req.set_chain(chain);
+    CopyResp resp;
+    size_t got = 0;
+    net::CallOptions co;
+    co.timeout_ms = kForwardTimeoutMs;
+    co.response_payload = std::span<uint8_t>(buf.data(), mine->length);
+    co.response_payload_len = &got;
+    Status s = peers_->callSync(*to, kCopy(), req, &resp, co);
+    if (s.ok() && !(resp.exists() && resp.info().chunk_version() == mine->chunk_version &&
+                    resp.info().chain_version() == mine->chain_version && got == mine->length)) {
+      s = Status(ErrorCode::kChunkVersionMismatch,
+                 fmt::format("{} holds another version", *it));  // not this copy's repair
+    }
+    if (!s.ok()) {
+      last = s;
+      continue;
+    }
+    ASSIGN_OR_RETURN(ChunkMeta m, engine_.replace(id, std::span<const uint8_t>(buf.data(), got),
+                                                  chain, mine->chain_version, mine->chunk_version,
+                                                  /*durable=*/true));
+    (void)m;
+    repaired.inc();
+    CLOG_WARN("storage", "chain {}: {} failed verification on target {}; repaired from {}", chain,
+              idText(id), chains_->target(), *it);
+    return Status::OK();
+  }
+  return last.withContext(fmt::format("repairing {} of chain {}", idText(id), chain));
+}
+
+void StorageService::repairLater(ChunkId id, uint32_t chain) {
+  {
+    std::lock_guard lock(repair_mu_);
+    if (repairing_.size() >= kRepairsQueued || !repairing_.insert(id).second) return;
+  }
+  asio::post(repair_pool_, [this, id, chain] {
+    if (Status s = repair(id, chain); !s.ok())
+      CLOG_WARN("storage", "chain {}: {}: {}", chain, idText(id), s.toString());
+    std::lock_guard lock(repair_mu_);
+    repairing_.erase(id);
+  });
 }
 
 Status StorageService::settleDirty() {
@@ -534,6 +603,29 @@ void StorageService::registerChainHandlers(net::RpcServer& server) {
           co_return Status(ErrorCode::kBadMessage, "pushed routing does not parse");
         CO_RETURN_ON_ERROR(chains_->update(routing));
         if (on_routing_) on_routing_();
+        co_return Status::OK();
+      });
+  server.handle<CopyReq, CopyResp>(
+      method("Copy"),
+      [this](net::CallContext& ctx, const CopyReq& req, CopyResp& resp) -> asio::awaitable<Status> {
+        Admission admitted(*this, kRequestBytes);
+        if (Status a = admitted.admit(QOS_BACKGROUND); !a.ok()) co_return a;
+        auto pos = chains_->position(req.chain());
+        if (!pos || !pos->serving || !chains_->leased() || engine_.failed())
+          co_return Status(
+              ErrorCode::kNotServing,
+              fmt::format("target {} serves no copy of chain {}", chains_->target(), req.chain()));
+        const ChunkId id = idOf(req.chunk());
+        ChunkLocks::Guard guard = co_await locks_->lock(id);
+        if (locks_->dirty(id))
+          co_return Status(ErrorCode::kChunkNotCommitted, "uncommitted version; ask the tail");
+        CO_ASSIGN_OR_RETURN(Copy copy,
+                            co_await net::runBlocking(pool_, [&] { return copyOf(id, true); }));
+        if (!copy.meta || copy.meta->chain != req.chain()) co_return Status::OK();
+        resp.set_exists(true);
+        fill(resp.mutable_info(), *copy.meta);
+        auto bytes = std::make_shared<net::PooledBuffer>(std::move(*copy.bytes));
+        ctx.setResponsePayload(std::span<const uint8_t>(bytes->data(), copy.meta->length), bytes);
         co_return Status::OK();
       });
   server.handle<ForwardReq, ForwardResp>(method("Forward"),

@@ -3,14 +3,19 @@
 // chain table, routed by hand as mgmtd would route them.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <thread>
 
 #include "common/fault.h"
+#include "common/metrics.h"
 #include "common/random.h"
 #include "mgmt.pb.h"
 #include "net/rpc_client.h"
 #include "storage.pb.h"
+#include "storage/scrub_worker.h"
 #include "storage/storage_service.h"
 
 namespace cistern::storage {
@@ -343,6 +348,74 @@ TEST_F(StorageChainsTest, AHeadWhoseDiskFailsAChangeItsSuccessorsTookFailsItsTar
     EXPECT_EQ(got, b);
   }
   EXPECT_EQ(meta(1, 0)->chunk_version, 1u) << "the failed head kept its old copy";
+}
+
+// Flips a byte every 4 KiB of target t's data files (stopped first): every
+// chunk it holds fails verification.
+void flipBytes(const std::string& dir) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/data")) {
+    if (!e.is_regular_file() || e.path().extension() != ".dat") continue;
+    const int fd = ::open(e.path().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << e.path();
+    for (off_t at = 100; at < static_cast<off_t>(e.file_size()); at += 4096) {
+      uint8_t b = 0;
+      ASSERT_EQ(::pread(fd, &b, 1, at), 1);
+      b ^= 0x5a;
+      ASSERT_EQ(::pwrite(fd, &b, 1, at), 1);
+    }
+    ::close(fd);
+  }
+}
+
+// A replica's copy fails verification (bits flipped on its disk): a read
+// there answers kCorruption (never the bad bytes) and queues a repair,
+// which replaces the copy with a peer's of the same versions; the next read
+// there returns the right bytes. A repair with no peer holding that
+// version changes nothing.
+TEST_F(StorageChainsTest, ACorruptCopyIsRepairedFromAPeerAfterAReadFindsIt) {
+  auto a = bytes(8192, 31);
+  ASSERT_TRUE(write(1, 1, 0, 0, a).ok());
+  stop(3);
+  flipBytes(dirs_[3]);
+  start(3);
+  route({{1, mgmt::SERVING}, {2, mgmt::SERVING}, {3, mgmt::SERVING}}, 1);
+  std::vector<uint8_t> got;
+  ASSERT_EQ(read(3, 1, 0, &got), ErrorCode::kCorruption);
+  bool repaired = false;
+  for (int i = 0; i < 100 && !repaired; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    repaired = read(3, 1, 0, &got) == ErrorCode::kOk;
+  }
+  ASSERT_TRUE(repaired) << "the copy on target 3 was not repaired";
+  EXPECT_EQ(got, a);
+  EXPECT_EQ(meta(3, 0)->chunk_version, 1u) << "the same version, good bytes";
+  // With no other serving replica there is nothing to repair from.
+  route({{3, mgmt::SERVING}, {1, mgmt::OFFLINE}, {2, mgmt::OFFLINE}}, 2);
+  Status alone = at(3).service->repair(ChunkId{42, 0}, kChain);
+  EXPECT_EQ(alone.code(), ErrorCode::kNotFound) << alone.toString();
+}
+
+// The scrub finds a bad copy before any reader does and has it repaired.
+TEST_F(StorageChainsTest, AScrubFindsABadCopyAndHasItRepaired) {
+  auto a = bytes(8192, 33);
+  ASSERT_TRUE(write(1, 1, 0, 0, a).ok());
+  stop(2);
+  flipBytes(dirs_[2]);
+  start(2);
+  route({{1, mgmt::SERVING}, {2, mgmt::SERVING}, {3, mgmt::SERVING}}, 1);
+  auto& repaired = metrics::Registry::global().counter("storage_chunks_repaired_total");
+  const uint64_t before = repaired.value();
+  {
+    ScrubWorker scrub(*at(2).engine, 1ull << 30, std::chrono::hours(1),
+                      [&](ChunkId id) { at(2).service->repairLater(id, kChain); });
+    for (int i = 0; i < 200 && repaired.value() == before; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    EXPECT_EQ(scrub.lastBad().size(), 1u);
+  }
+  EXPECT_EQ(repaired.value(), before + 1) << "repaired before any read";
+  std::vector<uint8_t> got;
+  ASSERT_EQ(read(2, 1, 0, &got), ErrorCode::kOk);
+  EXPECT_EQ(got, a);
 }
 
 // A change that failed down the chain and that nobody retries is pushed

@@ -517,6 +517,9 @@ size_t StorageService::readRanges(const BatchReadReq& req, uint8_t* dest, BatchR
     auto n = engine_.read(id, r.offset(), std::span<uint8_t>(dest + at, r.length()));
     if (chains_ && n.ok() && (locks_->dirty(id) || !chains_->leased()))
       n = Status(ErrorCode::kChunkNotCommitted, "uncommitted version; read the tail");
+    // This copy failed verification: the client reads another replica, and
+    // this one is repaired from a peer's (docs/chain_protocol.md, "Repair").
+    if (chains_ && n.code() == ErrorCode::kCorruption) repairLater(id, r.chain());
     resp.add_codes(static_cast<uint32_t>(n.code()));
     size_t got = n.ok() ? *n : 0;
     resp.add_lengths(static_cast<uint32_t>(got));

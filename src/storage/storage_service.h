@@ -80,6 +80,13 @@ class StorageService {
   // early (kCancelled). Writes to the chain go on meanwhile: each chunk is
   // copied under its lock, and writes reach the successor too.
   Status resync(const ChainPosition& p, const std::atomic<bool>* stop = nullptr);
+  // Repairs this target's copy of `id` in `chain` (it failed verification:
+  // a read or a scrub found it) with a SERVING peer's copy of the same
+  // versions, the tail's first (docs/chain_protocol.md, "Repair"). Blocks.
+  Status repair(ChunkId id, uint32_t chain);
+  // repair() on a thread of its own; at most kRepairsQueued at once (more
+  // are dropped: the next read or scrub finds them again).
+  void repairLater(ChunkId id, uint32_t chain);
   // Pushes every dirty chunk of a chain this target heads down the chain
   // (REPLACE of its copy), so that a change whose client gave up does not
   // leave the chunk unreadable. Blocks; run it every so often.
@@ -219,6 +226,11 @@ class StorageService {
   std::vector<std::pair<uint32_t, uint32_t>> synced_;
   std::function<void()> on_synced_;
   std::function<void()> on_routing_;
+  static constexpr size_t kRepairsQueued = 64;
+  std::mutex repair_mu_;
+  std::set<ChunkId> repairing_;  // queued or running
+  // Last: destroyed (joined) first, before anything a repair uses.
+  asio::thread_pool repair_pool_{1};
 };
 
 }  // namespace cistern::storage

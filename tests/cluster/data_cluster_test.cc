@@ -5,7 +5,11 @@
 // and resumed, and mgmtd and meta processes die.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -386,6 +390,106 @@ TEST(DataCluster, ALostNodeIsReplacedAndEveryChainIsWholeAgain) {
   EXPECT_EQ(load.badReads(), 0) << load.firstError();
   EXPECT_GT(load.written().size(), 5u);
   EXPECT_EQ(load.verifyAll(), 0) << load.firstError();
+  h.expectReplicasAgree();
+}
+
+// Bits flipped on one replica's disk (its process stopped, the bytes
+// changed, the process back: it rejoins with the same chunk versions, so
+// its resync copies nothing). No read returns the bad bytes: a replica
+// whose copy fails verification answers kCorruption and the client reads
+// another replica; that replica repairs its copy from a peer's, so every
+// chunk read there directly comes back good.
+TEST(DataCluster, ACorruptReplicaIsNeverReadAndIsRepairedFromAPeer) {
+  ClusterHarness h({});
+  ASSERT_TRUE(h.ok());
+  Client& c = h.client();
+  ASSERT_FALSE(c.mkdir("/flip", 0755, true));
+  std::vector<std::vector<uint8_t>> want;
+  for (int i = 0; i < 12; ++i) {
+    want.push_back(patternBytes(300000 + 1000 * i, 500 + i));
+    std::unique_ptr<File> f;
+    ASSERT_FALSE(c.open("/flip/f" + std::to_string(i), O_CREAT | O_WRONLY, 0644, &f));
+    size_t done = 0;
+    ASSERT_FALSE(f->pwrite(want.back().data(), want.back().size(), 0, &done));
+    ASSERT_FALSE(f->close());
+  }
+  h.storage(2).kill(SIGKILL);
+  int flipped = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(h.dir() + "/target2")) {
+    if (!e.is_regular_file() || e.path().extension() != ".dat") continue;
+    const int fd = ::open(e.path().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << e.path();
+    for (off_t at = 100; at < static_cast<off_t>(e.file_size()); at += 4096) {
+      uint8_t b = 0;
+      ASSERT_EQ(::pread(fd, &b, 1, at), 1);
+      b ^= 0x5a;
+      ASSERT_EQ(::pwrite(fd, &b, 1, at), 1);
+      ++flipped;
+    }
+    ::close(fd);
+  }
+  ASSERT_GT(flipped, 0);
+  ASSERT_TRUE(h.restartStorage(2));
+  ASSERT_TRUE(h.waitHealthy(60));
+  // Every file, read through the client several times (each piece's first
+  // replica is spread by chunk): the right bytes every time.
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 12; ++i) {
+      std::unique_ptr<File> f;
+      ASSERT_FALSE(c.open("/flip/f" + std::to_string(i), O_RDONLY, 0, &f));
+      std::vector<uint8_t> got(want[static_cast<size_t>(i)].size());
+      size_t done = 0;
+      ASSERT_FALSE(f->pread(got.data(), got.size(), 0, &done)) << "file " << i;
+      EXPECT_EQ(got, want[static_cast<size_t>(i)]) << "file " << i << " round " << round;
+    }
+  }
+  // Node 2's own copies, read there directly: each answers kCorruption
+  // (never bad bytes) until repaired, then the good bytes.
+  const auto r = h.routing();
+  uint32_t target2 = 0;
+  for (const auto& t : r.targets())
+    if (t.endpoint() == h.storageEndpoint(2)) target2 = t.id();
+  int chunks = 0, corrupt_seen = 0;
+  net::RpcClient rpc{net::ClientOptions{}};
+  for (const auto& chain : r.chains()) {
+    bool member = false;
+    for (uint32_t t : chain.targets()) member |= t == target2;
+    if (!member) continue;
+    for (const auto& [key, versions] : h.chunksOn(2, chain.id())) {
+      ++chunks;
+      bool good = false;
+      for (int attempt = 0; attempt < 100 && !good; ++attempt) {
+        storage::BatchReadReq req;
+        auto* range = req.add_ranges();
+        range->mutable_chunk()->set_inode(key.first);
+        range->mutable_chunk()->set_index(key.second);
+        range->set_length(1 << 20);
+        range->set_chain(chain.id());
+        range->set_chain_version(chain.version());
+        storage::BatchReadResp resp;
+        std::vector<uint8_t> bytes(1 << 20);
+        size_t got = 0;
+        ASSERT_TRUE(
+            rpc.callSync(
+                   *net::Endpoint::parse(h.storageEndpoint(2)),
+                   cistern::testing::storageMethod("BatchRead"), req, &resp,
+                   {.timeout_ms = 5000, .response_payload = bytes, .response_payload_len = &got})
+                .ok());
+        const auto code = static_cast<ErrorCode>(resp.codes(0));
+        if (code == ErrorCode::kCorruption) {
+          ++corrupt_seen;
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          continue;
+        }
+        ASSERT_EQ(code, ErrorCode::kOk) << "chunk " << key.first << ":" << key.second;
+        good = true;
+      }
+      EXPECT_TRUE(good) << "chunk " << key.first << ":" << key.second << " never repaired";
+    }
+  }
+  EXPECT_GT(chunks, 0);
+  std::fprintf(stderr, "%d chunks on node 2; %d reads there met a bad copy before its repair\n",
+               chunks, corrupt_seen);
   h.expectReplicasAgree();
 }
 
