@@ -28,6 +28,17 @@ namespace {
 
 std::string idText(ChunkId id) { return fmt::format("chunk {}:{}", id.inode, id.index); }
 
+// This replica's disk failed a change (EIO, ENOSPC) that its successors may
+// hold: the forward went through or its fate is unknown (only these
+// refusals say the successor did not take it).
+template <typename Outcome>
+bool diskFailedWhatTheChainMayHold(const ChainPosition& pos, const Outcome& out) {
+  const ErrorCode e = out.applied.code(), fe = out.forwarded.code();
+  return pos.successor != 0 && (e == ErrorCode::kIOError || e == ErrorCode::kNoSpace) &&
+         fe != ErrorCode::kChunkVersionMismatch && fe != ErrorCode::kStaleChainVersion &&
+         fe != ErrorCode::kNotServing;
+}
+
 const net::Method& kForward() {
   static const auto m = net::Method::of("cistern.storage.StorageService.Forward");
   return m;
@@ -351,13 +362,7 @@ asio::awaitable<Status> StorageService::headChange(uint32_t chain, uint64_t chai
     return applyLocal(id, c, chain, chain_version, not_after_ns, 0);
   });
   if (!out.applied.ok()) {
-    const ErrorCode e = out.applied.code();
-    const ErrorCode fe = out.forwarded.code();
-    // Did a successor (perhaps) take it? Only these refusals say it did not.
-    const bool downstream_may_have_it =
-        pos.successor != 0 && fe != ErrorCode::kChunkVersionMismatch &&
-        fe != ErrorCode::kStaleChainVersion && fe != ErrorCode::kNotServing;
-    if (downstream_may_have_it && (e == ErrorCode::kIOError || e == ErrorCode::kNoSpace)) {
+    if (diskFailedWhatTheChainMayHold(pos, out)) {
       // The disk here failed a change the rest of the chain may hold and
       // may have shown to a reader of the tail: taking it back would
       // un-commit it. This target fails instead (read-only, out of its
@@ -494,11 +499,7 @@ asio::awaitable<Status> StorageService::onForward(const ForwardReq& f,
         return applyLocal(id, c, f.chain(), stamp, 0, f.chunk_version());
       });
   if (!out.applied.ok()) {
-    const ErrorCode e = out.applied.code(), fe = out.forwarded.code();
-    if (pos->successor != 0 && !f.sync() &&
-        (e == ErrorCode::kIOError || e == ErrorCode::kNoSpace) &&
-        fe != ErrorCode::kChunkVersionMismatch && fe != ErrorCode::kStaleChainVersion &&
-        fe != ErrorCode::kNotServing) {
+    if (!f.sync() && diskFailedWhatTheChainMayHold(*pos, out)) {
       // As at the head (headChange): the replicas after this one may hold
       // the change, and the tail may have shown it; this one fails rather
       // than hold an older copy the chain could later be settled back to.

@@ -806,15 +806,18 @@ class World {
         const uint32_t first =
             chain->targets(static_cast<int>(rng_.uniform(static_cast<uint64_t>(n))));
         const uint32_t tail = chain->targets(n - 1);
-        Reply r = co_await call(c.id, nodeOfTarget(first), m, kClientCallTimeout);
-        if (r.code == ErrorCode::kChunkNotCommitted)
-          r = co_await call(c.id, nodeOfTarget(tail), m, kClientCallTimeout);
+        int at = nodeOfTarget(first);
+        Reply r = co_await call(c.id, at, m, kClientCallTimeout);
+        if (r.code == ErrorCode::kChunkNotCommitted) {
+          at = nodeOfTarget(tail);
+          r = co_await call(c.id, at, m, kClientCallTimeout);
+        }
         if (r.code == ErrorCode::kOk) {
           ++r_.reads_checked;
           trace(
               fmt::format("client {}: read chunk {} (began at {:.3f}, floor {}) at node {}: "
                           "{}.{} {}",
-                          c.id, chunk, began / 1e6, floor, nodeOfTarget(first), r.stamp.version,
+                          c.id, chunk, began / 1e6, floor, at, r.stamp.version,
                           r.stamp.chain_version, r.exists ? r.data : "none"));
           if (!r.exists) {
             if (floor > 0)
