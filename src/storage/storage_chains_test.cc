@@ -3,9 +3,6 @@
 // chain table, routed by hand as mgmtd would route them.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <thread>
 
@@ -17,6 +14,7 @@
 #include "storage.pb.h"
 #include "storage/scrub_worker.h"
 #include "storage/storage_service.h"
+#include "tests/support/flip_bytes.h"
 
 namespace cistern::storage {
 namespace {
@@ -350,22 +348,8 @@ TEST_F(StorageChainsTest, AHeadWhoseDiskFailsAChangeItsSuccessorsTookFailsItsTar
   EXPECT_EQ(meta(1, 0)->chunk_version, 1u) << "the failed head kept its old copy";
 }
 
-// Flips a byte every 4 KiB of target t's data files (stopped first): every
-// chunk it holds fails verification.
-void flipBytes(const std::string& dir) {
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/data")) {
-    if (!e.is_regular_file() || e.path().extension() != ".dat") continue;
-    const int fd = ::open(e.path().c_str(), O_RDWR);
-    ASSERT_GE(fd, 0) << e.path();
-    for (off_t at = 100; at < static_cast<off_t>(e.file_size()); at += 4096) {
-      uint8_t b = 0;
-      ASSERT_EQ(::pread(fd, &b, 1, at), 1);
-      b ^= 0x5a;
-      ASSERT_EQ(::pwrite(fd, &b, 1, at), 1);
-    }
-    ::close(fd);
-  }
-}
+// Every chunk target t holds fails verification (its process stopped).
+void flipBytes(const std::string& dir) { EXPECT_GT(testing::flipBytesEvery4K(dir), 0); }
 
 // A replica's copy fails verification (bits flipped on its disk): a read
 // there answers kCorruption (never the bad bytes) and queues a repair,

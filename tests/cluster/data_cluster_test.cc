@@ -5,16 +5,13 @@
 // and resumed, and mgmtd and meta processes die.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <filesystem>
 #include <mutex>
 #include <random>
 #include <thread>
 
 #include "tests/cluster/cluster_harness.h"
+#include "tests/support/flip_bytes.h"
 
 namespace cistern {
 namespace {
@@ -415,20 +412,7 @@ TEST(DataCluster, ACorruptReplicaIsNeverReadAndIsRepairedFromAPeer) {
   }
   const uint64_t before_kill = h.routing().version();
   h.storage(2).kill(SIGKILL);
-  int flipped = 0;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(h.dir() + "/target2")) {
-    if (!e.is_regular_file() || e.path().extension() != ".dat") continue;
-    const int fd = ::open(e.path().c_str(), O_RDWR);
-    ASSERT_GE(fd, 0) << e.path();
-    for (off_t at = 100; at < static_cast<off_t>(e.file_size()); at += 4096) {
-      uint8_t b = 0;
-      ASSERT_EQ(::pread(fd, &b, 1, at), 1);
-      b ^= 0x5a;
-      ASSERT_EQ(::pwrite(fd, &b, 1, at), 1);
-      ++flipped;
-    }
-    ::close(fd);
-  }
+  const int flipped = testing::flipBytesEvery4K(h.dir() + "/target2");
   ASSERT_GT(flipped, 0);
   ASSERT_TRUE(h.restartStorage(2));
   // Back in its chains once mgmtd has taken the restarted target out and
