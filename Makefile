@@ -2,7 +2,8 @@
 #
 #   make run     install deps, build the cistern binary, start the one-machine cluster
 #   make test    install deps, build, run every test
-#   make test-long  soak runs: 200 kill rounds of a whole cluster (about 10 minutes)
+#   make test-long  soak runs: 200 kill rounds of a whole cluster and 50,000 seeds of the
+#                   cluster simulation (about 15 minutes)
 #   make build   optimized build with debug info into build/ (CLI at build/cistern)
 #   make asan    ASan+UBSan build into build-asan/, runs every test (fsx: 20,000 operations)
 #   make fuzz    clang + libFuzzer build into build-fuzz/, runs each target FUZZ_SECONDS
@@ -44,6 +45,8 @@ install: build
 
 test-long: deps
 	@$(MAKE) --no-print-directory build
+	cd build && CISTERN_SIM_SEEDS=$${CISTERN_SIM_SEEDS:-50000} ./tests/sim/sim_test \
+	  --gtest_filter='Sim.EverySeed*'
 	cd build && CISTERN_KILL_ROUNDS=$${CISTERN_KILL_ROUNDS:-200} ./tests/cluster/data_cluster_test \
 	  --gtest_filter='DataCluster.KillRounds*'
 
