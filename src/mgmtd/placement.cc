@@ -155,4 +155,79 @@ std::optional<uint32_t> pickReplacement(const std::vector<PlacementTarget>& cand
   return best;
 }
 
+std::vector<PlannedMove> planRebalance(const std::vector<PlacementTarget>& usable,
+                                       const std::vector<PlacementTarget>& draining,
+                                       const std::vector<ChainMembers>& chains, uint32_t spread) {
+  std::map<uint32_t, PlacementTarget> all;
+  std::map<uint32_t, uint32_t> uses;  // usable target -> chains it is in
+  for (const auto& t : usable) {
+    all[t.id] = t;
+    uses[t.id] = 0;
+  }
+  std::set<uint32_t> leaving;
+  for (const auto& t : draining) {
+    all[t.id] = t;
+    leaving.insert(t.id);
+  }
+  std::map<uint32_t, std::vector<uint32_t>> members;
+  for (const auto& c : chains) {
+    members[c.chain] = c.targets;
+    for (uint32_t t : c.targets)
+      if (uses.count(t)) ++uses[t];
+  }
+  std::vector<PlannedMove> plan;
+  std::set<uint32_t> moved;  // chains with a move in this plan
+  // Where `from`'s replica of `chain` goes: a usable target not in it, on a
+  // node (and rack, where possible) none of the others is on; for a
+  // balancing move, only one that ends less used than `from` was.
+  const auto destination = [&](uint32_t chain, uint32_t from, bool balance) {
+    std::vector<PlacementTarget> others, candidates;
+    std::set<uint32_t> in(members[chain].begin(), members[chain].end());
+    for (uint32_t t : members[chain])
+      if (t != from && all.count(t)) others.push_back(all[t]);
+    for (const auto& t : usable) {
+      if (in.count(t.id)) continue;
+      if (balance && uses[t.id] + 1 >= uses[from]) continue;
+      candidates.push_back(t);
+    }
+    return pickReplacement(candidates, others, uses);
+  };
+  const auto apply = [&](uint32_t chain, uint32_t from, uint32_t to) {
+    plan.push_back({chain, from, to});
+    moved.insert(chain);
+    for (uint32_t& t : members[chain])
+      if (t == from) t = to;
+    if (uses.count(from)) --uses[from];
+    ++uses[to];
+  };
+  // Every replica off the draining targets first.
+  for (auto& [chain, ts] : members) {
+    for (uint32_t from : std::vector<uint32_t>(ts)) {
+      if (!leaving.count(from) || moved.count(chain)) continue;
+      if (auto to = destination(chain, from, false)) apply(chain, from, *to);
+    }
+  }
+  // Then the most used usable target gives a replica to a less used one,
+  // until the counts are within `spread` or no move helps.
+  for (;;) {
+    if (uses.empty()) break;
+    auto [lo, hi] = std::minmax_element(uses.begin(), uses.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second < b.second : a.first < b.first;
+    });
+    if (hi->second - lo->second <= spread) break;
+    const uint32_t from = hi->first;
+    bool done = false;
+    for (auto& [chain, ts] : members) {
+      if (moved.count(chain) || std::find(ts.begin(), ts.end(), from) == ts.end()) continue;
+      if (auto to = destination(chain, from, true)) {
+        apply(chain, from, *to);
+        done = true;
+        break;
+      }
+    }
+    if (!done) break;  // every chain of the most used target moved or has nowhere to go
+  }
+  return plan;
+}
+
 }  // namespace cistern::mgmtd

@@ -46,4 +46,24 @@ std::optional<uint32_t> pickReplacement(const std::vector<PlacementTarget>& cand
                                         const std::vector<PlacementTarget>& others,
                                         const std::map<uint32_t, uint32_t>& uses);
 
+// Rebalancing (docs/chain_protocol.md, "Rebalance and drain"): moves of one
+// replica each that bring every usable target's chain count within
+// `spread` of the others' and take every replica off targets of draining
+// nodes. `usable`: the targets that may receive replicas (working, on no
+// draining node); `draining`: targets whose replicas must all move. A chain
+// moves at most one replica per plan (a move adds the new replica, which
+// syncs, before the old one leaves: never fewer copies); each move obeys
+// pickReplacement's rules. Deterministic.
+struct PlannedMove {
+  uint32_t chain = 0, from = 0, to = 0;
+  bool operator==(const PlannedMove&) const = default;
+};
+struct ChainMembers {
+  uint32_t chain = 0;
+  std::vector<uint32_t> targets;  // every member
+};
+std::vector<PlannedMove> planRebalance(const std::vector<PlacementTarget>& usable,
+                                       const std::vector<PlacementTarget>& draining,
+                                       const std::vector<ChainMembers>& chains, uint32_t spread);
+
 }  // namespace cistern::mgmtd

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -101,6 +102,64 @@ TEST(Placement, AReplacementIsOnAnotherNodePreferablyAnotherRackAndTheLeastUsed)
   EXPECT_EQ(pickReplacement({{3, "a", ""}, {6, "b", ""}}, others, uses), std::nullopt);
   // Ties: the fewest chains, then the lowest id.
   EXPECT_EQ(pickReplacement({{8, "e", ""}, {7, "f", ""}}, others, {}), std::optional<uint32_t>(7));
+}
+
+// Counts of chains per target after applying `plan` to `chains`.
+std::map<uint32_t, uint32_t> usesAfter(std::vector<ChainMembers> chains,
+                                       const std::vector<PlannedMove>& plan) {
+  std::map<uint32_t, uint32_t> uses;
+  for (const auto& m : plan)
+    for (auto& c : chains)
+      if (c.chain == m.chain) std::replace(c.targets.begin(), c.targets.end(), m.from, m.to);
+  for (const auto& c : chains)
+    for (uint32_t t : c.targets) ++uses[t];
+  return uses;
+}
+
+TEST(Placement, ANewNodeTakesChainsUntilTheSpreadHolds) {
+  auto four = cluster(4, 1);
+  auto placed = placeChains(four, 3, 8);
+  ASSERT_TRUE(placed.ok());
+  std::vector<ChainMembers> chains;
+  for (size_t i = 0; i < placed->size(); ++i)
+    chains.push_back({static_cast<uint32_t>(i + 1), (*placed)[i].targets});
+  auto five = cluster(5, 1);  // a fifth node joined
+  auto plan = planRebalance(five, {}, chains, 1);
+  ASSERT_FALSE(plan.empty());
+  std::set<uint32_t> moved;
+  for (const auto& m : plan) EXPECT_TRUE(moved.insert(m.chain).second) << "one move per chain";
+  auto uses = usesAfter(chains, plan);
+  uint32_t lo = UINT32_MAX, hi = 0;
+  for (const auto& t : five) {
+    lo = std::min(lo, uses[t.id]);
+    hi = std::max(hi, uses[t.id]);
+  }
+  EXPECT_LE(hi - lo, 1u) << "24 replicas over 5 targets";
+  // Never two replicas of a chain on one node.
+  std::map<uint32_t, std::string> node;
+  for (const auto& t : five) node[t.id] = t.node;
+  for (auto c : chains) {
+    for (const auto& m : plan)
+      if (m.chain == c.chain) std::replace(c.targets.begin(), c.targets.end(), m.from, m.to);
+    std::set<std::string> nodes;
+    for (uint32_t t : c.targets) nodes.insert(node[t]);
+    EXPECT_EQ(nodes.size(), 3u) << "chain " << c.chain;
+  }
+  EXPECT_TRUE(planRebalance(five, {}, chains, 8).empty()) << "within a wide spread already";
+}
+
+TEST(Placement, ADrainingNodeGivesAwayEveryReplica) {
+  auto five = cluster(5, 1);
+  auto placed = placeChains(five, 3, 5);
+  ASSERT_TRUE(placed.ok());
+  std::vector<ChainMembers> chains;
+  for (size_t i = 0; i < placed->size(); ++i)
+    chains.push_back({static_cast<uint32_t>(i + 1), (*placed)[i].targets});
+  std::vector<PlacementTarget> usable(five.begin(), five.end() - 1), draining = {five.back()};
+  auto plan = planRebalance(usable, draining, chains, 100);
+  auto uses = usesAfter(chains, plan);
+  EXPECT_EQ(uses[draining[0].id], 0u) << "nothing left on the draining node";
+  for (const auto& m : plan) EXPECT_EQ(m.from, draining[0].id) << "only drain moves (spread 100)";
 }
 
 TEST(Placement, WhatCannotBePlacedIsAClearError) {
