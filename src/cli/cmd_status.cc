@@ -1,7 +1,8 @@
 // `cistern status [--json]`: nodes, targets (their state in each chain,
 // space, health), chains (version, members and states) and a one-line
-// verdict; `cistern chains create`: lays out a cluster's chains once.
-// Both talk to mgmtd directly (GetRouting, CreateChains) and to each
+// verdict; `cistern chains create`: lays out a cluster's chains once;
+// `cistern rebalance` and `cistern drain NODE`: move replicas.
+// All talk to mgmtd directly (GetRouting, CreateChains, Rebalance) and to each
 // target's storage service (Space).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -37,6 +38,41 @@ Result<std::vector<net::Endpoint>> mgmtdEndpoints(const std::string& flag) {
 }
 
 // mgmtdEndpoints(), or nullopt after printing why (exit code 2).
+// Calls mgmtd's `method` on whichever of `eps` is the primary (a standby
+// answers kNotPrimary).
+Status callPrimary(net::RpcClient& rpc, const std::vector<net::Endpoint>& eps, const char* method,
+                   const google::protobuf::Message& req, google::protobuf::Message* resp,
+                   uint32_t timeout_ms) {
+  Status s(ErrorCode::kConnectionFailed, "no mgmtd endpoint");
+  for (const auto& ep : eps) {
+    s = rpc.callSync(ep, net::Method::of(std::string("cistern.mgmt.MgmtService.") + method), req,
+                     resp, {.timeout_ms = timeout_ms});
+    if (s.code() != ErrorCode::kNotPrimary && s.code() != ErrorCode::kConnectionFailed) break;
+  }
+  return s;
+}
+
+// Asks the primary mgmtd for a rebalance and prints its plan (and whether
+// it started), or the error (exit status 1).
+void runRebalance(net::RpcClient& rpc, const std::vector<net::Endpoint>& eps,
+                  const mgmt::RebalanceReq& req, uint32_t timeout_ms, const std::string& what) {
+  mgmt::RebalanceResp resp;
+  if (Status s = callPrimary(rpc, eps, "Rebalance", req, &resp, timeout_ms); !s.ok()) {
+    fmt::print(stderr, "cistern: {}: {}\n", what, s.toString());
+    setExitCode(1);
+    return;
+  }
+  const bool dry_run = req.dry_run();
+  if (resp.moves_size() == 0) {
+    fmt::print("nothing to move\n");
+    return;
+  }
+  for (const auto& m : resp.moves())
+    fmt::print("chain {}: target {} -> target {}\n", m.chain(), m.from(), m.to());
+  fmt::print("{} moves {} (routing version {})\n", resp.moves_size(),
+             dry_run ? "planned (dry run: nothing changed)" : "started", resp.routing_version());
+}
+
 std::optional<std::vector<net::Endpoint>> mgmtdEndpointsOrReport(const std::string& flag) {
   auto eps = mgmtdEndpoints(flag);
   if (!eps.ok()) {
@@ -261,12 +297,7 @@ void addStatusCommands(CLI::App& app) {
           req.set_chains(static_cast<uint32_t>(r.targets_size()));
       }
       mgmt::CreateChainsResp resp;
-      Status s;
-      for (const auto& ep : *eps) {  // the primary answers; a standby says kNotPrimary
-        s = rpc.callSync(ep, net::Method::of("cistern.mgmt.MgmtService.CreateChains"), req, &resp,
-                         {.timeout_ms = flags.retry_ms});
-        if (s.code() != ErrorCode::kNotPrimary && s.code() != ErrorCode::kConnectionFailed) break;
-      }
+      Status s = callPrimary(rpc, *eps, "CreateChains", req, &resp, flags.retry_ms);
       if (!s.ok()) {
         fmt::print(stderr, "cistern: chains create: {}\n", s.toString());
         setExitCode(1);
@@ -274,6 +305,46 @@ void addStatusCommands(CLI::App& app) {
       }
       fmt::print("{} chains of {} replicas (routing version {})\n", resp.chains_size(), replication,
                  resp.routing_version());
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand(
+        "rebalance",
+        "move replicas so that targets are within --spread chains of each other (a new node "
+        "gets its share): each new replica syncs before the old one leaves");
+    auto& flags = addClusterFlags(cmd);
+    static bool dry_run = false;
+    static uint32_t spread = 1;
+    cmd->add_flag("--dry-run", dry_run, "print the plan, change nothing");
+    cmd->add_option("--spread", spread, "chains a target may hold more than another")
+        ->capture_default_str();
+    cmd->callback([&flags] {
+      auto eps = mgmtdEndpointsOrReport(flags.cluster);
+      if (!eps) return;
+      net::RpcClient rpc{net::ClientOptions{}};
+      mgmt::RebalanceReq req;
+      req.set_dry_run(dry_run);
+      req.set_spread(spread);
+      runRebalance(rpc, *eps, req, flags.retry_ms, "rebalance");
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand(
+        "drain", "move every replica off a storage node (before removing it); it gets no new ones");
+    auto& flags = addClusterFlags(cmd);
+    static std::string node;
+    static bool dry_run = false;
+    cmd->add_option("NODE", node, "the node's name (storage.node)")->required();
+    cmd->add_flag("--dry-run", dry_run, "print the plan, change nothing");
+    cmd->callback([&flags] {
+      auto eps = mgmtdEndpointsOrReport(flags.cluster);
+      if (!eps) return;
+      net::RpcClient rpc{net::ClientOptions{}};
+      mgmt::RebalanceReq req;
+      req.set_dry_run(dry_run);
+      req.set_spread(UINT32_MAX);  // only the drain's moves
+      req.add_drain(node);
+      runRebalance(rpc, *eps, req, flags.retry_ms, "drain " + node);
     });
   }
 }

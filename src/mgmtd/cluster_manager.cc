@@ -22,6 +22,12 @@ static_assert(static_cast<int>(TargetState::kServing) == mgmt::SERVING &&
 TargetState fromProto(mgmt::TargetState s) { return static_cast<TargetState>(s); }
 mgmt::TargetState toProto(TargetState s) { return static_cast<mgmt::TargetState>(s); }
 
+// The routing version once `t` commits: moved if the transaction changed
+// anything routing shows.
+Result<uint64_t> routingVersionAfter(kv::Transaction& t, bool changed) {
+  return changed ? bumpRoutingVersion(t) : routingVersion(t);
+}
+
 ChainView viewOf(const mgmt::Chain& c) {
   ChainView v;
   v.id = c.id();
@@ -56,6 +62,9 @@ ClusterManager::ClusterManager(kv::Engine& kv, Clock& clock, ClusterManagerOptio
       replaced_total_(metrics::Registry::global().counter(
           "mgmtd_replicas_replaced_total", {},
           "chain members silent past the grace period and replaced by another target")),
+      moved_total_(metrics::Registry::global().counter(
+          "mgmtd_replicas_moved_total", {},
+          "replicas moved by a rebalance or a drain (the new one serving, the old one gone)")),
       started_(clock.now()) {}
 
 void ClusterManager::restart() {
@@ -144,13 +153,8 @@ Result<mgmt::RegisterNodeResp> ClusterManager::registerNode(const mgmt::Register
       t.set(kv::nodeKey(req.name()), bytes);
       changed = true;
     }
-    if (changed) {
-      ASSIGN_OR_RETURN(uint64_t v, bumpRoutingVersion(t));
-      resp.set_routing_version(v);
-    } else {
-      ASSIGN_OR_RETURN(uint64_t v, routingVersion(t));
-      resp.set_routing_version(v);
-    }
+    ASSIGN_OR_RETURN(uint64_t v, routingVersionAfter(t, changed));
+    resp.set_routing_version(v);
     return Status::OK();
   }));
   resp.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
@@ -289,6 +293,104 @@ Result<bool> ClusterManager::replaceGone(ChainView& chain, SteadyTime now,
   return moved;
 }
 
+bool ClusterManager::finishMove(ChainView& chain, uint32_t& leaving) {
+  auto it = std::find_if(chain.members.begin(), chain.members.end(),
+                         [&](const ChainMember& m) { return m.target == leaving; });
+  if (it == chain.members.end()) {  // gone meanwhile (replaced): nothing left to do
+    leaving = 0;
+    return false;
+  }
+  for (const ChainMember& m : chain.members)
+    if (m.target != leaving && m.state != TargetState::kServing) return false;  // not yet
+  chain.members.erase(it);
+  moved_total_.inc();
+  CLOG_INFO("mgmtd", "chain {}: target {} left it (rebalance)", chain.id, leaving);
+  leaving = 0;
+  return true;
+}
+
+Result<mgmt::RebalanceResp> ClusterManager::rebalance(const mgmt::RebalanceReq& req) {
+  mgmt::RebalanceResp resp;
+  const SteadyTime now = clock_.now();
+  RETURN_ON_ERROR(kv::runTransaction(kv_, [&](kv::Transaction& t) -> Status {
+    resp.Clear();
+    bool changed = false;
+    std::set<std::string> draining_nodes;
+    ASSIGN_OR_RETURN(auto node_rows, t.getRange(kv::nodeBegin(), kv::nodeEnd(), {}));
+    std::map<std::string, mgmt::Node> nodes;
+    for (const auto& row : node_rows.kvs) {
+      ASSIGN_OR_RETURN(mgmt::Node node, parseRow<mgmt::Node>(row.value, "node"));
+      nodes[node.name()] = std::move(node);
+    }
+    for (const std::string& name : req.drain()) {
+      auto it = nodes.find(name);
+      if (it == nodes.end())
+        return Status(ErrorCode::kNotFound, fmt::format("drain: no node {} registered", name));
+      if (!it->second.draining() && !req.dry_run()) {
+        it->second.set_draining(true);
+        t.set(kv::nodeKey(name), it->second.SerializeAsString());
+        changed = true;
+      }
+      draining_nodes.insert(name);
+    }
+    for (const auto& [name, node] : nodes)
+      if (node.draining()) draining_nodes.insert(name);
+    std::vector<PlacementTarget> usable, draining;
+    ASSIGN_OR_RETURN(auto target_rows, t.getRange(kv::targetBegin(), kv::targetEnd(), {}));
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& row : target_rows.kvs) {
+        ASSIGN_OR_RETURN(mgmt::Target target, parseRow<mgmt::Target>(row.value, "target"));
+        PlacementTarget p{target.id(), target.node(), target.rack()};
+        if (draining_nodes.count(target.node())) {
+          draining.push_back(p);
+        } else if (aliveLocked(target.id(), now) && !target.restarted()) {
+          usable.push_back(p);
+        }
+      }
+    }
+    ASSIGN_OR_RETURN(auto rows, t.getRange(kv::chainBegin(), kv::chainEnd(), {}));
+    std::map<uint32_t, mgmt::Chain> chains;
+    std::vector<ChainMembers> movable;
+    for (const auto& row : rows.kvs) {
+      if (row.value.empty()) continue;
+      ASSIGN_OR_RETURN(mgmt::Chain chain, parseRow<mgmt::Chain>(row.value, "chain"));
+      const ChainView v = viewOf(chain);
+      ChainMembers m{chain.id(), {}};
+      bool whole = chain.leaving() == 0;
+      for (const ChainMember& member : v.members) {
+        m.targets.push_back(member.target);
+        whole &= member.state == TargetState::kServing;
+      }
+      if (whole) movable.push_back(std::move(m));
+      chains[chain.id()] = std::move(chain);
+    }
+    for (const PlannedMove& move : planRebalance(usable, draining, movable, req.spread())) {
+      auto* out = resp.add_moves();
+      out->set_chain(move.chain);
+      out->set_from(move.from);
+      out->set_to(move.to);
+      if (req.dry_run()) continue;
+      mgmt::Chain& chain = chains[move.chain];
+      ChainView v = viewOf(chain);
+      v.members.push_back({move.to, TargetState::kWaiting});  // every member SERVING: last
+      v.version += 1;
+      mgmt::Chain row = chainOf(v);
+      row.set_leaving(move.from);
+      t.set(kv::chainKey(move.chain), row.SerializeAsString());
+      changed = true;
+    }
+    ASSIGN_OR_RETURN(uint64_t v, routingVersionAfter(t, changed));
+    resp.set_routing_version(v);
+    return Status::OK();
+  }));
+  if (!req.dry_run() && resp.moves_size() > 0) {
+    CLOG_INFO("mgmtd", "rebalance: {} moves started", resp.moves_size());
+    if (options_.wake) options_.wake();
+  }
+  return resp;
+}
+
 Result<uint64_t> ClusterManager::tick() {
   std::set<std::pair<uint32_t, uint32_t>> synced;
   const SteadyTime now = clock_.now();
@@ -310,11 +412,13 @@ Result<uint64_t> ClusterManager::tick() {
     }
     ASSIGN_OR_RETURN(auto rows, t.getRange(kv::chainBegin(), kv::chainEnd(), {}));
     std::vector<ChainView> views;
-    std::map<uint32_t, uint32_t> uses;  // target -> chains it is in
+    std::map<uint32_t, uint32_t> leaving;  // chain -> its rebalance's leaving member
+    std::map<uint32_t, uint32_t> uses;     // target -> chains it is in
     for (const auto& row : rows.kvs) {
       if (row.value.empty()) continue;  // an old one-target chain of `cistern up`
       ASSIGN_OR_RETURN(mgmt::Chain chain, parseRow<mgmt::Chain>(row.value, "chain"));
       views.push_back(viewOf(chain));
+      if (chain.leaving() != 0) leaving[chain.id()] = chain.leaving();
       for (const ChainMember& m : views.back().members) ++uses[m.target];
     }
     bool changed = false;
@@ -325,9 +429,14 @@ Result<uint64_t> ClusterManager::tick() {
         return TargetReport{alive, synced.count({before.id, target}) > 0};
       });
       ASSIGN_OR_RETURN(bool moved, replaceGone(after, now, restarted, targets, uses, replaced));
+      uint32_t& out = leaving[after.id];  // 0: none
+      const uint32_t was_leaving = out;
+      if (out != 0 && finishMove(after, out)) moved = true;
       if (moved && after.version == before.version) after.version = before.version + 1;
-      if (after.version == before.version) continue;
-      t.set(kv::chainKey(after.id), chainOf(after).SerializeAsString());
+      if (after.version == before.version && out == was_leaving) continue;
+      mgmt::Chain row = chainOf(after);
+      row.set_leaving(out);
+      t.set(kv::chainKey(after.id), row.SerializeAsString());
       changed = true;
     }
     for (auto& [id, target] : restarted) {  // taken out of every chain above
@@ -335,11 +444,7 @@ Result<uint64_t> ClusterManager::tick() {
       t.set(kv::targetKey(id), target.SerializeAsString());
       changed = true;
     }
-    if (changed) {
-      ASSIGN_OR_RETURN(version, bumpRoutingVersion(t));
-    } else {
-      ASSIGN_OR_RETURN(version, routingVersion(t));
-    }
+    ASSIGN_OR_RETURN(version, routingVersionAfter(t, changed));
     return Status::OK();
   }));
   for (const std::string& r : replaced) CLOG_INFO("mgmtd", "{}", r);

@@ -59,6 +59,13 @@ class ClusterManager {
   // kAlreadyExists when the cluster has chains (adding and moving chains is
   // rebalancing, not this).
   Result<mgmt::CreateChainsResp> createChains(const mgmt::CreateChainsReq& req);
+  // The moves that bring targets within req.spread chains of each other
+  // and empty the draining nodes (marking req.drain's nodes draining
+  // first); unless req.dry_run, starts them: each chain gets its new
+  // member (WAITING, then syncing) and names the old one `leaving`, which
+  // the step removes once every other member is SERVING. Chains with a
+  // member not SERVING, or a move under way, are left as they are.
+  Result<mgmt::RebalanceResp> rebalance(const mgmt::RebalanceReq& req);
   // One step of every chain from the heartbeats seen; returns the routing
   // version now.
   Result<uint64_t> tick();
@@ -72,6 +79,10 @@ class ClusterManager {
   // Silent for replace_after_ms (and it is on).
   bool goneLocked(uint32_t target, SteadyTime now) const;
   SteadyTime lastSeenLocked(uint32_t target) const;
+  // A rebalance's move of `chain`: removes the `leaving` member once every
+  // other member is SERVING (then clears it; also when it is no member any
+  // more). True when the chain changed.
+  bool finishMove(ChainView& chain, uint32_t& leaving);
   // Replaces `chain`'s members gone past the grace period; true when it
   // did. `targets`: every registered target.
   Result<bool> replaceGone(ChainView& chain, SteadyTime now,
@@ -83,6 +94,7 @@ class ClusterManager {
   Clock& clock_;
   const ClusterManagerOptions options_;
   metrics::Counter& replaced_total_;
+  metrics::Counter& moved_total_;
   std::mutex mu_;
   SteadyTime started_;                        // guarded by mu_
   std::map<uint32_t, SteadyTime> last_seen_;  // target -> its node's last heartbeat listing it

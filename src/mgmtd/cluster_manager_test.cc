@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 
 #include "kv/cluster_keys.h"
@@ -307,6 +308,90 @@ TEST_F(ClusterManagerTest, AMemberSilentPastTheGraceIsReplacedAndTheChainIsWhole
   beat(5, {5});
   ASSERT_TRUE(mgr_->tick().ok());
   for (auto& [id, c] : chains()) EXPECT_EQ(c.version(), before[id].version()) << "chain " << id;
+}
+
+// Steps until no chain has a member syncing or waiting, reporting each
+// SYNCING member synced, and checks at every step that no chain has fewer
+// than `rf` SERVING members (a move adds before it removes).
+void settleMoves(
+    ClusterManager& mgr, int nodes, int rf, std::function<std::map<uint32_t, mgmt::Chain>()> chains,
+    std::function<void(int, std::vector<uint32_t>, std::vector<std::pair<uint32_t, uint32_t>>)>
+        beat) {
+  for (int step = 0; step < 20; ++step) {
+    std::map<uint32_t, std::vector<std::pair<uint32_t, uint32_t>>> synced;  // node -> syncs
+    bool busy = false;
+    for (auto& [id, c] : chains()) {
+      EXPECT_GE(c.targets_size(), rf) << "chain " << id << " at step " << step;
+      for (auto& m : c.members()) {
+        if (m.state() == mgmt::SYNCING) synced[m.target()].push_back({id, m.target()});
+        busy |= m.state() != mgmt::SERVING || c.leaving() != 0;
+      }
+    }
+    if (!busy) return;
+    for (int n = 1; n <= nodes; ++n)
+      beat(n, {static_cast<uint32_t>(n)}, synced[static_cast<uint32_t>(n)]);
+    ASSERT_TRUE(mgr.tick().ok());
+  }
+  ADD_FAILURE() << "moves did not finish in 20 steps";
+}
+
+// A node joins: rebalance --dry-run shows a plan and changes nothing; the
+// rebalance adds each new replica, which syncs, before the old one leaves
+// (never fewer than three SERVING); afterwards the targets are within the
+// spread. Draining a node moves every replica off it; an unknown node is
+// refused.
+TEST_F(ClusterManagerTest, ARebalanceFillsANewNodeAndADrainEmptiesOne) {
+  for (int n = 1; n <= 4; ++n) reg(n);
+  mgmt::CreateChainsReq create;
+  create.set_replication(3);
+  create.set_chains(8);
+  ASSERT_TRUE(mgr_->createChains(create).ok());
+  reg(5);
+  auto chainsFn = [this] { return chains(); };
+  auto beatFn = [this](int n, std::vector<uint32_t> alive,
+                       std::vector<std::pair<uint32_t, uint32_t>> synced) {
+    beat(n, std::move(alive), std::move(synced));
+  };
+  for (int n = 1; n <= 5; ++n) beat(n, {static_cast<uint32_t>(n)});
+  ASSERT_TRUE(mgr_->tick().ok());
+  auto before = chains();
+  mgmt::RebalanceReq req;
+  req.set_spread(1);
+  req.set_dry_run(true);
+  auto plan = mgr_->rebalance(req);
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  ASSERT_GT(plan->moves_size(), 0);
+  for (auto& [id, c] : chains()) EXPECT_EQ(c.version(), before[id].version()) << "dry run";
+  req.set_dry_run(false);
+  auto started = mgr_->rebalance(req);
+  ASSERT_TRUE(started.ok());
+  EXPECT_EQ(started->moves_size(), plan->moves_size());
+  settleMoves(*mgr_, 5, 3, chainsFn, beatFn);
+  std::map<uint32_t, int> uses;
+  for (auto& [id, c] : chains()) {
+    EXPECT_EQ(c.members_size(), 3) << "chain " << id;
+    EXPECT_EQ(c.leaving(), 0u);
+    for (uint32_t t : c.targets()) ++uses[t];
+  }
+  int lo = 100, hi = 0;
+  for (uint32_t t = 1; t <= 5; ++t) {
+    lo = std::min(lo, uses[t]);
+    hi = std::max(hi, uses[t]);
+  }
+  EXPECT_LE(hi - lo, 1) << "24 replicas on 5 targets";
+  // Drain node 2.
+  mgmt::RebalanceReq drain;
+  drain.set_spread(100);
+  drain.add_drain("node2");
+  auto drained = mgr_->rebalance(drain);
+  ASSERT_TRUE(drained.ok());
+  EXPECT_EQ(drained->moves_size(), uses[2]);
+  settleMoves(*mgr_, 5, 3, chainsFn, beatFn);
+  for (auto& [id, c] : chains())
+    for (auto& m : c.members()) EXPECT_NE(m.target(), 2u) << "chain " << id << " still on node2";
+  mgmt::RebalanceReq unknown;
+  unknown.add_drain("node9");
+  EXPECT_EQ(mgr_->rebalance(unknown).status().code(), ErrorCode::kNotFound);
 }
 
 TEST_F(ClusterManagerTest, AChainWaitingForItsLastServingMemberIsNotReplaced) {

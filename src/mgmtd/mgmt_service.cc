@@ -30,6 +30,7 @@ MgmtService::MgmtService(kv::Engine& kv, net::RpcServer& server, MgmtHooks hooks
   serveCluster(server, "RegisterNode", &ClusterManager::registerNode);
   serveCluster(server, "Heartbeat", &ClusterManager::heartbeat);
   serveCluster(server, "CreateChains", &ClusterManager::createChains);
+  serveCluster(server, "Rebalance", &ClusterManager::rebalance);
 }
 
 template <typename Req, typename Resp>

@@ -104,6 +104,18 @@ TEST(Placement, AReplacementIsOnAnotherNodePreferablyAnotherRackAndTheLeastUsed)
   EXPECT_EQ(pickReplacement({{8, "e", ""}, {7, "f", ""}}, others, {}), std::optional<uint32_t>(7));
 }
 
+// `count` chains of `replication` laid out over `targets`, numbered from 1.
+std::vector<ChainMembers> laidOut(const std::vector<PlacementTarget>& targets, uint32_t replication,
+                                  uint32_t count) {
+  std::vector<ChainMembers> chains;
+  auto placed = placeChains(targets, replication, count);
+  EXPECT_TRUE(placed.ok()) << placed.status().toString();
+  if (!placed.ok()) return chains;
+  for (size_t i = 0; i < placed->size(); ++i)
+    chains.push_back({static_cast<uint32_t>(i + 1), (*placed)[i].targets});
+  return chains;
+}
+
 // Counts of chains per target after applying `plan` to `chains`.
 std::map<uint32_t, uint32_t> usesAfter(std::vector<ChainMembers> chains,
                                        const std::vector<PlannedMove>& plan) {
@@ -118,11 +130,8 @@ std::map<uint32_t, uint32_t> usesAfter(std::vector<ChainMembers> chains,
 
 TEST(Placement, ANewNodeTakesChainsUntilTheSpreadHolds) {
   auto four = cluster(4, 1);
-  auto placed = placeChains(four, 3, 8);
-  ASSERT_TRUE(placed.ok());
-  std::vector<ChainMembers> chains;
-  for (size_t i = 0; i < placed->size(); ++i)
-    chains.push_back({static_cast<uint32_t>(i + 1), (*placed)[i].targets});
+  auto chains = laidOut(four, 3, 8);
+  ASSERT_EQ(chains.size(), 8u);
   auto five = cluster(5, 1);  // a fifth node joined
   auto plan = planRebalance(five, {}, chains, 1);
   ASSERT_FALSE(plan.empty());
@@ -150,11 +159,8 @@ TEST(Placement, ANewNodeTakesChainsUntilTheSpreadHolds) {
 
 TEST(Placement, ADrainingNodeGivesAwayEveryReplica) {
   auto five = cluster(5, 1);
-  auto placed = placeChains(five, 3, 5);
-  ASSERT_TRUE(placed.ok());
-  std::vector<ChainMembers> chains;
-  for (size_t i = 0; i < placed->size(); ++i)
-    chains.push_back({static_cast<uint32_t>(i + 1), (*placed)[i].targets});
+  auto chains = laidOut(five, 3, 5);
+  ASSERT_EQ(chains.size(), 5u);
   std::vector<PlacementTarget> usable(five.begin(), five.end() - 1), draining = {five.back()};
   auto plan = planRebalance(usable, draining, chains, 100);
   auto uses = usesAfter(chains, plan);

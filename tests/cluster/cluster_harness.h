@@ -160,6 +160,14 @@ class ClusterHarness {
     ::unsetenv("CISTERN_FAULTS");
     return slot != nullptr;
   }
+  // Starts one more storage node (it registers; no chain uses it until a
+  // rebalance); returns its number.
+  int addStorageNode() {
+    storage_ports_.push_back(freeLoopbackPort());
+    storage_.push_back(nullptr);
+    ++o_.storage_nodes;
+    return restartStorage(o_.storage_nodes) ? o_.storage_nodes : 0;
+  }
   // Drops node n's fault spec for later restarts.
   void clearFaults(int n) { o_.storage_faults.erase(n); }
   bool restartMgmtd(int i) {
@@ -184,7 +192,7 @@ class ClusterHarness {
   bool healthy(const mgmt::Routing& r) const {
     if (r.chains_size() != o_.chains) return false;
     for (const auto& c : r.chains()) {
-      if (c.targets_size() != o_.replication) return false;
+      if (c.targets_size() != o_.replication || c.members_size() != o_.replication) return false;
     }
     return true;
   }

@@ -488,6 +488,71 @@ TEST(DataCluster, ACorruptReplicaIsNeverReadAndIsRepairedFromAPeer) {
   h.expectReplicasAgree();
 }
 
+// A fifth storage node joins a cluster of four under a writer and readers:
+// the rebalance moves replicas onto it until the targets are within one
+// chain of each other, each new replica synced before the old one leaves
+// (no routing sampled meanwhile shows a chain with fewer than three
+// SERVING); nothing acknowledged is lost, no read returns other bytes, the
+// replicas agree. Draining that node moves them all off again.
+TEST(DataCluster, ANewNodeGetsItsShareAndADrainedOneGivesItBack) {
+  ClusterHarness h({});
+  ASSERT_TRUE(h.ok());
+  Workload load(h.client());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const int added = h.addStorageNode();
+  ASSERT_EQ(added, 5);
+  ASSERT_TRUE(h.waitFor([&] { return h.routing().targets_size() == 5; }, 15, "node 5 registered"));
+  uint32_t t5 = 0;
+  const auto joined = h.routing();
+  for (const auto& t : joined.targets())
+    if (t.endpoint() == h.storageEndpoint(5)) t5 = t.id();
+  ASSERT_NE(t5, 0u);
+  int fewest = 3;  // SERVING replicas of any chain in any routing sampled
+  const auto moveAndWait = [&](const mgmt::RebalanceReq& req, const char* what) {
+    mgmt::RebalanceResp resp;
+    Status s = h.callPrimary("Rebalance", req, &resp);
+    EXPECT_TRUE(s.ok()) << s.toString();
+    EXPECT_GT(resp.moves_size(), 0) << what;
+    return h.waitFor(
+        [&] {
+          const auto r = h.routing();
+          for (const auto& c : r.chains()) fewest = std::min(fewest, c.targets_size());
+          if (!h.healthy(r)) return false;
+          for (const auto& c : r.chains())
+            if (c.leaving() != 0) return false;
+          return true;
+        },
+        60, what);
+  };
+  mgmt::RebalanceReq spread;
+  spread.set_spread(1);
+  ASSERT_TRUE(moveAndWait(spread, "the rebalance onto node 5"));
+  std::map<uint32_t, int> uses;
+  const auto balanced = h.routing();
+  for (const auto& c : balanced.chains())
+    for (uint32_t t : c.targets()) ++uses[t];
+  EXPECT_GE(uses[t5], 2) << "12 replicas over 5 targets";
+  int lo = 100, hi = 0;
+  for (const auto& [t, n] : uses) {
+    lo = std::min(lo, n);
+    hi = std::max(hi, n);
+  }
+  EXPECT_LE(hi - lo, 1);
+  mgmt::RebalanceReq drain;
+  drain.set_spread(UINT32_MAX);
+  drain.add_drain("node5");
+  ASSERT_TRUE(moveAndWait(drain, "the drain of node 5"));
+  const auto drained = h.routing();
+  for (const auto& c : drained.chains())
+    for (const auto& m : c.members()) EXPECT_NE(m.target(), t5) << "chain " << c.id();
+  load.stop();
+  EXPECT_EQ(fewest, 3) << "a chain had fewer SERVING replicas during a move";
+  EXPECT_EQ(load.failedWrites(), 0) << load.firstError();
+  EXPECT_EQ(load.badReads(), 0) << load.firstError();
+  EXPECT_EQ(load.verifyAll(), 0) << load.firstError();
+  h.expectReplicasAgree();
+}
+
 // Every storage process dies at once: each chain keeps its last serving
 // replica as LASTSRV and serves nothing. A write meanwhile waits (the
 // client retries a chain with no serving replica) and completes once the
