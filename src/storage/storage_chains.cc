@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <thread>
 
 #include <asio/experimental/awaitable_operators.hpp>
 #include "common/fault.h"
@@ -679,7 +680,10 @@ Status StorageService::resync(const ChainPosition& p, const std::atomic<bool>* s
   size_t in_flight = 0;
   Status failed;
   asio::thread_pool copiers(kResyncCopies);  // last: joined first on an early return
-  const auto copy = [&](ChunkId id) {
+  const auto copy = [&](ChunkId id, uint64_t bytes) {
+    // Recovery's share of the disk and link (storage.service.recovery_bytes_per_second),
+    // waited for before the chunk is held.
+    std::this_thread::sleep_until(recovery_pacer_.reserve(bytes, std::chrono::steady_clock::now()));
     {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return in_flight < kResyncCopies; });
@@ -735,19 +739,22 @@ Status StorageService::resync(const ChainPosition& p, const std::atomic<bool>* s
     if (!have_mine && !have_theirs) break;
     ChunkId id;
     bool differ = true;
+    uint64_t bytes = 0;  // what the copy sends (none for a removal)
     if (have_mine && (!have_theirs || mine[mi].first < theirs[ti].id)) {
+      bytes = mine[mi].second.length;
       id = mine[mi++].first;  // theirs lacks it
     } else if (!have_mine || theirs[ti].id < mine[mi].first) {
       id = theirs[ti++].id;  // mine lacks it: removed there
     } else {
       id = mine[mi].first;
+      bytes = mine[mi].second.length;
       differ = mine[mi].second.chunk_version != theirs[ti].version ||
                mine[mi].second.chain_version != theirs[ti].chain_version;
       ++mi;
       ++ti;
     }
     if (!differ) continue;
-    if (!copy(id)) break;
+    if (!copy(id, bytes)) break;
     ++copied;
   }
   copiers.join();

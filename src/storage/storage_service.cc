@@ -48,6 +48,9 @@ void StorageServiceOptions::bind(ConfigBinder& b, const std::string& p) {
          "bytes of requests admitted to a target at once; more get EAGAIN (backpressure)");
   b.bind(p + ".background_share", &background_share,
          "share of queued_bytes_max that background-QoS requests may use, in (0, 1]");
+  b.bind(p + ".recovery_bytes_per_second", &recovery_bytes_per_second,
+         "bytes a second resyncs copy from this target to others, all chains together "
+         "(0: no limit): foreground I/O keeps the rest of the disk and link");
   b.bind(p + ".short_circuit_reads", &short_circuit_reads,
          "clients on this host that can open the target's files may read chunks from them "
          "themselves (verified against the CRCs the server gives)");

@@ -31,6 +31,7 @@
 #include <functional>
 #include <set>
 
+#include "common/pacer.h"
 #include "net/buffer_pool.h"
 #include "net/rpc_server.h"
 #include "storage/chain_table.h"
@@ -226,6 +227,7 @@ class StorageService {
   std::vector<std::pair<uint32_t, uint32_t>> synced_;
   std::function<void()> on_synced_;
   std::function<void()> on_routing_;
+  Pacer recovery_pacer_{options_.recovery_bytes_per_second};  // resync copies
   static constexpr size_t kRepairsQueued = 64;
   std::mutex repair_mu_;
   std::set<ChunkId> repairing_;  // queued or running

@@ -30,6 +30,11 @@ struct StorageServiceOptions {
   // themselves (Locate; docs/client.md, "Short-circuit reads"). Only those
   // that can open the files use it: the server's user, or root.
   bool short_circuit_reads = true;
+  // Bytes a second that resyncs into successors (a replacement, a
+  // rebalance's new replica, a node back from an outage) copy from this
+  // target, all chains together; 0: no limit (docs/chain_protocol.md,
+  // "Recovery rate").
+  uint64_t recovery_bytes_per_second = 0;
 
   // Binds the fields a deployment tunes to `<prefix>.<name>` keys.
   void bind(ConfigBinder& b, const std::string& prefix);
