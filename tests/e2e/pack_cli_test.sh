@@ -15,6 +15,11 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# A failing step says which, with what the commands wrote to their logs.
+trap 'echo "pack_cli_test: line $LINENO failed: $BASH_COMMAND" >&2
+      for f in "$work"/*.err "$work"/err "$work"/up.log; do
+        [[ -f $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
+      done' ERR
 # `! cmd` does not stop a `set -e` script: this does.
 fails() {
   if "$@"; then
