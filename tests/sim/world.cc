@@ -486,8 +486,7 @@ class World {
           !o_.bug_head_takes_back) {
         trace(fmt::format("node {}: its disk failed chunk {} the chain took: the target fails",
                           n.id, m.chunk));
-        n.failed = true;  // read-only, left out of its beats (restarted when the faults end)
-        n.failed_by_error = true;
+        failByError(n);
         co_return err(out.applied);
       }
       if (pos->successor != 0 && out.forwarded.ok()) {
@@ -558,8 +557,7 @@ class World {
           fe != ErrorCode::kNotServing && !o_.bug_head_takes_back) {
         trace(fmt::format("node {}: its disk failed chunk {} the chain took: the target fails",
                           n.id, f.chunk));
-        n.failed = true;  // as at the head (storage_chains.cc onForward)
-        n.failed_by_error = true;
+        failByError(n);  // as at the head (storage_chains.cc onForward)
         co_return err(out.applied);
       }
       if (pos->successor == 0 || !out.forwarded.ok()) n.dirty.erase(f.chunk);
@@ -860,6 +858,23 @@ class World {
 
   // ---- faults ----
   void scheduleFaults();
+  // A write error failed the node's target (read-only, left out of its
+  // beats). Its disk is replaced when the faults end (at once if they have:
+  // an apply that failed during them may be found only after).
+  void failByError(StorageNode& n) {
+    n.failed = true;
+    n.failed_by_error = true;
+    if (faults_over_) sched_.after(100 * kMs, [this, &n] { replaceDisk(n); });
+  }
+  // The operator replaced the disk: the node restarts with what it held.
+  void replaceDisk(StorageNode& n) {
+    if (!n.failed_by_error) return;
+    trace(fmt::format("node {} restarts with a working disk", n.id));
+    n.crash();
+    n.reset();
+    n.failed = n.failed_by_error = false;
+    startNode(n);
+  }
   void crashNode(StorageNode& n, Micros down_for, bool for_good) {
     if (!n.up() || n.lost || n.failed) return;
     ++r_.crashes;
@@ -984,6 +999,7 @@ class World {
   Micros max_delay_ = 2 * kMs;
   bool disk_errors_ = false;
   bool stopping_ = false;
+  bool faults_over_ = false;
   Micros workload_end_ = 0;
   SimResult r_;
   // Checker state.
@@ -1055,6 +1071,7 @@ void World::scheduleFaults() {
       });
     } else if (kind < 85) {  // disk writes fail now and then
       sched_.at(at, [this, span] {
+        trace(fmt::format("disk writes fail now and then for {} ms", span / kMs));
         disk_errors_ = true;
         sched_.after(span, [this] { disk_errors_ = false; });
       });
@@ -1084,13 +1101,9 @@ void World::scheduleFaults() {
     disk_errors_ = false;
     cut_.clear();
     if (!mgmtd_.up()) startMgmtd();
+    faults_over_ = true;
     for (auto& n : nodes_) {
-      if (n->failed_by_error) {  // its disk replaced: back with what it held
-        trace(fmt::format("node {} restarts with a working disk", n->id));
-        n->crash();
-        n->reset();
-        n->failed = n->failed_by_error = false;
-      }
+      if (n->failed_by_error) replaceDisk(*n);
       if (!n->up() && !n->lost) startNode(*n);
     }
   });
