@@ -247,10 +247,10 @@ Status StorageService::repair(ChunkId id, uint32_t chain) {
       last = s;
       continue;
     }
-    ASSIGN_OR_RETURN(ChunkMeta m, engine_.replace(id, std::span<const uint8_t>(buf.data(), got),
-                                                  chain, mine->chain_version, mine->chunk_version,
-                                                  /*durable=*/true));
-    (void)m;
+    RETURN_ON_ERROR(engine_
+                        .replace(id, std::span<const uint8_t>(buf.data(), got), chain,
+                                 mine->chain_version, mine->chunk_version, /*durable=*/true)
+                        .status());
     repaired.inc();
     CLOG_WARN("storage", "chain {}: {} failed verification on target {}; repaired from {}", chain,
               idText(id), chains_->target(), *it);

@@ -85,6 +85,14 @@ class StorageChainsTest : public ::testing::Test {
     replicas_.erase(it);
   }
   Replica& at(uint32_t t) { return *replicas_.at(t); }
+  // Every chunk target t holds fails verification: stopped, its data files'
+  // bytes flipped, started again with the chain as it was (all SERVING).
+  void corrupt(uint32_t t) {
+    stop(t);
+    EXPECT_GT(testing::flipBytesEvery4K(dirs_[t]), 0);
+    start(t);
+    route({{1, mgmt::SERVING}, {2, mgmt::SERVING}, {3, mgmt::SERVING}}, 1);
+  }
 
   // Routing version `version_` + 1 with chain kChain at `chain_version`.
   void route(std::vector<std::pair<uint32_t, mgmt::TargetState>> members, uint64_t chain_version) {
@@ -348,21 +356,15 @@ TEST_F(StorageChainsTest, AHeadWhoseDiskFailsAChangeItsSuccessorsTookFailsItsTar
   EXPECT_EQ(meta(1, 0)->chunk_version, 1u) << "the failed head kept its old copy";
 }
 
-// Every chunk target t holds fails verification (its process stopped).
-void flipBytes(const std::string& dir) { EXPECT_GT(testing::flipBytesEvery4K(dir), 0); }
-
 // A replica's copy fails verification (bits flipped on its disk): a read
 // there answers kCorruption (never the bad bytes) and queues a repair,
 // which replaces the copy with a peer's of the same versions; the next read
-// there returns the right bytes. A repair with no peer holding that
-// version changes nothing.
+// there returns the right bytes. A repair with no other serving replica
+// has nothing to repair from.
 TEST_F(StorageChainsTest, ACorruptCopyIsRepairedFromAPeerAfterAReadFindsIt) {
   auto a = bytes(8192, 31);
   ASSERT_TRUE(write(1, 1, 0, 0, a).ok());
-  stop(3);
-  flipBytes(dirs_[3]);
-  start(3);
-  route({{1, mgmt::SERVING}, {2, mgmt::SERVING}, {3, mgmt::SERVING}}, 1);
+  corrupt(3);
   std::vector<uint8_t> got;
   ASSERT_EQ(read(3, 1, 0, &got), ErrorCode::kCorruption);
   bool repaired = false;
@@ -383,10 +385,7 @@ TEST_F(StorageChainsTest, ACorruptCopyIsRepairedFromAPeerAfterAReadFindsIt) {
 TEST_F(StorageChainsTest, AScrubFindsABadCopyAndHasItRepaired) {
   auto a = bytes(8192, 33);
   ASSERT_TRUE(write(1, 1, 0, 0, a).ok());
-  stop(2);
-  flipBytes(dirs_[2]);
-  start(2);
-  route({{1, mgmt::SERVING}, {2, mgmt::SERVING}, {3, mgmt::SERVING}}, 1);
+  corrupt(2);
   auto& repaired = metrics::Registry::global().counter("storage_chunks_repaired_total");
   const uint64_t before = repaired.value();
   {
