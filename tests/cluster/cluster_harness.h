@@ -57,23 +57,33 @@ class ClusterHarness {
     std::string name = "cluster";
     // Client options besides the cluster's address.
     uint32_t client_retry_ms = 30000;
+    // Every process in a host of its own (netlab.h), on fixed ports: etcd
+    // members in hosts 1-3, mgmtd 4-5, meta 6-7, storage node n in 7+n.
+    // Null: all on 127.0.0.1 with free ports.
+    NetLab* lab = nullptr;
   };
+  static constexpr int kFirstStorageHost = 8;
+  static int mgmtdHost(int i) { return 4 + i; }
+  static int metaHost(int i) { return 6 + i; }
+  static int storageHost(int n) { return kFirstStorageHost - 1 + n; }
 
   // Starts everything; check ok() after.
   explicit ClusterHarness(Options o) : o_(std::move(o)) {
     dir_ = ::testing::TempDir() + "/cistern-" + o_.name + "-" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    etcd_ = EtcdCluster::start(dir_ + "/etcd", 3);
+    std::vector<EtcdCluster::Host> etcd_hosts;
+    for (int h = 1; o_.lab && h <= 3; ++h) etcd_hosts.push_back({NetLab::address(h), NetLab::netns(h)});
+    etcd_ = EtcdCluster::start(dir_ + "/etcd", 3, etcd_hosts);
     if (!etcd_) return;
     for (int i = 0; i < 2; ++i) {
-      mgmtd_ports_.push_back(freeLoopbackPort());
-      mgmtd_.push_back(startProcess("mgmtd", mgmtdConfig(i)));
+      mgmtd_eps_.push_back(endpointOf(mgmtdHost(i)));
+      mgmtd_.push_back(startProcess("mgmtd", mgmtdConfig(i), mgmtdHost(i)));
       if (!mgmtd_.back()) return;
     }
     if (!waitPrimary()) return;
     for (int n = 1; n <= o_.storage_nodes; ++n) {
-      storage_ports_.push_back(freeLoopbackPort());
+      storage_eps_.push_back(endpointOf(storageHost(n)));
       storage_.push_back(nullptr);
       if (!restartStorage(n)) return;
     }
@@ -87,8 +97,8 @@ class ClusterHarness {
       return;
     }
     for (int i = 0; i < 2; ++i) {
-      meta_ports_.push_back(freeLoopbackPort());
-      meta_.push_back(startProcess("meta", metaConfig(i)));
+      meta_eps_.push_back(endpointOf(metaHost(i)));
+      meta_.push_back(startProcess("meta", metaConfig(i), metaHost(i)));
       if (!meta_.back()) return;
     }
     if (!waitFor([&] { return routing().meta_endpoints_size() == 2; }, 10, "meta servers")) return;
@@ -129,10 +139,9 @@ class ClusterHarness {
   // "host:port,host:port" of the mgmtd.
   std::string mgmtdList() const {
     std::string out;
-    for (int p : mgmtd_ports_) out += (out.empty() ? "" : ",") + endpointText(p);
+    for (const auto& e : mgmtd_eps_) out += (out.empty() ? "" : ",") + e;
     return out;
   }
-  static std::string endpointText(int port) { return "127.0.0.1:" + std::to_string(port); }
 
   ServeProcess& storage(int n) { return *storage_[static_cast<size_t>(n - 1)]; }
   // Every process of the cluster but etcd (for their peak RSS).
@@ -146,9 +155,9 @@ class ClusterHarness {
   ServeProcess& meta(int i) { return *meta_[static_cast<size_t>(i)]; }
   ServeProcess& mgmtd(int i) { return *mgmtd_[static_cast<size_t>(i)]; }
   int storageNodes() const { return o_.storage_nodes; }
-  std::string storageEndpoint(int n) const {
-    return endpointText(storage_ports_[static_cast<size_t>(n - 1)]);
-  }
+  std::string storageEndpoint(int n) const { return storage_eps_[static_cast<size_t>(n - 1)]; }
+  std::string metaEndpoint(int i) const { return meta_eps_[static_cast<size_t>(i)]; }
+  EtcdCluster& etcd() { return *etcd_; }
 
   // (Re)starts storage node n (its process, same port and target).
   bool restartStorage(int n) {
@@ -156,14 +165,14 @@ class ClusterHarness {
     slot.reset();
     auto it = o_.storage_faults.find(n);
     if (it != o_.storage_faults.end()) ::setenv("CISTERN_FAULTS", it->second.c_str(), 1);
-    slot = startProcess("storage", storageConfig(n));
+    slot = startProcess("storage", storageConfig(n), storageHost(n));
     ::unsetenv("CISTERN_FAULTS");
     return slot != nullptr;
   }
   // Starts one more storage node (it registers; no chain uses it until a
   // rebalance); returns its number.
   int addStorageNode() {
-    storage_ports_.push_back(freeLoopbackPort());
+    storage_eps_.push_back(endpointOf(storageHost(o_.storage_nodes + 1)));
     storage_.push_back(nullptr);
     ++o_.storage_nodes;
     return restartStorage(o_.storage_nodes) ? o_.storage_nodes : 0;
@@ -171,7 +180,7 @@ class ClusterHarness {
   // Drops node n's fault spec for later restarts.
   void clearFaults(int n) { o_.storage_faults.erase(n); }
   bool restartMgmtd(int i) {
-    mgmtd_[static_cast<size_t>(i)] = startProcess("mgmtd", mgmtdConfig(i));
+    mgmtd_[static_cast<size_t>(i)] = startProcess("mgmtd", mgmtdConfig(i), mgmtdHost(i));
     return mgmtd_[static_cast<size_t>(i)] != nullptr;
   }
 
@@ -179,9 +188,9 @@ class ClusterHarness {
   mgmt::Routing routing() {
     mgmt::GetRoutingReq req;
     mgmt::Routing r;
-    for (int p : mgmtd_ports_) {
+    for (const auto& e : mgmtd_eps_) {
       r.Clear();
-      if (rpc_.callSync(*net::Endpoint::parse(endpointText(p)), mgmtMethod("GetRouting"), req, &r,
+      if (rpc_.callSync(*net::Endpoint::parse(e), mgmtMethod("GetRouting"), req, &r,
                         {.timeout_ms = 2000})
               .ok())
         return r;
@@ -218,9 +227,9 @@ class ClusterHarness {
   Status callPrimary(const char* name, const Req& req, Resp* resp) {
     Status s;
     for (auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
-      for (int p : mgmtd_ports_) {
+      for (const auto& e : mgmtd_eps_) {
         resp->Clear();
-        s = rpc_.callSync(*net::Endpoint::parse(endpointText(p)), mgmtMethod(name), req, resp,
+        s = rpc_.callSync(*net::Endpoint::parse(e), mgmtMethod(name), req, resp,
                           {.timeout_ms = 3000});
         if (s.code() != ErrorCode::kNotPrimary && s.code() != ErrorCode::kConnectionFailed &&
             s.code() != ErrorCode::kConnectionClosed)
@@ -233,9 +242,9 @@ class ClusterHarness {
   // Which mgmtd (0 or 1) is primary; -1 if none answers as primary.
   int primary() {
     mgmt::RegisterNodeReq probe;  // no name: the primary refuses it as invalid
-    for (size_t i = 0; i < mgmtd_ports_.size(); ++i) {
+    for (size_t i = 0; i < mgmtd_eps_.size(); ++i) {
       mgmt::RegisterNodeResp resp;
-      Status s = rpc_.callSync(*net::Endpoint::parse(endpointText(mgmtd_ports_[i])),
+      Status s = rpc_.callSync(*net::Endpoint::parse(mgmtd_eps_[i]),
                                mgmtMethod("RegisterNode"), probe, &resp, {.timeout_ms = 1000});
       if (s.code() == ErrorCode::kInvalidArgument) return static_cast<int>(i);
     }
@@ -311,8 +320,15 @@ class ClusterHarness {
   }
 
  private:
-  std::unique_ptr<ServeProcess> startProcess(const std::string& role, const std::string& config) {
-    auto p = std::make_unique<ServeProcess>(CISTERN_BIN, role, config);
+  // host:port of a process in `host` (with a lab; else 127.0.0.1, a free port).
+  std::string endpointOf(int host) const {
+    if (o_.lab) return NetLab::address(host) + ":7000";
+    return "127.0.0.1:" + std::to_string(freeLoopbackPort());
+  }
+  std::unique_ptr<ServeProcess> startProcess(const std::string& role, const std::string& config,
+                                             int host) {
+    auto p = std::make_unique<ServeProcess>(CISTERN_BIN, role, config,
+                                            o_.lab ? NetLab::netns(host) : std::string());
     if (!p->start()) return nullptr;
     return p;
   }
@@ -333,7 +349,7 @@ class ClusterHarness {
   }
   std::string mgmtdConfig(int i) {
     return write("mgmtd" + std::to_string(i),
-                 "mgmtd.listen = \"" + endpointText(mgmtd_ports_[static_cast<size_t>(i)]) +
+                 "mgmtd.listen = \"" + mgmtd_eps_[static_cast<size_t>(i)] +
                      "\"\nmgmtd.heartbeat_timeout_ms = " + std::to_string(o_.heartbeat_timeout_ms) +
                      "\nmgmtd.tick_ms = 200\nmgmtd.lease_ms = 2000\n" +
                      (o_.replace_after_s
@@ -343,12 +359,12 @@ class ClusterHarness {
   }
   std::string metaConfig(int i) {
     return write("meta" + std::to_string(i),
-                 "meta.listen = \"" + endpointText(meta_ports_[static_cast<size_t>(i)]) +
+                 "meta.listen = \"" + meta_eps_[static_cast<size_t>(i)] +
                      "\"\nmeta.session_timeout_ms = 60000\n" + kvConfig());
   }
   std::string storageConfig(int n) {
     std::string list;
-    for (int p : mgmtd_ports_) list += (list.empty() ? "\"" : ", \"") + endpointText(p) + "\"";
+    for (const auto& e : mgmtd_eps_) list += (list.empty() ? "\"" : ", \"") + e + "\"";
     return write("storage" + std::to_string(n),
                  "storage.listen = \"" + storageEndpoint(n) + "\"\nstorage.node = \"node" +
                      std::to_string(n) + "\"\nstorage.target = \"" + dir_ + "/target" +
@@ -360,7 +376,7 @@ class ClusterHarness {
   std::string dir_;
   bool ok_ = false;
   std::unique_ptr<EtcdCluster> etcd_;
-  std::vector<int> mgmtd_ports_, storage_ports_, meta_ports_;
+  std::vector<std::string> mgmtd_eps_, storage_eps_, meta_eps_;
   std::vector<std::unique_ptr<ServeProcess>> mgmtd_, storage_, meta_;
   net::RpcClient rpc_{net::ClientOptions{}};
   std::unique_ptr<Client> client_;

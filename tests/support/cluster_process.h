@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/netlab.h"
+
 namespace cistern::testing {
 
 struct CliResult {
@@ -65,14 +67,16 @@ inline CliResult runProgram(const std::string& bin, const std::vector<std::strin
 
 // Starts `args` (args[0]: the program) with its stdout — and its stderr with
 // `stderr_too` — into a pipe whose read end goes to `*out_fd`; `die_with_us`:
-// the child is killed when this process dies. Returns the pid (-1: no pipe).
+// the child is killed when this process dies; `netns`: it runs in that
+// named network namespace (netlab.h). Returns the pid (-1: no pipe).
 inline pid_t spawnPiped(std::vector<std::string> args, int* out_fd, bool stderr_too = false,
-                        bool die_with_us = false) {
+                        bool die_with_us = false, const std::string& netns = "") {
   int pipefd[2];
   if (pipe(pipefd) != 0) return -1;
   pid_t pid = fork();
   if (pid == 0) {
     if (die_with_us) prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (!netns.empty() && !NetLab::enterHost(netns)) _exit(126);
     dup2(pipefd[1], STDOUT_FILENO);
     if (stderr_too) dup2(pipefd[1], STDERR_FILENO);
     close(pipefd[0]);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kv/etcd_client.h"
+#include "tests/support/netlab.h"
 
 namespace cistern::testing {
 
@@ -44,11 +45,19 @@ inline int freeLoopbackPort() {
 
 class EtcdCluster {
  public:
+  // Where a member runs: its address and network namespace (netlab.h).
+  struct Host {
+    std::string address;
+    std::string netns;
+  };
+
   // Starts the members and waits until the cluster answers; a start that
   // does not come up in 15 s (a port taken meanwhile by another process's
   // connection) is tried again on other ports, three times in all. Null
-  // when etcd cannot be started (the reason on stderr).
-  static std::unique_ptr<EtcdCluster> start(const std::string& dir, int members = 3) {
+  // when etcd cannot be started (the reason on stderr). With `hosts` (one
+  // per member), member i runs in hosts[i] on the usual ports 2379/2380.
+  static std::unique_ptr<EtcdCluster> start(const std::string& dir, int members = 3,
+                                            const std::vector<Host>& hosts = {}) {
     for (int attempt = 0; attempt < 3; ++attempt) {
       std::unique_ptr<EtcdCluster> c(new EtcdCluster);
       c->dir_ = dir;
@@ -56,19 +65,27 @@ class EtcdCluster {
       std::filesystem::remove_all(dir, ec);
       std::filesystem::create_directories(dir);
       std::set<int> ports;
-      while (ports.size() < static_cast<size_t>(2 * members)) ports.insert(freeLoopbackPort());
+      while (hosts.empty() && ports.size() < static_cast<size_t>(2 * members))
+        ports.insert(freeLoopbackPort());
       auto next = ports.begin();
       for (int i = 0; i < members; ++i) {
         Member m;
         m.name = "m" + std::to_string(i);
-        m.client_port = *next++;
-        m.peer_port = *next++;
+        if (hosts.empty()) {
+          m.client_port = *next++;
+          m.peer_port = *next++;
+        } else {
+          m.address = hosts[static_cast<size_t>(i)].address;
+          m.netns = hosts[static_cast<size_t>(i)].netns;
+          m.client_port = 2379;
+          m.peer_port = 2380;
+        }
         c->members_.push_back(m);
       }
       for (size_t i = 0; i < c->members_.size(); ++i) {
         if (i > 0) c->initial_cluster_ += ",";
-        c->initial_cluster_ +=
-            c->members_[i].name + "=http://127.0.0.1:" + std::to_string(c->members_[i].peer_port);
+        c->initial_cluster_ += c->members_[i].name + "=http://" + c->members_[i].address + ":" +
+                               std::to_string(c->members_[i].peer_port);
       }
       for (size_t i = 0; i < c->members_.size(); ++i) c->spawn(i, /*existing=*/false);
       if (c->waitHealthy(std::chrono::seconds(15))) return c;
@@ -86,7 +103,7 @@ class EtcdCluster {
 
   std::vector<std::string> endpoints() const {
     std::vector<std::string> out;
-    for (const Member& m : members_) out.push_back("127.0.0.1:" + std::to_string(m.client_port));
+    for (size_t i = 0; i < members_.size(); ++i) out.push_back(endpoint(i));
     return out;
   }
   size_t size() const { return members_.size(); }
@@ -121,7 +138,7 @@ class EtcdCluster {
   }
   void resume(size_t i) { ::kill(members_[i].pid, SIGCONT); }
   std::string endpoint(size_t i) const {
-    return "127.0.0.1:" + std::to_string(members_[i].client_port);
+    return members_[i].address + ":" + std::to_string(members_[i].client_port);
   }
   // Starts member `i` again on its data (it rejoins the cluster).
   void restart(size_t i) {
@@ -131,10 +148,11 @@ class EtcdCluster {
   // Waits until a read through every running member's endpoint succeeds.
   bool waitHealthy(std::chrono::seconds budget) {
     auto deadline = std::chrono::steady_clock::now() + budget;
-    for (const Member& m : members_) {
+    for (size_t i = 0; i < members_.size(); ++i) {
+      const Member& m = members_[i];
       if (m.pid <= 0) continue;
       kv::etcd::Client::Options o;
-      o.endpoints = {"127.0.0.1:" + std::to_string(m.client_port)};
+      o.endpoints = {endpoint(i)};
       o.timeout_ms = 1000;
       auto client = kv::etcd::Client::create(o);
       if (!client.ok()) return false;
@@ -155,6 +173,8 @@ class EtcdCluster {
  private:
   struct Member {
     std::string name;
+    std::string address = "127.0.0.1";
+    std::string netns;  // "": the test's own
     int client_port = 0;
     int peer_port = 0;
     pid_t pid = 0;
@@ -174,8 +194,8 @@ class EtcdCluster {
 
   void spawn(size_t i, bool existing) {
     Member& m = members_[i];
-    const std::string client = "http://127.0.0.1:" + std::to_string(m.client_port);
-    const std::string peer = "http://127.0.0.1:" + std::to_string(m.peer_port);
+    const std::string client = "http://" + m.address + ":" + std::to_string(m.client_port);
+    const std::string peer = "http://" + m.address + ":" + std::to_string(m.peer_port);
     std::vector<std::string> args = {
         "etcd",
         "--name",
@@ -208,6 +228,7 @@ class EtcdCluster {
     pid_t pid = ::fork();
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+      if (!m.netns.empty() && !NetLab::enterHost(m.netns)) _exit(126);
       int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) {
         ::dup2(fd, STDOUT_FILENO);

@@ -14,14 +14,18 @@ namespace cistern::testing {
 
 class ServeProcess {
  public:
-  ServeProcess(std::string bin, std::string role, std::string config)
-      : bin_(std::move(bin)), role_(std::move(role)), config_(std::move(config)) {}
+  // `netns`: started in that network namespace (netlab.h; "": this one).
+  ServeProcess(std::string bin, std::string role, std::string config, std::string netns = "")
+      : bin_(std::move(bin)),
+        role_(std::move(role)),
+        config_(std::move(config)),
+        netns_(std::move(netns)) {}
   ~ServeProcess() { kill(SIGKILL); }
 
   bool start() {
     log_.clear();
     pid_ = spawnPiped({bin_, "serve", "--role", role_, "--config", config_}, &out_fd_,
-                      /*stderr_too=*/true, /*die_with_us=*/true);
+                      /*stderr_too=*/true, /*die_with_us=*/true, netns_);
     if (pid_ < 0) return false;
     std::string first;
     if (readUntil(out_fd_, &first, "ready", std::chrono::seconds(30))) {
@@ -68,7 +72,7 @@ class ServeProcess {
     }
   }
 
-  std::string bin_, role_, config_;
+  std::string bin_, role_, config_, netns_;
   pid_t pid_ = -1;
   int out_fd_ = -1;
   mutable std::mutex mu_;
