@@ -288,9 +288,12 @@ Status ClientImpl::metaCall(const net::Method& method, const google::protobuf::M
     }
     resp->Clear();
     Status s = rpc_->callSync(to, method, req, resp);
-    if (s.ok() || !transient(s) || Clock::now() + backoff > deadline) return s;
-    if (s.code() == ErrorCode::kConnectionFailed || s.code() == ErrorCode::kConnectionClosed ||
-        s.code() == ErrorCode::kDeadlineExceeded) {
+    // kNotServing: that meta server has lost the KV (its lease, meta_server.h)
+    // and ran nothing.
+    const bool away = s.code() == ErrorCode::kNotServing;
+    if (s.ok() || (!transient(s) && !away) || Clock::now() + backoff > deadline) return s;
+    if (away || s.code() == ErrorCode::kConnectionFailed ||
+        s.code() == ErrorCode::kConnectionClosed || s.code() == ErrorCode::kDeadlineExceeded) {
       // That meta server is gone or stuck: the next one (a cluster's are
       // all alike), and the routing again (one may have joined or left).
       (void)refreshRouting();

@@ -3,8 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <map>
+#include <mutex>
+#include <random>
+#include <thread>
 
+#include "common/fault.h"
+#include "common/metrics.h"
 #include "kv/buffered_txn.h"
 #include "kv/etcd_client.h"
 
@@ -14,6 +20,14 @@ namespace {
 // Bumped by every commit that deletes (under the engine's prefix; keys from
 // \xff\xff up are no transaction's).
 constexpr std::string_view kDeletesKey = "\xff\xff/etcd/deletes";
+// Commit markers: "<this>/<engine id>/<sequence>" (etcd_engine.h).
+constexpr std::string_view kCommitsKey = "\xff\xff/etcd/commits/";
+// A marker lives on a lease granted every kMarkerLeaseEvery and never
+// renewed: between kMarkerTtlS - kMarkerLeaseEvery and kMarkerTtlS, past
+// any resolution (EtcdEngineOptions::resolve_ms, at most 20 s).
+constexpr auto kMarkerLeaseEvery = std::chrono::seconds(10);
+constexpr int64_t kMarkerTtlS = 30;
+constexpr std::string_view kCommitted = "c", kFenced = "f";
 constexpr int64_t kPage = 512;  // rows per range request of an iterator
 
 bool inRanges(std::string_view key, const std::vector<KeyRange>& ranges) {
@@ -130,7 +144,10 @@ void EtcdIterator::load(const std::string& from, const std::string& to) {
 class EtcdEngine final : public Engine, public TxnHost {
  public:
   EtcdEngine(const EtcdEngineOptions& options, std::unique_ptr<etcd::Client> client)
-      : options_(options), client_(std::move(client)) {}
+      : options_(options), client_(std::move(client)) {
+    std::random_device rd;
+    id_ = fmt::format("{:08x}{:08x}", rd(), rd());
+  }
 
   std::unique_ptr<Transaction> begin() override { return start(false); }
   std::unique_ptr<ReadTransaction> beginRead() override { return start(true); }
@@ -152,12 +169,77 @@ class EtcdEngine final : public Engine, public TxnHost {
 
  private:
   std::unique_ptr<BufferedTxn> start(bool read_only);
+  // The lease new commit markers go on (a new one every kMarkerLeaseEvery).
+  Result<int64_t> markerLease();
+  // A commit sent whose answer was lost (`unknown`): whether it committed,
+  // settled by a fence on its marker. OK (and t's commit version) when it
+  // did; kTxnConflict when it did not and now never will; `unknown` when
+  // etcd answers no fence within options_.resolve_ms.
+  Status resolve(BufferedTxn& t, const std::string& marker, int64_t lease, Status unknown);
   std::string full(std::string_view key) const { return options_.prefix + std::string(key); }
   Status tooLarge(const std::string& what) const { return Status(ErrorCode::kTxnTooLarge, what); }
 
   const EtcdEngineOptions options_;
   std::unique_ptr<etcd::Client> client_;
+  std::string id_;  // this engine's, in its commit markers
+  std::atomic<uint64_t> commits_{0};
+  std::mutex lease_mu_;
+  int64_t lease_ = 0;
+  std::chrono::steady_clock::time_point lease_at_{};
 };
+
+Result<int64_t> EtcdEngine::markerLease() {
+  std::lock_guard lock(lease_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (lease_ == 0 || now - lease_at_ >= kMarkerLeaseEvery) {
+    ASSIGN_OR_RETURN(lease_, client_->leaseGrant(kMarkerTtlS));
+    lease_at_ = now;
+  }
+  return lease_;
+}
+
+Status EtcdEngine::resolve(BufferedTxn& t, const std::string& marker, int64_t lease,
+                           Status unknown) {
+  auto count = [](const char* outcome) {
+    metrics::Registry::global()
+        .counter("kv_etcd_commits_resolved_total", {{"outcome", outcome}},
+                 "commits whose answer was lost, by how a fence on their marker settled them")
+        .inc();
+  };
+  // The commit compared the marker absent; a fence that puts it first makes
+  // that compare fail for good. Failing, the fence reads who put it.
+  etcd::TxnRequest fence;
+  fence.compare.push_back({marker, {}, etcd::Compare::kVersion, etcd::Compare::kEqual, 0, {}});
+  fence.success.push_back({etcd::Op::kPut, marker, std::string(kFenced), {}, lease, {}, nullptr});
+  etcd::Op read{etcd::Op::kRange, {}, {}, {}, 0, {}, nullptr};
+  read.range.key = marker;
+  fence.failure.push_back(std::move(read));
+  for (auto until = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(std::min<uint32_t>(options_.resolve_ms, 20000));
+       ;) {
+    auto r = client_->txn(fence);
+    if (r.ok()) {
+      const bool fenced_now = r->succeeded;
+      const auto* kvs = fenced_now || r->responses.empty() ? nullptr : &r->responses[0].range.kvs;
+      if (!fenced_now && kvs && !kvs->empty() && kvs->front().value == kCommitted) {
+        t.commit_version_ = static_cast<uint64_t>(kvs->front().mod_revision);
+        count("committed");
+        return Status::OK();
+      }
+      // Fenced now, or by an earlier fence whose own answer was lost.
+      count("not_committed");
+      return Status(ErrorCode::kTxnConflict,
+                    fmt::format("etcd lost the answer to a commit ({}), which did not commit and "
+                                "now never will: try the transaction again",
+                                unknown.message()));
+    }
+    if (std::chrono::steady_clock::now() > until) {
+      count("unknown");
+      return unknown.withContext("no fence settled it in time");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
 
 // A transaction that cannot learn the revision fails at its first read
 // (the snapshot then reads at revision 0 = never: kTxnTooOld is not right;
@@ -195,13 +277,14 @@ Status EtcdEngine::commit(BufferedTxn& t) {
       key_cmps.push_back({full(key), {}, etcd::Compare::kMod, etcd::Compare::kEqual, mod, {}});
   }
   const size_t adds = t.adds_.size();
-  if (read_cmps.size() + adds + 1 > ops_max) {
+  // One more compare and one more put: the commit's marker.
+  if (read_cmps.size() + adds + 2 > ops_max) {
     return tooLarge(
         fmt::format("a transaction on etcd reads and writes at most {} keys or ranges (etcd's "
                     "--max-txn-ops); this one {}",
-                    ops_max - adds - 1, read_cmps.size()));
+                    ops_max - adds - 2, read_cmps.size()));
   }
-  if (read_cmps.size() + key_cmps.size() + adds <= ops_max) {
+  if (read_cmps.size() + key_cmps.size() + adds + 1 <= ops_max) {
     read_cmps.insert(read_cmps.end(), key_cmps.begin(), key_cmps.end());
   } else {
     // Too many keys to compare one by one: no delete at all since the read.
@@ -241,12 +324,19 @@ Status EtcdEngine::commit(BufferedTxn& t) {
     }
   }
   if (deletes) writes.push_back({etcd::Op::kPut, full(kDeletesKey), {}, {}, 0, {}, nullptr});
-  if (writes.size() + adds > ops_max) {
+  if (writes.size() + adds + 1 > ops_max) {
     return tooLarge(fmt::format(
         "a transaction on etcd writes at most {} keys or ranges (etcd's --max-txn-ops); this "
         "one writes {}",
-        ops_max, writes.size() + adds));
+        ops_max - 1, writes.size() + adds));
   }
+  // Its marker: absent until it commits, then kCommitted; a lost answer is
+  // settled by resolve().
+  const std::string marker =
+      full(fmt::format("{}{}/{}", kCommitsKey, id_, commits_.fetch_add(1) + 1));
+  ASSIGN_OR_RETURN(const int64_t lease, markerLease());
+  read_cmps.push_back({marker, {}, etcd::Compare::kVersion, etcd::Compare::kEqual, 0, {}});
+  writes.push_back({etcd::Op::kPut, marker, std::string(kCommitted), {}, lease, {}, nullptr});
 
   // Counters: their current values, then a put of each sum under a compare
   // of its mod_revision; when only those compares fail, etcd's answer
@@ -301,7 +391,19 @@ Status EtcdEngine::commit(BufferedTxn& t) {
           "{}",
           options_.request_bytes_max, bytes));
     }
-    ASSIGN_OR_RETURN(etcd::TxnResponse resp, client_->txn(req));
+    // Faults for tests of resolve(): an answer lost before the request was
+    // sent (it never commits), or after it committed.
+    Result<etcd::TxnResponse> sent = Status(ErrorCode::kCommitUnknown, "not sent");
+    if (Status unsent = CISTERN_FAULT("kv.etcd.commit.unsent_unknown"); !unsent.ok()) {
+      sent = unsent;
+    } else {
+      sent = client_->txn(req);
+      Status lost = CISTERN_FAULT("kv.etcd.commit.answer_lost");
+      if (sent.ok() && !lost.ok()) sent = lost;
+    }
+    if (!sent.ok() && sent.status().code() == ErrorCode::kCommitUnknown)
+      return resolve(t, marker, lease, sent.status());
+    ASSIGN_OR_RETURN(etcd::TxnResponse resp, std::move(sent));
     if (resp.succeeded) {
       t.commit_version_ = static_cast<uint64_t>(resp.revision);
       return Status::OK();

@@ -15,7 +15,14 @@
 //    moved, etcd's answer (a nested transaction on the failure branch)
 //    brings their new values and the add is tried again — adds to one
 //    counter do not conflict, they serialize;
-//  - a commit whose answer is lost after it was sent is kCommitUnknown.
+//  - every commit also puts a marker key of its own (under a short etcd
+//    lease, so markers go by themselves) compared absent; a commit whose
+//    answer is lost after it was sent (a member cut off or stopped) is
+//    settled by a fence: a put of the marker under the same compare, on
+//    any member. The fence succeeding means the commit did not apply and
+//    never will (kTxnConflict: try again); failing, it reads the marker the
+//    commit put (committed). Only when no member settles it within
+//    `resolve_ms` is it kCommitUnknown.
 // Limits that are etcd's, checked before a request is sent and reported
 // with the limit's name: operations per Txn (--max-txn-ops, 128) and bytes
 // per request (--max-request-bytes, 1.5 MiB), both kTxnTooLarge.
@@ -43,6 +50,9 @@ struct EtcdEngineOptions {
   uint64_t request_bytes_max = 1536 * 1024;
   // Tries of a commit whose only moved compares are its counters'.
   uint32_t add_attempts_max = 64;
+  // How long fences may try to settle a commit whose answer was lost
+  // (below the markers' 20 s least lifetime).
+  uint32_t resolve_ms = 15000;
 };
 
 // Fails with kInvalidArgument for bad endpoints, kConnectionFailed when no

@@ -1,13 +1,15 @@
 // The etcd engine's own cases, on a real 3-member cluster started on
 // loopback: etcd's limits give clear errors and apply nothing, reads of a
 // compacted revision are too old, deletes of keys a transaction read fail
-// it (also past the compare budget), an unanswered commit is reported as
-// unknown, and a member killed mid-run loses no acknowledged commit.
+// it (also past the compare budget), a commit whose answer is lost is
+// settled by a fence (or reported unknown when no member answers), and a
+// member killed mid-run loses no acknowledged commit.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>
 
+#include "common/fault.h"
 #include "kv/etcd_client.h"
 #include "kv/kv_etcd_test_util.h"
 
@@ -112,19 +114,84 @@ TEST_F(KvEtcd, ADeleteOfAKeyReadFailsTheCommitAlsoPastTheCompareBudget) {
 
 // A commit etcd took but did not answer (its member stopped) is unknown,
 // never reported as failed or done.
-TEST_F(KvEtcd, AnUnansweredCommitIsUnknown) {
+// Its only member stopped through the whole settling: unknown, said so.
+TEST_F(KvEtcd, ACommitNoMemberAnswersIsUnknown) {
   EtcdEngineOptions o;
   o.endpoints = {etcd_->endpoint(0)};
   o.timeout_ms = 700;
+  o.resolve_ms = 1500;
   auto e = open(o);
   ASSERT_NE(e, nullptr);
+  auto first = e->begin();  // (its marker lease granted)
+  first->set("w", "1");
+  ASSERT_TRUE(first->commit().ok());
   auto t = e->begin();
   t->set("u", "1");
   etcd_->pause(0);
   Status s = t->commit();
   etcd_->resume(0);
   EXPECT_EQ(s.code(), ErrorCode::kCommitUnknown) << s.toString();
+  EXPECT_NE(s.message().find("no fence settled it"), std::string::npos) << s.toString();
   ASSERT_TRUE(etcd_->waitHealthy(std::chrono::seconds(30)));
+}
+
+// The member stopped after the commit was sent and back within the
+// settling: the commit's answer is what happened — OK with the value there,
+// or kTxnConflict with the value absent (and staying so: the commit, still
+// queued at the member, can no longer apply).
+TEST_F(KvEtcd, ACommitWhoseAnswerIsLostIsSettledByAFence) {
+  EtcdEngineOptions o;
+  o.endpoints = {etcd_->endpoint(0)};
+  o.timeout_ms = 700;
+  auto e = open(o);
+  ASSERT_NE(e, nullptr);
+  auto first = e->begin();  // (its marker lease granted)
+  first->set("w", "1");
+  ASSERT_TRUE(first->commit().ok());
+  auto t = e->begin();
+  t->set("u", "1");
+  etcd_->pause(0);
+  std::thread resume([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    etcd_->resume(0);
+  });
+  Status s = t->commit();
+  resume.join();
+  ASSERT_TRUE(etcd_->waitHealthy(std::chrono::seconds(30)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // anything queued applies
+  if (s.ok()) {
+    EXPECT_EQ(read(*engine_, "u"), "1");
+  } else {
+    EXPECT_EQ(s.code(), ErrorCode::kTxnConflict) << s.toString();
+    EXPECT_EQ(read(*engine_, "u"), std::nullopt);
+  }
+}
+
+// Answers lost on purpose (fault points): one after the commit applied is
+// settled as committed; one before it was sent as not committed, and
+// runTransaction's retry applies the add exactly once.
+TEST_F(KvEtcd, LostAnswersAreSettledEitherWay) {
+  fault::enable("kv.etcd.commit.answer_lost",
+                {.action = fault::Action::kError, .code = ErrorCode::kCommitUnknown, .times = 1});
+  auto t = engine_->begin();
+  t->set("a", "1");
+  ASSERT_TRUE(t->commit().ok());
+  EXPECT_EQ(fault::fired("kv.etcd.commit.answer_lost"), 1u);
+  EXPECT_GT(t->commitVersion(), 0u);
+  EXPECT_EQ(read(*engine_, "a"), "1");
+
+  fault::enable("kv.etcd.commit.unsent_unknown",
+                {.action = fault::Action::kError, .code = ErrorCode::kCommitUnknown, .times = 1});
+  int tries = 0;
+  ASSERT_TRUE(runTransaction(*engine_, [&](Transaction& txn) {
+                ++tries;
+                txn.atomicAdd("n", 5);
+                return Status::OK();
+              }).ok());
+  EXPECT_EQ(fault::fired("kv.etcd.commit.unsent_unknown"), 1u);
+  EXPECT_EQ(tries, 2);
+  EXPECT_EQ(decodeCounter(read(*engine_, "n").value_or("")), 5);
+  fault::disableAll();
 }
 
 // Eight threads add to a counter and record every acknowledged add while

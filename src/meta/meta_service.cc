@@ -33,7 +33,10 @@ void MetaService::add(const char* method, std::function<Status(const Req&, Resp&
       m,
       [this, fn, inline_if = std::move(inline_if)](net::CallContext&, const Req& req,
                                                    Resp& resp) -> asio::awaitable<Status> {
-        if (inline_if && inline_if(req)) co_return fn(req, resp);
+        if (gate_) {
+          if (Status g = gate_(); !g.ok()) co_return g;
+        }
+        if (inline_reads_ && inline_if && inline_if(req)) co_return fn(req, resp);
         co_return co_await net::runBlocking(pool_, [&] { return fn(req, resp); });
       });
   // A caller in this process (the FUSE mount of `cistern up --mount`) runs
@@ -54,8 +57,9 @@ void MetaService::addRead(const char* method, std::function<Status(const Req&, R
   add<Req, Resp>(method, std::move(fn), [](const Req&) { return true; });
 }
 
-MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t blocking_threads)
-    : store_(store), server_(server), pool_(blocking_threads) {
+MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t blocking_threads,
+                         bool inline_reads)
+    : store_(store), server_(server), pool_(blocking_threads), inline_reads_(inline_reads) {
   MetaStore& s = store_;
   addRead<LookupReq, InodeResp>("Lookup", [&s](const LookupReq& r, InodeResp& out) {
     return into(s.lookup(r.caller(), r.parent(), r.name()), out.mutable_inode());

@@ -17,9 +17,18 @@ namespace cistern::meta {
 
 class MetaService {
  public:
-  // Registers the methods on `server` (before server.start()). Default: 16 threads.
-  MetaService(MetaStore& store, net::RpcServer& server, uint32_t blocking_threads = 16);
+  // Registers the methods on `server` (before server.start()). Default: 16
+  // threads. `inline_reads` false: reads go to the pool too (a KV across the
+  // network, whose reads would hold the I/O threads for a round trip, or
+  // for a timeout when the KV is cut off).
+  MetaService(MetaStore& store, net::RpcServer& server, uint32_t blocking_threads = 16,
+              bool inline_reads = true);
   ~MetaService();  // stop the RpcServer first
+
+  // Checked before every remote call (not a same-process one): a call it
+  // fails is answered with its status and not run. Set before the server
+  // starts. MetaServer's KV lease (meta_server.h).
+  void setGate(std::function<Status()> gate) { gate_ = std::move(gate); }
 
  private:
   // `inline_if`: requests for which `fn` only reads run on the I/O thread.
@@ -32,6 +41,8 @@ class MetaService {
   MetaStore& store_;
   net::RpcServer& server_;
   asio::thread_pool pool_;
+  bool inline_reads_;
+  std::function<Status()> gate_;
 };
 
 }  // namespace cistern::meta

@@ -3,10 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <shared_mutex>
+#include <thread>
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "meta/meta_service.h"
 #include "meta/meta_store.h"
 #include "mgmtd/routing_table.h"
@@ -27,6 +31,8 @@ void MetaServerOptions::bind(ConfigBinder& b) {
          "a client silent this long loses its write sessions");
   b.bind("meta.sync_namespace", &sync_namespace, kSyncNamespaceHelp);
   b.bind("meta.rpc_threads", &rpc_threads, "I/O threads of the meta RPC server");
+  b.bind("meta.kv_lease_ms", &kv_lease_ms,
+         "serve only while a KV read succeeded within this long (0: always serve)");
   kv.bind(b);
 }
 
@@ -37,6 +43,8 @@ Status MetaServerOptions::validate() const {
   RETURN_ON_ERROR(
       checkOptionRange("meta.session_timeout_ms", session_timeout_ms, 1000, 86'400'000));
   RETURN_ON_ERROR(checkOptionRange("meta.rpc_threads", rpc_threads, 1, 256));
+  if (kv_lease_ms != 0)
+    RETURN_ON_ERROR(checkOptionRange("meta.kv_lease_ms", kv_lease_ms, 100, 600'000));
   return kv.validate();
 }
 
@@ -50,6 +58,45 @@ struct MetaServer::Impl {
   net::RpcClient gc_client;
   std::unique_ptr<GcRemover> remover;
   std::unique_ptr<MetaGcLoop> gc;
+
+  // The KV lease (meta_server.h): when the last KV read that succeeded was
+  // sent, and the thread that reads.
+  std::atomic<int64_t> kv_ok_sent_ns{0};
+  std::mutex probe_mu;
+  std::condition_variable probe_cv;
+  bool probe_stop = false;
+  std::thread prober;
+
+  static int64_t nowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               SystemClock::instance().now().time_since_epoch())
+        .count();
+  }
+  void probeLoop() {
+    const auto every = std::chrono::milliseconds(std::max<uint32_t>(options.kv_lease_ms / 4, 25));
+    std::unique_lock lock(probe_mu);
+    while (!probe_stop) {
+      lock.unlock();
+      const int64_t sent = nowNs();
+      auto t = kv->beginRead();
+      if (t->get("meta/lease-probe", /*snapshot=*/true).ok()) kv_ok_sent_ns.store(sent);
+      t.reset();
+      lock.lock();
+      probe_cv.wait_for(lock, every, [&] { return probe_stop; });
+    }
+  }
+  Status gate() const {
+    const int64_t age_ms = (nowNs() - kv_ok_sent_ns.load()) / 1'000'000;
+    if (age_ms < options.kv_lease_ms) return Status::OK();
+    static auto& refused = metrics::Registry::global().counter(
+        "meta_kv_lease_refusals_total", {},
+        "calls answered kNotServing because the KV was not reached within meta.kv_lease_ms");
+    refused.inc();
+    return Status(ErrorCode::kNotServing,
+                  fmt::format("meta server {} has not reached the KV for {} ms (meta.kv_lease_ms "
+                              "{}): ask another",
+                              endpoint, age_ms, options.kv_lease_ms));
+  }
   // The routing the GC reaches chains' heads by, reloaded from the KV when
   // a call finds it moved.
   std::shared_mutex routing_mu;
@@ -119,6 +166,14 @@ struct MetaServer::Impl {
 MetaServer::MetaServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 MetaServer::~MetaServer() {
+  if (impl_->prober.joinable()) {
+    {
+      std::lock_guard lock(impl_->probe_mu);
+      impl_->probe_stop = true;
+    }
+    impl_->probe_cv.notify_all();
+    impl_->prober.join();
+  }
   impl_->gc.reset();
   if (impl_->kv && !impl_->endpoint.empty()) {
     if (auto s = mgmtd::setMetaServer(*impl_->kv, impl_->endpoint, false); !s.ok())
@@ -144,7 +199,14 @@ Result<std::unique_ptr<MetaServer>> MetaServer::start(const MetaServerOptions& o
   impl->meta->setCapacitySource([i = impl.get()] { return i->capacity(); });
   ASSIGN_OR_RETURN(net::ServerOptions so, listenOn(options.listen, options.rpc_threads));
   impl->server = std::make_unique<net::RpcServer>(so);
-  impl->service = std::make_unique<meta::MetaService>(*impl->meta, *impl->server);
+  impl->service =
+      std::make_unique<meta::MetaService>(*impl->meta, *impl->server, /*blocking_threads=*/16,
+                                          /*inline_reads=*/options.kv.backend != "etcd");
+  if (options.kv_lease_ms != 0) {
+    impl->kv_ok_sent_ns.store(Impl::nowNs());  // init() just read the KV
+    impl->prober = std::thread([i = impl.get()] { i->probeLoop(); });
+    impl->service->setGate([i = impl.get()] { return i->gate(); });
+  }
   RETURN_ON_ERROR(impl->server->start());
   impl->endpoint =
       options.advertise.empty() ? impl->server->endpoint().toString() : options.advertise;

@@ -12,6 +12,13 @@
 // stays listed and costs a client one failed connect). Unlike a storage
 // server it needs no lease from mgmtd: it has no state of its own that
 // could go stale.
+//
+// KV lease: a meta server cut off from the KV (a partition) could only
+// answer after each call's KV timeout, holding its clients that long. So it
+// reads the KV every quarter of `kv_lease_ms` and serves only while the
+// last read that succeeded was sent less than `kv_lease_ms` ago; past it,
+// every call is answered kNotServing at once, and clients move to another
+// meta server (docs/chain_protocol.md, "Partitions").
 #pragma once
 
 #include <memory>
@@ -29,6 +36,8 @@ struct MetaServerOptions {
   uint32_t session_timeout_ms = 300000;
   bool sync_namespace = false;  // meta::MetaOptions::sync_namespace
   uint32_t rpc_threads = 2;
+  // 0: no lease (always serve). Default: half mgmtd's default heartbeat timeout.
+  uint32_t kv_lease_ms = 5000;
   KvOptions kv;
 
   void bind(ConfigBinder& b);  // meta.* and kv.*

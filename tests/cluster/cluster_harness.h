@@ -73,7 +73,8 @@ class ClusterHarness {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     std::vector<EtcdCluster::Host> etcd_hosts;
-    for (int h = 1; o_.lab && h <= 3; ++h) etcd_hosts.push_back({NetLab::address(h), NetLab::netns(h)});
+    for (int h = 1; o_.lab && h <= 3; ++h)
+      etcd_hosts.push_back({NetLab::address(h), NetLab::netns(h)});
     etcd_ = EtcdCluster::start(dir_ + "/etcd", 3, etcd_hosts);
     if (!etcd_) return;
     for (int i = 0; i < 2; ++i) {
@@ -244,8 +245,8 @@ class ClusterHarness {
     mgmt::RegisterNodeReq probe;  // no name: the primary refuses it as invalid
     for (size_t i = 0; i < mgmtd_eps_.size(); ++i) {
       mgmt::RegisterNodeResp resp;
-      Status s = rpc_.callSync(*net::Endpoint::parse(mgmtd_eps_[i]),
-                               mgmtMethod("RegisterNode"), probe, &resp, {.timeout_ms = 1000});
+      Status s = rpc_.callSync(*net::Endpoint::parse(mgmtd_eps_[i]), mgmtMethod("RegisterNode"),
+                               probe, &resp, {.timeout_ms = 1000});
       if (s.code() == ErrorCode::kInvalidArgument) return static_cast<int>(i);
     }
     return -1;
@@ -360,7 +361,8 @@ class ClusterHarness {
   std::string metaConfig(int i) {
     return write("meta" + std::to_string(i),
                  "meta.listen = \"" + meta_eps_[static_cast<size_t>(i)] +
-                     "\"\nmeta.session_timeout_ms = 60000\n" + kvConfig());
+                     "\"\nmeta.session_timeout_ms = 60000\nmeta.kv_lease_ms = " +
+                     std::to_string(o_.heartbeat_timeout_ms / 2) + "\n" + kvConfig());
   }
   std::string storageConfig(int n) {
     std::string list;

@@ -35,19 +35,19 @@ class NetLab {
       *why = std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno) + " (run as root)";
       return false;
     }
-    for (const char* cmd : {"ip link set lo up", "sysctl -qw net.ipv4.ip_forward=1",
-                            "nft add table inet lab",
-                            "nft add set inet lab cut '{ type ipv4_addr; }'",
-                            "nft add set inet lab isolated '{ type ipv4_addr; }'",
-                            "nft add chain inet lab forward "
-                            "'{ type filter hook forward priority 0; }'",
-                            "nft add rule inet lab forward ip saddr @cut drop",
-                            "nft add rule inet lab forward ip daddr @cut drop",
-                            "nft add chain inet lab input '{ type filter hook input priority 0; }'",
-                            "nft add rule inet lab input ip saddr @isolated drop",
-                            "nft add chain inet lab output "
-                            "'{ type filter hook output priority 0; }'",
-                            "nft add rule inet lab output ip daddr @isolated drop"}) {
+    for (const char* cmd :
+         {"ip link set lo up", "sysctl -qw net.ipv4.ip_forward=1", "nft add table inet lab",
+          "nft add set inet lab cut '{ type ipv4_addr; }'",
+          "nft add set inet lab isolated '{ type ipv4_addr; }'",
+          "nft add chain inet lab forward "
+          "'{ type filter hook forward priority 0; }'",
+          "nft add rule inet lab forward ip saddr @cut drop",
+          "nft add rule inet lab forward ip daddr @cut drop",
+          "nft add chain inet lab input '{ type filter hook input priority 0; }'",
+          "nft add rule inet lab input ip saddr @isolated drop",
+          "nft add chain inet lab output "
+          "'{ type filter hook output priority 0; }'",
+          "nft add rule inet lab output ip daddr @isolated drop"}) {
       if (!run(cmd)) {
         *why = std::string("'") + cmd + "' failed";
         return false;
@@ -61,19 +61,25 @@ class NetLab {
     removeStale();
     for (int h = 1; h <= hosts; ++h) {
       const std::string ns = netns(h), a = std::to_string(h);
-      if (!run("ip netns add " + ns) ||
-          !run("ip link add cv" + a + " type veth peer name eth0 netns " + ns) ||
-          !run("ip addr add 10.77." + a + ".1/24 dev cv" + a) || !run("ip link set cv" + a + " up") ||
+      if (!run("ip netns add " + ns)) return;
+      hosts_ = h;  // the destructor removes it
+      if (!run("ip link add cv" + a + " type veth peer name eth0 netns " + ns) ||
+          !run("ip addr add 10.77." + a + ".1/24 dev cv" + a) ||
+          !run("ip link set cv" + a + " up") ||
           !run("ip -n " + ns + " addr add " + address(h) + "/24 dev eth0") ||
           !run("ip -n " + ns + " link set eth0 up") || !run("ip -n " + ns + " link set lo up") ||
           !run("ip -n " + ns + " route add default via 10.77." + a + ".1"))
         return;
-      hosts_ = h;
     }
     ok_ = true;
   }
   ~NetLab() {
-    for (int h = 1; h <= hosts_; ++h) run("ip netns del " + netns(h));
+    // The link first: a namespace's devices go when the kernel frees it,
+    // later; the next lab of this process reuses the names.
+    for (int h = 1; h <= hosts_; ++h) {
+      run("ip link del cv" + std::to_string(h), /*quiet=*/true);
+      run("ip netns del " + netns(h));
+    }
   }
   NetLab(const NetLab&) = delete;
   NetLab& operator=(const NetLab&) = delete;
