@@ -344,6 +344,12 @@ Result<std::string> Client::post(const char* path, const std::string& body, bool
       last = e;
       continue;
     }
+    // "leader changed", "request timed out": a read or a lease call may go
+    // to the next member (a transaction's outcome is the caller's to settle).
+    if (e.code() == ErrorCode::kCommitUnknown && !once) {
+      last = Status(ErrorCode::kConnectionFailed, e.message());
+      continue;
+    }
     return e;
   }
   return last;

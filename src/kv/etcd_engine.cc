@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <random>
@@ -22,11 +23,15 @@ namespace {
 constexpr std::string_view kDeletesKey = "\xff\xff/etcd/deletes";
 // Commit markers: "<this>/<engine id>/<sequence>" (etcd_engine.h).
 constexpr std::string_view kCommitsKey = "\xff\xff/etcd/commits/";
-// A marker lives on a lease granted every kMarkerLeaseEvery and never
-// renewed: between kMarkerTtlS - kMarkerLeaseEvery and kMarkerTtlS, past
-// any resolution (EtcdEngineOptions::resolve_ms, at most 20 s).
+// A marker lives on a lease that is never renewed: a new one is granted
+// every kMarkerLeaseEvery (by one committer, while the others go on with
+// the current one), and a lease is used only while younger than
+// kMarkerUsableFor, so every marker outlives its commit's settling
+// (EtcdEngineOptions::resolve_ms, at most kResolveMax) with time to spare.
 constexpr auto kMarkerLeaseEvery = std::chrono::seconds(10);
-constexpr int64_t kMarkerTtlS = 30;
+constexpr auto kMarkerUsableFor = std::chrono::seconds(30);
+constexpr int64_t kMarkerTtlS = 60;
+constexpr uint32_t kResolveMaxMs = 20000;
 constexpr std::string_view kCommitted = "c", kFenced = "f";
 constexpr int64_t kPage = 512;  // rows per range request of an iterator
 
@@ -184,18 +189,38 @@ class EtcdEngine final : public Engine, public TxnHost {
   std::string id_;  // this engine's, in its commit markers
   std::atomic<uint64_t> commits_{0};
   std::mutex lease_mu_;
+  std::condition_variable lease_cv_;
+  bool granting_ = false;
   int64_t lease_ = 0;
   std::chrono::steady_clock::time_point lease_at_{};
 };
 
 Result<int64_t> EtcdEngine::markerLease() {
-  std::lock_guard lock(lease_mu_);
   const auto now = std::chrono::steady_clock::now();
-  if (lease_ == 0 || now - lease_at_ >= kMarkerLeaseEvery) {
-    ASSIGN_OR_RETURN(lease_, client_->leaseGrant(kMarkerTtlS));
-    lease_at_ = now;
+  std::unique_lock lock(lease_mu_);
+  const bool usable = lease_ != 0 && now - lease_at_ < kMarkerUsableFor;
+  if ((usable && now - lease_at_ < kMarkerLeaseEvery) || granting_) {
+    if (usable) return lease_;
+    lease_cv_.wait(lock, [&] { return !granting_; });
+    if (lease_ != 0 && std::chrono::steady_clock::now() - lease_at_ < kMarkerUsableFor)
+      return lease_;
+    return Status(ErrorCode::kConnectionFailed, "etcd granted no lease for commit markers");
   }
-  return lease_;
+  granting_ = true;
+  lock.unlock();
+  auto granted = client_->leaseGrant(kMarkerTtlS);
+  lock.lock();
+  granting_ = false;
+  lease_cv_.notify_all();
+  if (granted.ok()) {
+    lease_ = *granted;
+    lease_at_ = now;
+    return lease_;
+  }
+  if (usable) return lease_;  // a new one next time
+  // A grant whose answer was lost leaves at most a lease nobody uses (it
+  // expires); the transaction was not sent.
+  return Status(ErrorCode::kConnectionFailed, granted.status().message());
 }
 
 Status EtcdEngine::resolve(BufferedTxn& t, const std::string& marker, int64_t lease,
@@ -215,7 +240,7 @@ Status EtcdEngine::resolve(BufferedTxn& t, const std::string& marker, int64_t le
   read.range.key = marker;
   fence.failure.push_back(std::move(read));
   for (auto until = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(std::min<uint32_t>(options_.resolve_ms, 20000));
+                    std::chrono::milliseconds(std::min(options_.resolve_ms, kResolveMaxMs));
        ;) {
     auto r = client_->txn(fence);
     if (r.ok()) {
@@ -336,6 +361,8 @@ Status EtcdEngine::commit(BufferedTxn& t) {
       full(fmt::format("{}{}/{}", kCommitsKey, id_, commits_.fetch_add(1) + 1));
   ASSIGN_OR_RETURN(const int64_t lease, markerLease());
   read_cmps.push_back({marker, {}, etcd::Compare::kVersion, etcd::Compare::kEqual, 0, {}});
+  etcd::Op marker_read{etcd::Op::kRange, {}, {}, {}, 0, {}, nullptr};
+  marker_read.range.key = marker;
   writes.push_back({etcd::Op::kPut, marker, std::string(kCommitted), {}, lease, {}, nullptr});
 
   // Counters: their current values, then a put of each sum under a compare
@@ -370,7 +397,11 @@ Status EtcdEngine::commit(BufferedTxn& t) {
     }
     etcd::TxnRequest now;
     now.success = counter_reads->success;
-    ASSIGN_OR_RETURN(etcd::TxnResponse current, client_->txn(now));
+    // Only reads: an answer lost changed nothing (not kCommitUnknown).
+    auto read_now = client_->txn(now);
+    if (!read_now.ok() && read_now.status().code() == ErrorCode::kCommitUnknown)
+      return Status(ErrorCode::kConnectionFailed, read_now.status().message());
+    ASSIGN_OR_RETURN(etcd::TxnResponse current, std::move(read_now));
     RETURN_ON_ERROR(readCounters(current));
   }
 
@@ -384,6 +415,10 @@ Status EtcdEngine::commit(BufferedTxn& t) {
       req.success.push_back(
           {etcd::Op::kPut, c.key, encodeCounter(c.value + c.delta), {}, 0, {}, nullptr});
     }
+    // Failing, etcd answers with its marker (a send of this very request
+    // that applied already: the client sends again after some refusals)
+    // and with the counters' new values.
+    req.failure.push_back(marker_read);
     if (counter_reads) req.failure.push_back({etcd::Op::kTxn, {}, {}, {}, 0, {}, counter_reads});
     if (uint64_t bytes = etcd::toJson(req).size(); bytes > options_.request_bytes_max) {
       return tooLarge(fmt::format(
@@ -408,8 +443,15 @@ Status EtcdEngine::commit(BufferedTxn& t) {
       t.commit_version_ = static_cast<uint64_t>(resp.revision);
       return Status::OK();
     }
+    if (resp.responses.empty())
+      return Status(ErrorCode::kBadMessage, "etcd answered a failed commit without its marker");
+    if (const auto& kvs = resp.responses[0].range.kvs;
+        !kvs.empty() && kvs.front().value == kCommitted) {
+      t.commit_version_ = static_cast<uint64_t>(kvs.front().mod_revision);
+      return Status::OK();
+    }
     const etcd::TxnResponse* nested =
-        resp.responses.empty() ? nullptr : resp.responses.front().txn.get();
+        resp.responses.size() < 2 ? nullptr : resp.responses[1].txn.get();
     if (!nested || !nested->succeeded) break;  // what it read changed
     RETURN_ON_ERROR(readCounters(*nested));    // only its counters moved
   }

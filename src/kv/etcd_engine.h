@@ -50,8 +50,8 @@ struct EtcdEngineOptions {
   uint64_t request_bytes_max = 1536 * 1024;
   // Tries of a commit whose only moved compares are its counters'.
   uint32_t add_attempts_max = 64;
-  // How long fences may try to settle a commit whose answer was lost
-  // (below the markers' 20 s least lifetime).
+  // How long fences may try to settle a commit whose answer was lost (at
+  // most 20 s: markers live at least 30 s).
   uint32_t resolve_ms = 15000;
 };
 

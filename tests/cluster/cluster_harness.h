@@ -57,15 +57,21 @@ class ClusterHarness {
     std::string name = "cluster";
     // Client options besides the cluster's address.
     uint32_t client_retry_ms = 30000;
-    // Every process in a host of its own (netlab.h), on fixed ports: etcd
-    // members in hosts 1-3, mgmtd 4-5, meta 6-7, storage node n in 7+n.
-    // Null: all on 127.0.0.1 with free ports.
+    // Every process in a host of its own (netlab.h), on fixed ports, from
+    // host `first_host` on: etcd members in the first 3, then 2 mgmtd, 2
+    // meta, and storage node n (storageHost()). Null: all on 127.0.0.1
+    // with free ports.
     NetLab* lab = nullptr;
+    int first_host = 1;
   };
-  static constexpr int kFirstStorageHost = 8;
-  static int mgmtdHost(int i) { return 4 + i; }
-  static int metaHost(int i) { return 6 + i; }
-  static int storageHost(int n) { return kFirstStorageHost - 1 + n; }
+  static int etcdHost(int i, int first = 1) { return first + i; }
+  static int mgmtdHost(int i, int first = 1) { return first + 3 + i; }
+  static int metaHost(int i, int first = 1) { return first + 5 + i; }
+  static int storageHost(int n, int first = 1) { return first + 6 + n; }
+  // This cluster's hosts.
+  int mgmtdHostHere(int i) const { return mgmtdHost(i, o_.first_host); }
+  int metaHostHere(int i) const { return metaHost(i, o_.first_host); }
+  int storageHostHere(int n) const { return storageHost(n, o_.first_host); }
 
   // Starts everything; check ok() after.
   explicit ClusterHarness(Options o) : o_(std::move(o)) {
@@ -78,13 +84,13 @@ class ClusterHarness {
     etcd_ = EtcdCluster::start(dir_ + "/etcd", 3, etcd_hosts);
     if (!etcd_) return;
     for (int i = 0; i < 2; ++i) {
-      mgmtd_eps_.push_back(endpointOf(mgmtdHost(i)));
-      mgmtd_.push_back(startProcess("mgmtd", mgmtdConfig(i), mgmtdHost(i)));
+      mgmtd_eps_.push_back(endpointOf(mgmtdHostHere(i)));
+      mgmtd_.push_back(startProcess("mgmtd", mgmtdConfig(i), mgmtdHostHere(i)));
       if (!mgmtd_.back()) return;
     }
     if (!waitPrimary()) return;
     for (int n = 1; n <= o_.storage_nodes; ++n) {
-      storage_eps_.push_back(endpointOf(storageHost(n)));
+      storage_eps_.push_back(endpointOf(storageHostHere(n)));
       storage_.push_back(nullptr);
       if (!restartStorage(n)) return;
     }
@@ -98,8 +104,8 @@ class ClusterHarness {
       return;
     }
     for (int i = 0; i < 2; ++i) {
-      meta_eps_.push_back(endpointOf(metaHost(i)));
-      meta_.push_back(startProcess("meta", metaConfig(i), metaHost(i)));
+      meta_eps_.push_back(endpointOf(metaHostHere(i)));
+      meta_.push_back(startProcess("meta", metaConfig(i), metaHostHere(i)));
       if (!meta_.back()) return;
     }
     if (!waitFor([&] { return routing().meta_endpoints_size() == 2; }, 10, "meta servers")) return;
@@ -166,14 +172,14 @@ class ClusterHarness {
     slot.reset();
     auto it = o_.storage_faults.find(n);
     if (it != o_.storage_faults.end()) ::setenv("CISTERN_FAULTS", it->second.c_str(), 1);
-    slot = startProcess("storage", storageConfig(n), storageHost(n));
+    slot = startProcess("storage", storageConfig(n), storageHostHere(n));
     ::unsetenv("CISTERN_FAULTS");
     return slot != nullptr;
   }
   // Starts one more storage node (it registers; no chain uses it until a
   // rebalance); returns its number.
   int addStorageNode() {
-    storage_eps_.push_back(endpointOf(storageHost(o_.storage_nodes + 1)));
+    storage_eps_.push_back(endpointOf(storageHostHere(o_.storage_nodes + 1)));
     storage_.push_back(nullptr);
     ++o_.storage_nodes;
     return restartStorage(o_.storage_nodes) ? o_.storage_nodes : 0;
@@ -181,7 +187,7 @@ class ClusterHarness {
   // Drops node n's fault spec for later restarts.
   void clearFaults(int n) { o_.storage_faults.erase(n); }
   bool restartMgmtd(int i) {
-    mgmtd_[static_cast<size_t>(i)] = startProcess("mgmtd", mgmtdConfig(i), mgmtdHost(i));
+    mgmtd_[static_cast<size_t>(i)] = startProcess("mgmtd", mgmtdConfig(i), mgmtdHostHere(i));
     return mgmtd_[static_cast<size_t>(i)] != nullptr;
   }
 

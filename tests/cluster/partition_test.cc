@@ -225,7 +225,7 @@ TEST(Partition, ACutOffEtcdMemberServesNothingAndTheClusterGoesOn) {
   Workload load(h.client(), /*readers=*/1);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   ASSERT_TRUE(readThrough(h, 0, "probe", 2000).ok());
-  ASSERT_TRUE(lab.cut(1));  // etcd member 0's host
+  ASSERT_TRUE(lab.cut(ClusterHarness::etcdHost(0)));
   const auto cut_at = Clock::now();
   // No read through it succeeds once etcd's own check of its quorum has run
   // (an election timeout, 1 s here).
@@ -244,7 +244,7 @@ TEST(Partition, ACutOffEtcdMemberServesNothingAndTheClusterGoesOn) {
   // What the cluster wrote meanwhile (through the others)...
   const auto during = readThrough(h, 1, "probe", 2000);
   ASSERT_TRUE(during.ok());
-  ASSERT_TRUE(lab.heal(1));
+  ASSERT_TRUE(lab.heal(ClusterHarness::etcdHost(0)));
   // ...the healed member has too (its reads see at least that revision).
   EXPECT_TRUE(h.waitFor(
       [&] {
