@@ -3,6 +3,8 @@
 // byte counters by path.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <thread>
 
 #include "client/client_impl.h"
@@ -48,7 +50,7 @@ inline Status rangeStatus(const storage::BatchReadResp& resp, size_t* got, int i
   if (code == ErrorCode::kNotFound) {
     *got = 0;
   } else if (code != ErrorCode::kOk) {
-    return Status(code, "");
+    return Status(code, fmt::format("the server answered {} for the range", errorCodeName(code)));
   }
   return Status::OK();
 }

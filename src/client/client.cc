@@ -85,6 +85,9 @@ Error toError(const Status& s, const std::string& path) {
     case ErrorCode::kBadMessage:
     case ErrorCode::kInvalidArgument:
     case ErrorCode::kTargetBusy:
+    case ErrorCode::kNotServing:
+    case ErrorCode::kResourceExhausted:
+    case ErrorCode::kChunkNotCommitted:
     case ErrorCode::kNotSupported:
       if (!s.message().empty()) e.message += fmt::format(" ({})", s.message());
       break;

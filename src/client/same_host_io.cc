@@ -209,6 +209,8 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
     range->mutable_chunk()->set_index(p.index);
     range->set_offset(p.offset + done);
     range->set_length(n);
+    range->set_chain(p.chain);
+    range->set_chain_version(r.version);
     req.set_shm_handle(handle);
     req.set_shm_offset(direct ? *direct + done : shm_->offset(slot));
     storage::BatchReadResp resp;

@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "common/metrics.h"
 #include "tests/cluster/cluster_harness.h"
 #include "tests/cluster/workload.h"
 #include "tests/support/flip_bytes.h"
@@ -21,6 +22,50 @@ using testing::ClusterHarness;
 using testing::patternBytes;
 using testing::Workload;
 
+// Replication 1 with the client on the storage servers' host: reads go
+// through shared memory (no copy over the socket), each range naming its
+// chain and version like any read; eight threads write and read back
+// files at once. (Reads through shared memory once named no chain, and a
+// cluster's server, which checks that it serves the chain, refused every
+// one: found by bench/run scale.)
+TEST(DataCluster, AReplicationOneClusterReadsThroughSharedMemory) {
+  ClusterHarness::Options o;
+  o.name = "rf1";
+  o.storage_nodes = 2;
+  o.replication = 1;
+  o.chains = 2;
+  ClusterHarness h(o);
+  ASSERT_TRUE(h.ok());
+  Client& c = h.client();
+  auto& shm_read =
+      metrics::Registry::global().counter("client_read_bytes_total", {{"path", "shm"}}, "");
+  const uint64_t shm_before = shm_read.value();
+  for (bool write : {true, false}) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        const std::string path = "/f" + std::to_string(t);
+        const auto want = patternBytes((3 << 20) + 1000 * t, 40 + t);
+        std::unique_ptr<File> f;
+        Error e = write ? c.open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644, &f)
+                        : c.open(path, O_RDONLY, 0, &f);
+        std::vector<uint8_t> got(want.size() + 1);
+        size_t done = 0;
+        if (!e)
+          e = write ? f->pwrite(want.data(), want.size(), 0, &done)
+                    : f->pread(got.data(), got.size(), 0, &done);
+        if (!e) e = f->close();
+        ASSERT_FALSE(e) << (write ? "write " : "read ") << path << ": " << e.message;
+        if (!write) {
+          got.resize(done);
+          EXPECT_EQ(got, want) << path;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  EXPECT_GT(shm_read.value(), shm_before) << "no read went through shared memory";
+}
 
 int killRounds() {
   const char* env = std::getenv("CISTERN_KILL_ROUNDS");
