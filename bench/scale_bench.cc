@@ -72,10 +72,12 @@ double parallelIo(Client& c, const std::string& dir, uint64_t mib_each, bool wri
       Error e = write ? c.open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644, &f)
                       : c.open(path, O_RDONLY, 0, &f);
       std::vector<uint8_t> in(write ? 0 : kIo);
-      for (uint64_t at = 0; !e && at < (mib_each << 20); at += kIo) {
+      const uint64_t size = mib_each << 20;
+      for (uint64_t at = 0; !e && at < size; at += kIo) {
+        const size_t n = std::min<uint64_t>(kIo, size - at);
         size_t done = 0;
-        e = write ? f->pwrite(buf.data(), kIo, at, &done) : f->pread(in.data(), kIo, at, &done);
-        if (!e && !write && (done != kIo || std::memcmp(in.data(), buf.data(), kIo) != 0))
+        e = write ? f->pwrite(buf.data(), n, at, &done) : f->pread(in.data(), n, at, &done);
+        if (!e && !write && (done != n || std::memcmp(in.data(), buf.data(), n) != 0))
           e = Error{EIO, path + ": read other bytes than were written"};
       }
       if (!e) e = f->close();

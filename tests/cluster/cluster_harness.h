@@ -114,6 +114,10 @@ class ClusterHarness {
     co.cluster = mgmtdList();
     co.retry_ms = o_.client_retry_ms;
     co.call_timeout_ms = 5000;
+    if (o_.lab) {  // the servers are on other hosts: no shared memory, no reads of their files
+      co.shm_bytes = 0;
+      co.short_circuit_reads = false;
+    }
     auto [c, err] = Client::connect(co);
     if (err) {
       ADD_FAILURE() << "connect: " << err.message;
