@@ -1,6 +1,7 @@
 // `cistern status [--json]`: nodes, targets (their state in each chain,
 // space, health), chains (version, members and states) and a one-line
 // verdict; `cistern chains create`: lays out a cluster's chains once;
+// `cistern chains history`: the chain versions mgmtd committed;
 // `cistern rebalance` and `cistern drain NODE`: move replicas.
 // All talk to mgmtd directly (GetRouting, CreateChains, Rebalance) and to each
 // target's storage service (Space).
@@ -8,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <optional>
 
@@ -305,6 +307,44 @@ void addStatusCommands(CLI::App& app) {
       }
       fmt::print("{} chains of {} replicas (routing version {})\n", resp.chains_size(), replication,
                  resp.routing_version());
+    });
+    auto* history = cmd->add_subcommand(
+        "history",
+        "the chain versions mgmtd committed (each chain's last 64): what a rebalance, "
+        "a replacement or a failover did, step by step");
+    auto& hflags = addClusterFlags(history);
+    static uint32_t only = 0;
+    history->add_option("--chain", only, "one chain's (default: every chain's)");
+    history->callback([&hflags] {
+      auto eps = mgmtdEndpointsOrReport(hflags.cluster);
+      if (!eps) return;
+      net::RpcClient rpc{net::ClientOptions{}};
+      mgmt::ChainHistoryReq req;
+      req.set_chain(only);
+      mgmt::ChainHistoryResp resp;
+      if (Status s = callPrimary(rpc, *eps, "ChainHistory", req, &resp, hflags.retry_ms); !s.ok()) {
+        fmt::print(stderr, "cistern: chains history: {}\n", s.toString());
+        setExitCode(1);
+        return;
+      }
+      for (const auto& e : resp.events()) {
+        const auto& c = e.chain();
+        std::string members;
+        for (const auto& m : c.members())
+          members +=
+              fmt::format("{}{}:{}", members.empty() ? "" : " ", m.target(), stateName(m.state()));
+        if (c.members_size() == 0)
+          for (uint32_t t : c.targets())
+            members += fmt::format("{}{}:SERVING", members.empty() ? "" : " ", t);
+        const time_t secs = static_cast<time_t>(e.unix_ms() / 1000);
+        std::tm tm{};
+        gmtime_r(&secs, &tm);
+        fmt::print("chain {} v{}  {:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z  {}{}\n", c.id(),
+                   c.version(), tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                   tm.tm_sec, e.unix_ms() % 1000, members,
+                   c.leaving() ? fmt::format("  (target {} leaving)", c.leaving()) : "");
+      }
+      if (resp.events_size() == 0) fmt::print("no chain versions recorded\n");
     });
   }
   {

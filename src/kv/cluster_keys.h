@@ -9,6 +9,8 @@
 //   config   (kClusterConfig)       -> mgmt::ClusterConfig
 //   node     (kNode, name)          -> mgmt::Node (a cluster's storage nodes)
 //   ids      (kRoutingVersion, "target-ids") -> the last target id given out
+//   history  (kChainHistory, chain id, version) -> mgmt::ChainEvent (each
+//                                      chain's last kChainHistoryKept versions)
 #pragma once
 
 #include <cstdint>
@@ -28,5 +30,9 @@ std::string nodeKey(const std::string& name);
 std::string nodeBegin();
 std::string nodeEnd();
 std::string targetIdCounterKey();
+inline constexpr uint64_t kChainHistoryKept = 64;
+std::string chainHistoryKey(uint32_t chain_id, uint64_t version);
+std::string chainHistoryBegin(uint32_t chain_id);  // chain 0: every chain's
+std::string chainHistoryEnd(uint32_t chain_id);
 
 }  // namespace cistern::kv

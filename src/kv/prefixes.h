@@ -20,6 +20,7 @@ namespace cistern::kv {
   X(kChain,          0x04, "chain id -> chain (version, ordered targets)")               \
   X(kRoutingVersion, 0x05, "routing table version counter")                             \
   X(kMgmtdLease,     0x06, "primary mgmtd lease")                                       \
+  X(kChainHistory,   0x07, "(chain id, version) -> the chain at that version (last 64)")  \
   /* namespace (meta) */                                                                 \
   X(kInode,          0x10, "inode id -> inode attributes and layout")                   \
   X(kDentry,         0x11, "(parent inode, name) -> child inode and type")              \

@@ -53,6 +53,18 @@ mgmt::Chain chainOf(const ChainView& v) {
   return c;
 }
 
+// Writes a chain's row and keeps its version in the history (each chain's
+// last kv::kChainHistoryKept versions; an older one is dropped).
+void putChain(kv::Transaction& t, const mgmt::Chain& row, int64_t unix_ms) {
+  t.set(kv::chainKey(row.id()), row.SerializeAsString());
+  mgmt::ChainEvent e;
+  *e.mutable_chain() = row;
+  e.set_unix_ms(unix_ms);
+  t.set(kv::chainHistoryKey(row.id(), row.version()), e.SerializeAsString());
+  if (row.version() > kv::kChainHistoryKept)
+    t.clear(kv::chainHistoryKey(row.id(), row.version() - kv::kChainHistoryKept));
+}
+
 }  // namespace
 
 ClusterManager::ClusterManager(kv::Engine& kv, Clock& clock, ClusterManagerOptions options)
@@ -231,7 +243,7 @@ Result<mgmt::CreateChainsResp> ClusterManager::createChains(const mgmt::CreateCh
       for (uint32_t target : placed[i].targets)
         v.members.push_back({target, TargetState::kServing});
       mgmt::Chain c = chainOf(v);
-      t.set(kv::chainKey(v.id), c.SerializeAsString());
+      putChain(t, c, clock_.wallMicros() / 1000);
       *resp.add_chains() = std::move(c);
     }
     ASSIGN_OR_RETURN(uint64_t version, bumpRoutingVersion(t));
@@ -377,7 +389,7 @@ Result<mgmt::RebalanceResp> ClusterManager::rebalance(const mgmt::RebalanceReq& 
       v.version += 1;
       mgmt::Chain row = chainOf(v);
       row.set_leaving(move.from);
-      t.set(kv::chainKey(move.chain), row.SerializeAsString());
+      putChain(t, row, clock_.wallMicros() / 1000);
       changed = true;
     }
     ASSIGN_OR_RETURN(uint64_t v, routingVersionAfter(t, changed));
@@ -436,7 +448,7 @@ Result<uint64_t> ClusterManager::tick() {
       if (after.version == before.version && out == was_leaving) continue;
       mgmt::Chain row = chainOf(after);
       row.set_leaving(out);
-      t.set(kv::chainKey(after.id), row.SerializeAsString());
+      putChain(t, row, clock_.wallMicros() / 1000);
       changed = true;
     }
     for (auto& [id, target] : restarted) {  // taken out of every chain above
@@ -451,6 +463,24 @@ Result<uint64_t> ClusterManager::tick() {
   std::lock_guard lock(mu_);
   for (const auto& s : synced) synced_.erase(s);
   return version;
+}
+
+Result<mgmt::ChainHistoryResp> ClusterManager::chainHistory(const mgmt::ChainHistoryReq& req) {
+  mgmt::ChainHistoryResp resp;
+  RETURN_ON_ERROR(kv::runReadTransaction(kv_, [&](kv::ReadTransaction& t) -> Status {
+    resp.Clear();
+    std::string from = kv::chainHistoryBegin(req.chain());
+    const std::string end = kv::chainHistoryEnd(req.chain());
+    for (;;) {
+      ASSIGN_OR_RETURN(auto rows, t.getRange(from, end, {.limit = 1000}));
+      for (const auto& row : rows.kvs) {
+        ASSIGN_OR_RETURN(*resp.add_events(), parseRow<mgmt::ChainEvent>(row.value, "chain event"));
+      }
+      if (!rows.more || rows.kvs.empty()) return Status::OK();
+      from = rows.kvs.back().key + '\0';
+    }
+  }));
+  return resp;
 }
 
 }  // namespace cistern::mgmtd

@@ -66,6 +66,9 @@ class ClusterManager {
   // the step removes once every other member is SERVING. Chains with a
   // member not SERVING, or a move under way, are left as they are.
   Result<mgmt::RebalanceResp> rebalance(const mgmt::RebalanceReq& req);
+  // The chain versions mgmtd committed, each chain's last
+  // kv::kChainHistoryKept (docs/chain_protocol.md, "Chain history").
+  Result<mgmt::ChainHistoryResp> chainHistory(const mgmt::ChainHistoryReq& req);
   // One step of every chain from the heartbeats seen; returns the routing
   // version now.
   Result<uint64_t> tick();

@@ -394,6 +394,46 @@ TEST_F(ClusterManagerTest, ARebalanceFillsANewNodeAndADrainEmptiesOne) {
   EXPECT_EQ(mgr_->rebalance(unknown).status().code(), ErrorCode::kNotFound);
 }
 
+// mgmtd keeps each chain's versions as it committed them (ChainHistory):
+// a node's restarts show step by step, and only each chain's last 64.
+TEST_F(ClusterManagerTest, TheChainHistoryKeepsEachChainsLastVersions) {
+  for (int n = 1; n <= 3; ++n) reg(n);
+  mgmt::CreateChainsReq create;
+  create.set_replication(3);
+  create.set_chains(1);
+  ASSERT_TRUE(mgr_->createChains(create).ok());
+  ASSERT_TRUE(mgr_->tick().ok());
+  for (int round = 0; round < 30; ++round) {
+    reg(3);  // a restart: out at the next step, back through a sync
+    for (int step = 0; step < 4; ++step) {
+      for (int n = 1; n <= 2; ++n) beat(n, {static_cast<uint32_t>(n)});
+      beat(3, {3}, {{1, 3}});
+      ASSERT_TRUE(mgr_->tick().ok());
+    }
+  }
+  const mgmt::Chain now = chains()[1];
+  ASSERT_GT(now.version(), kv::kChainHistoryKept);
+  auto h = mgr_->chainHistory({});
+  ASSERT_TRUE(h.ok()) << h.status().toString();
+  ASSERT_EQ(h->events_size(), static_cast<int>(kv::kChainHistoryKept));
+  EXPECT_EQ(h->events(0).chain().version(), now.version() - kv::kChainHistoryKept + 1);
+  const auto& last = h->events(h->events_size() - 1);
+  EXPECT_EQ(last.chain().SerializeAsString(), now.SerializeAsString());
+  std::set<mgmt::TargetState> seen;
+  for (int i = 0; i < h->events_size(); ++i) {
+    const auto& e = h->events(i);
+    EXPECT_GT(e.unix_ms(), 0);
+    if (i > 0) {
+      EXPECT_EQ(e.chain().version(), h->events(i - 1).chain().version() + 1);
+    }
+    for (const auto& m : e.chain().members()) seen.insert(m.state());
+  }
+  EXPECT_TRUE(seen.count(mgmt::OFFLINE) && seen.count(mgmt::SYNCING)) << "the restarts' steps";
+  mgmt::ChainHistoryReq other;
+  other.set_chain(2);
+  EXPECT_EQ(mgr_->chainHistory(other)->events_size(), 0);
+}
+
 TEST_F(ClusterManagerTest, AChainWaitingForItsLastServingMemberIsNotReplaced) {
   mgr_ = std::make_unique<ClusterManager>(*kv_, clock_, ClusterManagerOptions{10000, 30000});
   for (int n = 1; n <= 4; ++n) reg(n);

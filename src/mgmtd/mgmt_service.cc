@@ -31,6 +31,7 @@ MgmtService::MgmtService(kv::Engine& kv, net::RpcServer& server, MgmtHooks hooks
   serveCluster(server, "Heartbeat", &ClusterManager::heartbeat);
   serveCluster(server, "CreateChains", &ClusterManager::createChains);
   serveCluster(server, "Rebalance", &ClusterManager::rebalance);
+  serveCluster(server, "ChainHistory", &ClusterManager::chainHistory);
 }
 
 template <typename Req, typename Resp>

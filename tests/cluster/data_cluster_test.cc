@@ -431,6 +431,18 @@ TEST(DataCluster, ANewNodeGetsItsShareAndADrainedOneGivesItBack) {
         },
         60, what);
   };
+  // The CLI's plan changes nothing; an unknown node is a clear error.
+  const auto plan =
+      testing::runProgram(CISTERN_BIN, {"rebalance", "--dry-run", "--cluster", h.mgmtdList()});
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("planned (dry run: nothing changed)"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("-> target " + std::to_string(t5)), std::string::npos) << plan.out;
+  const auto unknown =
+      testing::runProgram(CISTERN_BIN, {"drain", "node9", "--cluster", h.mgmtdList()});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("node9"), std::string::npos) << unknown.err;
+  const auto after_plan = h.routing();
+  for (const auto& c : after_plan.chains()) EXPECT_EQ(c.leaving(), 0u) << "a dry run moved";
   mgmt::RebalanceReq spread;
   spread.set_spread(1);
   ASSERT_TRUE(moveAndWait(spread, "the rebalance onto node 5"));
@@ -454,6 +466,26 @@ TEST(DataCluster, ANewNodeGetsItsShareAndADrainedOneGivesItBack) {
     for (const auto& m : c.members()) EXPECT_NE(m.target(), t5) << "chain " << c.id();
   load.stop();
   EXPECT_EQ(fewest, 3) << "a chain had fewer SERVING replicas during a move";
+  // mgmtd's own record of every chain version it committed (the last 64
+  // each; this test makes fewer): none with fewer than 3 SERVING, and each
+  // move's add-then-remove in it.
+  mgmt::ChainHistoryResp history;
+  ASSERT_TRUE(h.callPrimary("ChainHistory", mgmt::ChainHistoryReq(), &history).ok());
+  int versions = 0, with_leaving = 0;
+  for (const auto& e : history.events()) {
+    ++versions;
+    with_leaving += e.chain().leaving() != 0;
+    EXPECT_GE(e.chain().targets_size(), 3)
+        << "chain " << e.chain().id() << " version " << e.chain().version() << ": "
+        << e.chain().ShortDebugString();
+  }
+  EXPECT_GT(with_leaving, 0) << "no move in mgmtd's history";
+  const auto listed =
+      testing::runProgram(CISTERN_BIN, {"chains", "history", "--cluster", h.mgmtdList()});
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("leaving)"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find(":SYNCING"), std::string::npos) << listed.out;
+  EXPECT_GE(versions, balanced.chains_size() + with_leaving);
   EXPECT_EQ(load.failedWrites(), 0) << load.firstError();
   EXPECT_EQ(load.badReads(), 0) << load.firstError();
   EXPECT_EQ(load.verifyAll(), 0) << load.firstError();
