@@ -109,8 +109,9 @@ TEST(Partition, ACutOffStorageNodeStopsServingAndResyncsAfterHealing) {
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - cut_at).count();
   EXPECT_EQ(code, ErrorCode::kNotServing);
   // The lease runs half the timeout from the last answered beat's sending,
-  // before the cut; 100 ms for the probe's own round trips.
-  EXPECT_LE(stopped_ms, kHeartbeatTimeoutMs / 2 + 100);
+  // before the cut; 200 ms for the measure itself (the 10 ms between probes
+  // and one probe's round trip, slower on a loaded machine).
+  EXPECT_LE(stopped_ms, kHeartbeatTimeoutMs / 2 + 200);
   std::fprintf(stderr, "node 2 stopped serving %lld ms after the cut\n",
                static_cast<long long>(stopped_ms));
 
