@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   cistern::cli::addBench(app);
   cistern::cli::addMount(app);
   cistern::cli::addPackCommands(app);
+  cistern::cli::addTokenCommands(app);
   cistern::cli::addCkptCommands(app);
   try {
     app.parse(argc, argv);

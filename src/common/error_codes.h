@@ -7,7 +7,7 @@
 // the closest code and say what happened in the message.
 //
 // Ranges: 0 ok, 1-99 common, 100-199 net/rpc, 200-299 kv, 300-399 meta,
-// 400-499 storage, 500-599 mgmtd, 600-699 client.
+// 400-499 storage, 500-599 mgmtd, 600-699 client, 700-799 auth.
 #pragma once
 
 // clang-format off
@@ -68,5 +68,10 @@
   X(kChunkVersionMismatch, 404, ESTALE,       "replica holds another chunk version") \
   X(kNotServing,           405, EAGAIN,       "target not serving this chain")      \
   /* mgmtd (500-599) */                                                              \
-  X(kNotPrimary,           500, EAGAIN,       "not the primary mgmtd")
+  X(kNotPrimary,           500, EAGAIN,       "not the primary mgmtd")               \
+  /* auth (700-799): each refusal its own code, counted apart */                      \
+  X(kTokenMissing,         700, EACCES,       "no token")                           \
+  X(kTokenInvalid,         701, EKEYREJECTED, "token malformed or forged")          \
+  X(kTokenExpired,         702, EKEYEXPIRED,  "token expired")                      \
+  X(kTokenRevoked,         703, EKEYREVOKED,  "token revoked")
 // clang-format on
