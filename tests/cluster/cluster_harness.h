@@ -338,8 +338,9 @@ class ClusterHarness {
   }
   std::unique_ptr<ServeProcess> startProcess(const std::string& role, const std::string& config,
                                              int host) {
-    auto p = std::make_unique<ServeProcess>(CISTERN_BIN, role, config,
-                                            o_.lab ? NetLab::netns(host) : std::string());
+    const std::string address = o_.lab ? NetLab::address(host) : "127.0.0.1";
+    auto p = std::make_unique<ServeProcess>(
+        CISTERN_BIN, role, config, o_.lab ? NetLab::netns(host) : std::string(), address + ":0");
     if (!p->start()) return nullptr;
     return p;
   }

@@ -14,6 +14,7 @@
 #include "tests/cluster/cluster_harness.h"
 #include "tests/cluster/workload.h"
 #include "tests/support/flip_bytes.h"
+#include "tests/support/http_get.h"
 
 namespace cistern {
 namespace {
@@ -425,10 +426,12 @@ TEST(DataCluster, ANewNodeGetsItsShareAndADrainedOneGivesItBack) {
     if (t.endpoint() == h.storageEndpoint(5)) t5 = t.id();
   ASSERT_NE(t5, 0u);
   int fewest = 3;  // SERVING replicas of any chain in any routing sampled
+  int moves = 0;
   const auto moveAndWait = [&](const mgmt::RebalanceReq& req, const char* what) {
     mgmt::RebalanceResp resp;
     Status s = h.callPrimary("Rebalance", req, &resp);
     EXPECT_TRUE(s.ok()) << s.toString();
+    moves += resp.moves_size();
     EXPECT_GT(resp.moves_size(), 0) << what;
     return h.waitFor(
         [&] {
@@ -490,6 +493,21 @@ TEST(DataCluster, ANewNodeGetsItsShareAndADrainedOneGivesItBack) {
         << e.chain().ShortDebugString();
   }
   EXPECT_GT(with_leaving, 0) << "no move in mgmtd's history";
+  // Every process serves its metrics (`cistern serve --metrics`): the
+  // primary mgmtd counted the moves; the storage servers and meta servers
+  // their calls.
+  const int primary = h.primary();
+  ASSERT_GE(primary, 0);
+  const std::string mgmtd_metrics = testing::httpGet(h.mgmtd(primary).metricsPort(), "/metrics");
+  EXPECT_NE(mgmtd_metrics.find("mgmtd_replicas_moved_total " + std::to_string(moves)),
+            std::string::npos)
+      << mgmtd_metrics.substr(0, 2000);
+  for (int n = 1; n <= h.storageNodes(); ++n)
+    EXPECT_NE(
+        testing::httpGet(h.storage(n).metricsPort(), "/metrics").find("rpc_server_calls_total"),
+        std::string::npos)
+        << "storage " << n;
+  EXPECT_NE(testing::httpGet(h.meta(0).metricsPort(), "/healthz").find("ok"), std::string::npos);
   const auto listed =
       testing::runProgram(CISTERN_BIN, {"chains", "history", "--cluster", h.mgmtdList()});
   EXPECT_EQ(listed.exit_code, 0) << listed.err;

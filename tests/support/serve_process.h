@@ -14,21 +14,31 @@ namespace cistern::testing {
 
 class ServeProcess {
  public:
-  // `netns`: started in that network namespace (netlab.h; "": this one).
-  ServeProcess(std::string bin, std::string role, std::string config, std::string netns = "")
+  // `netns`: started in that network namespace (netlab.h; "": this one);
+  // `metrics`: host:port of its /metrics (`cistern serve --metrics`; port 0:
+  // a free one, metricsPort() tells which).
+  ServeProcess(std::string bin, std::string role, std::string config, std::string netns = "",
+               std::string metrics = "")
       : bin_(std::move(bin)),
         role_(std::move(role)),
         config_(std::move(config)),
-        netns_(std::move(netns)) {}
+        netns_(std::move(netns)),
+        metrics_(std::move(metrics)) {}
   ~ServeProcess() { kill(SIGKILL); }
 
   bool start() {
     log_.clear();
-    pid_ = spawnPiped({bin_, "serve", "--role", role_, "--config", config_}, &out_fd_,
+    std::vector<std::string> args{bin_, "serve", "--role", role_, "--config", config_};
+    if (!metrics_.empty()) args.insert(args.end(), {"--metrics", metrics_});
+    pid_ = spawnPiped(std::move(args), &out_fd_,
                       /*stderr_too=*/true, /*die_with_us=*/true, netns_);
     if (pid_ < 0) return false;
     std::string first;
     if (readUntil(out_fd_, &first, "ready", std::chrono::seconds(30))) {
+      if (size_t at = first.find("metrics http://"); at != std::string::npos) {
+        const size_t colon = first.find(':', at + 15);
+        if (colon != std::string::npos) metrics_port_ = std::atoi(first.c_str() + colon + 1);
+      }
       log_ = std::move(first);
       drainer_ = std::thread([this] { drain(); });
       return true;
@@ -57,6 +67,8 @@ class ServeProcess {
     return log_;
   }
   pid_t pid() const { return pid_; }
+  // The port of its /metrics, from its "ready" line (0: none).
+  int metricsPort() const { return metrics_port_; }
 
  private:
   void drain() {
@@ -72,9 +84,10 @@ class ServeProcess {
     }
   }
 
-  std::string bin_, role_, config_, netns_;
+  std::string bin_, role_, config_, netns_, metrics_;
   pid_t pid_ = -1;
   int out_fd_ = -1;
+  int metrics_port_ = 0;
   mutable std::mutex mu_;
   std::string log_;
   std::thread drainer_;
