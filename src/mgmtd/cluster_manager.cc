@@ -412,14 +412,21 @@ Result<uint64_t> ClusterManager::tick() {
   }
   uint64_t version = 0;
   std::vector<std::string> replaced;  // for the log, once committed
+  // The chains as this step leaves them, and the targets silent now (gauges).
+  int64_t chains = 0, degraded = 0, unavailable = 0, silent = 0;
   RETURN_ON_ERROR(kv::runTransaction(kv_, [&](kv::Transaction& t) -> Status {
     replaced.clear();
+    chains = degraded = unavailable = silent = 0;
     std::map<uint32_t, PlacementTarget> targets;
     std::map<uint32_t, mgmt::Target> restarted;  // registered again (mgmt::Target.restarted)
     ASSIGN_OR_RETURN(auto target_rows, t.getRange(kv::targetBegin(), kv::targetEnd(), {}));
     for (const auto& row : target_rows.kvs) {
       ASSIGN_OR_RETURN(mgmt::Target target, parseRow<mgmt::Target>(row.value, "target"));
       targets[target.id()] = {target.id(), target.node(), target.rack()};
+      {
+        std::lock_guard lock(mu_);
+        silent += !aliveLocked(target.id(), now);
+      }
       if (target.restarted()) restarted[target.id()] = std::move(target);
     }
     ASSIGN_OR_RETURN(auto rows, t.getRange(kv::chainBegin(), kv::chainEnd(), {}));
@@ -445,6 +452,10 @@ Result<uint64_t> ClusterManager::tick() {
       const uint32_t was_leaving = out;
       if (out != 0 && finishMove(after, out)) moved = true;
       if (moved && after.version == before.version) after.version = before.version + 1;
+      const size_t serving = after.serving().size();
+      ++chains;
+      degraded += serving < after.members.size() - (out != 0 ? 1 : 0);
+      unavailable += serving == 0;
       if (after.version == before.version && out == was_leaving) continue;
       mgmt::Chain row = chainOf(after);
       row.set_leaving(out);
@@ -460,6 +471,20 @@ Result<uint64_t> ClusterManager::tick() {
     return Status::OK();
   }));
   for (const std::string& r : replaced) CLOG_INFO("mgmtd", "{}", r);
+  static auto& g_chains = metrics::Registry::global().gauge(
+      "mgmtd_chains", {}, "chains in the routing table (as the primary's last step left them)");
+  static auto& g_degraded = metrics::Registry::global().gauge(
+      "mgmtd_chains_degraded", {},
+      "chains with a member not SERVING (offline, waiting or syncing; a move's leaving member "
+      "aside)");
+  static auto& g_unavailable = metrics::Registry::global().gauge(
+      "mgmtd_chains_unavailable", {}, "chains with no SERVING member: their data cannot be read");
+  static auto& g_silent = metrics::Registry::global().gauge(
+      "mgmtd_targets_silent", {}, "targets not in a heartbeat within the heartbeat timeout");
+  g_chains.set(chains);
+  g_degraded.set(degraded);
+  g_unavailable.set(unavailable);
+  g_silent.set(silent);
   std::lock_guard lock(mu_);
   for (const auto& s : synced) synced_.erase(s);
   return version;

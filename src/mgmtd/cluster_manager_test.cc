@@ -10,6 +10,7 @@
 #include <functional>
 #include <set>
 
+#include "common/metrics.h"
 #include "kv/cluster_keys.h"
 #include "mgmtd/mgmt_service.h"
 #include "mgmtd/routing_table.h"
@@ -65,6 +66,8 @@ class ClusterManagerTest : public ::testing::Test {
     ADD_FAILURE() << "target " << target << " not in chain " << chain.id();
     return mgmt::OFFLINE;
   }
+
+  static int64_t gauge(const char* name) { return metrics::Registry::global().gauge(name).value(); }
 
   ManualClock clock_;
   std::unique_ptr<kv::Engine> kv_;
@@ -130,6 +133,11 @@ TEST_F(ClusterManagerTest, ASilentNodeLeavesItsChainsAndComesBackThroughASync) {
   auto v1 = mgr_->tick();
   ASSERT_TRUE(v1.ok());
   EXPECT_GT(*v1, *v0) << "routing moved";
+  // The step's gauges: 3 of the 4 chains hold target 4, which is silent.
+  EXPECT_EQ(gauge("mgmtd_chains"), 4);
+  EXPECT_EQ(gauge("mgmtd_chains_degraded"), 3);
+  EXPECT_EQ(gauge("mgmtd_chains_unavailable"), 0);
+  EXPECT_EQ(gauge("mgmtd_targets_silent"), 1);
   for (auto& [id, c] : chains()) {
     for (uint32_t t : c.targets()) EXPECT_NE(t, 4u) << "chain " << id << " still routes to 4";
     bool had4 = false;
@@ -169,6 +177,8 @@ TEST_F(ClusterManagerTest, ASilentNodeLeavesItsChainsAndComesBackThroughASync) {
     EXPECT_EQ(c.targets(c.targets_size() - 1), 4u) << "joins at the tail";
     EXPECT_EQ(c.targets_size(), 3);
   }
+  EXPECT_EQ(gauge("mgmtd_chains_degraded"), 0);
+  EXPECT_EQ(gauge("mgmtd_targets_silent"), 0);
 }
 
 // A storage process that restarts within the heartbeat timeout registers

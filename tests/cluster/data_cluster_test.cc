@@ -545,6 +545,14 @@ TEST(DataCluster, AChainWithNoServingReplicaIsWaitedFor) {
         return r.chains_size() > 0;
       },
       15, "no chain with a serving replica"));
+  // The primary mgmtd's gauges say so.
+  ASSERT_TRUE(h.waitFor(
+      [&] {
+        const int p = h.primary();
+        return p >= 0 && testing::httpGet(h.mgmtd(p).metricsPort(), "/metrics")
+                                 .find("mgmtd_chains_unavailable 4\n") != std::string::npos;
+      },
+      10, "mgmtd_chains_unavailable 4"));
   auto during = patternBytes(300000, 2);
   std::atomic<bool> written{false};
   Error write_error;
