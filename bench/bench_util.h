@@ -2,10 +2,14 @@
 #pragma once
 
 #include <sys/resource.h>
+#include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -31,6 +35,19 @@ inline void rounds(const std::string& name, const std::vector<double>& values) {
   for (size_t i = 0; i < values.size(); ++i) std::printf("%s %.3f", i ? " /" : "", values[i]);
   std::printf("\n");
   std::fflush(stdout);
+}
+
+// The largest peak resident set (VmHWM) among processes `pids`, MiB.
+inline double peakRssMiB(const std::vector<pid_t>& pids) {
+  double peak = 0;
+  for (pid_t pid : pids) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("VmHWM:", 0) == 0) peak = std::max(peak, std::atof(line.c_str() + 6) / 1024);
+    }
+  }
+  return peak;
 }
 
 // Peak resident set of this process (the cistern services run in it), MiB.

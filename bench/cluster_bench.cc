@@ -128,13 +128,6 @@ uint32_t targetOf(ClusterHarness& h, int node) {
   die("no target for node " + std::to_string(node));
 }
 
-bool routedTo(const mgmt::Routing& r, uint32_t target) {
-  for (const auto& c : r.chains())
-    for (uint32_t t : c.targets())
-      if (t == target) return true;
-  return false;
-}
-
 uint64_t dataBytes(ClusterHarness& h, int node) {
   net::RpcClient rpc{net::ClientOptions{}};
   storage::SpaceResp resp;
@@ -160,18 +153,6 @@ double fioWrite(const std::string& dir, uint64_t bytes) {
   std::filesystem::remove(dir + "/fio.data");
   if (mbps <= 0) die("fio gave no figure (is fio installed?)");
   return mbps;
-}
-
-double peakRssMiB(const std::vector<pid_t>& pids) {
-  double peak = 0;
-  for (pid_t pid : pids) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(f, line)) {
-      if (line.rfind("VmHWM:", 0) == 0) peak = std::max(peak, std::atof(line.c_str() + 6) / 1024);
-    }
-  }
-  return peak;
 }
 
 }  // namespace
@@ -216,7 +197,7 @@ int main(int argc, char** argv) {
       load.mark();
       const auto killed = Clock::now();
       rf3.storage(node).kill(SIGKILL);
-      while (routedTo(rf3.routing(), target)) {
+      while (ClusterHarness::routesTo(rf3.routing(), target)) {
         if (bench::secondsSince(killed) > 30) die("the killed node is still routed after 30 s");
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
@@ -279,7 +260,7 @@ int main(int argc, char** argv) {
   bench::rounds("cluster_resync_vs_disk", resync_ratio);
   std::vector<pid_t> pids = rf3.cisternPids();
   for (pid_t p : rf1.cisternPids()) pids.push_back(p);
-  const double rss = peakRssMiB(pids);
+  const double rss = bench::peakRssMiB(pids);
   bench::figure("cluster_rf3_write_mb_s", median(rf3_mbps), "MB/s");
   bench::figure("cluster_rf1_write_mb_s", median(rf1_mbps), "MB/s");
   bench::figure("cluster_resync_mb_s", median(resync_mbps), "MB/s");

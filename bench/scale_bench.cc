@@ -107,18 +107,6 @@ uint32_t targetOf(const mgmt::Routing& r, const std::string& endpoint) {
   return 0;
 }
 
-double peakRssMiB(const std::vector<pid_t>& pids) {
-  double peak = 0;
-  for (pid_t pid : pids) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(f, line)) {
-      if (line.rfind("VmHWM:", 0) == 0) peak = std::max(peak, std::atof(line.c_str() + 6) / 1024);
-    }
-  }
-  return peak;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -247,7 +235,7 @@ int main(int argc, char** argv) {
   std::vector<pid_t> pids = rec.cisternPids();
   for (auto& h : scale)
     for (pid_t p : h->cisternPids()) pids.push_back(p);
-  const double rss = peakRssMiB(pids);
+  const double rss = bench::peakRssMiB(pids);
   bench::figure("scale_link_mb_s", cap_mbps, "MB/s");
   for (int i = 0; i < 3; ++i) {
     bench::figure("scale_write_" + std::to_string(sizes[i]) + "_mb_s", median(write_mbps[i]),

@@ -233,6 +233,18 @@ class ClusterHarness {
     }
   }
 
+  // Whether any chain of `r` routes to (has SERVING) `target`.
+  static bool routesTo(const mgmt::Routing& r, uint32_t target) {
+    for (const auto& c : r.chains())
+      for (uint32_t t : c.targets())
+        if (t == target) return true;
+    return false;
+  }
+  // Waits until no chain routes to `target` (taken out after the timeout).
+  bool waitOutOfChains(uint32_t target, int seconds, const char* what) {
+    return waitFor([&] { return !routesTo(routing(), target); }, seconds, what);
+  }
+
   // A call to whichever mgmtd is primary.
   template <typename Req, typename Resp>
   Status callPrimary(const char* name, const Req& req, Resp* resp) {

@@ -159,15 +159,7 @@ TEST(DataCluster, AStoppedNodeIsTakenOutAndCatchesUpWithoutStaleReads) {
     return 0u;
   }();
   ASSERT_NE(target2, 0u);
-  ASSERT_TRUE(h.waitFor(
-      [&] {
-        const auto r = h.routing();
-        for (const auto& c : r.chains())
-          for (uint32_t t : c.targets())
-            if (t == target2) return false;
-        return true;
-      },
-      10, "the stopped node out of every chain"));
+  ASSERT_TRUE(h.waitOutOfChains(target2, 10, "the stopped node out of every chain"));
   std::this_thread::sleep_for(std::chrono::seconds(1));  // writes go on without it
   h.storage(2).kill(SIGCONT);
   ASSERT_TRUE(h.waitHealthy(60));

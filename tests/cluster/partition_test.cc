@@ -116,15 +116,7 @@ TEST(Partition, ACutOffStorageNodeStopsServingAndResyncsAfterHealing) {
                static_cast<long long>(stopped_ms));
 
   const uint32_t target2 = targetOf(h.routing(), h.storageEndpoint(2));
-  ASSERT_TRUE(h.waitFor(
-      [&] {
-        const auto r = h.routing();
-        for (const auto& c : r.chains())
-          for (uint32_t t : c.targets())
-            if (t == target2) return false;
-        return true;
-      },
-      10, "the cut-off node out of every chain"));
+  ASSERT_TRUE(h.waitOutOfChains(target2, 10, "the cut-off node out of every chain"));
   // Writes go on without it; it serves nothing meanwhile.
   const size_t files = load.written().size();
   ASSERT_TRUE(
