@@ -32,6 +32,7 @@
 
 #include "bench/bench_util.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "tests/cluster/cluster_harness.h"
 
 using namespace cistern;
@@ -40,15 +41,11 @@ using cistern::testing::ClusterHarness;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using metrics::median;
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "cluster bench: %s\n", what.c_str());
   std::exit(1);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // MB/s of writing `mib` MiB to `path` (8 MiB writes, then close).

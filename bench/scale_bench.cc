@@ -32,6 +32,7 @@
 
 #include "bench/bench_util.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "tests/cluster/cluster_harness.h"
 #include "tests/support/netlab.h"
 
@@ -42,15 +43,11 @@ using cistern::testing::NetLab;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using metrics::median;
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "scale bench: %s\n", what.c_str());
   std::exit(1);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 constexpr int kThreads = 8;

@@ -5,11 +5,12 @@
 // `cistern rebalance` and `cistern drain NODE`: move replicas.
 // All talk to mgmtd directly (GetRouting, CreateChains, Rebalance) and to each
 // target's storage service (Space).
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdlib>
-#include <ctime>
 #include <map>
 #include <optional>
 
@@ -336,12 +337,9 @@ void addStatusCommands(CLI::App& app) {
         if (c.members_size() == 0)
           for (uint32_t t : c.targets())
             members += fmt::format("{}{}:SERVING", members.empty() ? "" : " ", t);
-        const time_t secs = static_cast<time_t>(e.unix_ms() / 1000);
-        std::tm tm{};
-        gmtime_r(&secs, &tm);
-        fmt::print("chain {} v{}  {:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z  {}{}\n", c.id(),
-                   c.version(), tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                   tm.tm_sec, e.unix_ms() % 1000, members,
+        const std::chrono::sys_seconds at{std::chrono::seconds(e.unix_ms() / 1000)};
+        fmt::print("chain {} v{}  {:%FT%T}.{:03}Z  {}{}\n", c.id(), c.version(), at,
+                   e.unix_ms() % 1000, members,
                    c.leaving() ? fmt::format("  (target {} leaving)", c.leaving()) : "");
       }
       if (resp.events_size() == 0) fmt::print("no chain versions recorded\n");

@@ -3,8 +3,9 @@
 
 #include <curl/curl.h>
 #include <fmt/format.h>
-
 #include <nlohmann/json.hpp>
+
+#include <functional>
 
 #include "common/base64.h"
 
@@ -361,7 +362,17 @@ Result<RangeResponse> Client::range(const RangeRequest& r) {
 }
 
 Result<TxnResponse> Client::txn(const TxnRequest& r) {
-  ASSIGN_OR_RETURN(std::string body, post("/v3/kv/txn", toJson(r), true));
+  // Only one that may write is sent once (its outcome is then the caller's
+  // to settle); one of reads only may go to the next member like a range.
+  std::function<bool(const std::vector<Op>&)> writes = [&](const std::vector<Op>& ops) {
+    for (const Op& op : ops)
+      if (op.kind == Op::kPut || op.kind == Op::kDeleteRange ||
+          (op.kind == Op::kTxn && op.txn && (writes(op.txn->success) || writes(op.txn->failure))))
+        return true;
+    return false;
+  };
+  const bool once = writes(r.success) || writes(r.failure);
+  ASSIGN_OR_RETURN(std::string body, post("/v3/kv/txn", toJson(r), once));
   return parseTxn(body);
 }
 

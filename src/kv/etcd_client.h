@@ -8,8 +8,8 @@
 //
 // Endpoints: the cluster's client URLs; a call goes to the one that
 // answered last and moves on to the next when one cannot be reached. A
-// read is tried on every endpoint; a transaction only moves on while no
-// byte of it was sent, since etcd may have applied one whose answer was
+// read (and a transaction of reads only) is tried on every endpoint; a
+// transaction that writes only moves on while no byte of it was sent, since etcd may have applied one whose answer was
 // lost: that outcome is kCommitUnknown, never a guess.
 //
 // Thread-safe. The parse functions take any bytes (fuzz target

@@ -218,8 +218,8 @@ Result<int64_t> EtcdEngine::markerLease() {
     return lease_;
   }
   if (usable) return lease_;  // a new one next time
-  // A grant whose answer was lost leaves at most a lease nobody uses (it
-  // expires); the transaction was not sent.
+  // Nothing of the transaction was sent (a grant whose answer was lost
+  // leaves at most a lease nobody uses, which expires).
   return Status(ErrorCode::kConnectionFailed, granted.status().message());
 }
 
@@ -397,11 +397,7 @@ Status EtcdEngine::commit(BufferedTxn& t) {
     }
     etcd::TxnRequest now;
     now.success = counter_reads->success;
-    // Only reads: an answer lost changed nothing (not kCommitUnknown).
-    auto read_now = client_->txn(now);
-    if (!read_now.ok() && read_now.status().code() == ErrorCode::kCommitUnknown)
-      return Status(ErrorCode::kConnectionFailed, read_now.status().message());
-    ASSIGN_OR_RETURN(etcd::TxnResponse current, std::move(read_now));
+    ASSIGN_OR_RETURN(etcd::TxnResponse current, client_->txn(now));  // reads only
     RETURN_ON_ERROR(readCounters(current));
   }
 
