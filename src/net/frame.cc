@@ -39,7 +39,8 @@ void encodeHeader(const FrameHeader& h, uint8_t out[kHeaderSize]) {
   put<uint32_t>(out + 36, h.payload_len);
   put<uint32_t>(out + 40, h.body_crc);
   put<uint8_t>(out + 44, h.priority);
-  std::memset(out + 45, 0, 3);
+  put<uint16_t>(out + 45, h.credential_len);
+  out[47] = 0;
   put<uint32_t>(out + 48, crc32c(out, 48));
 }
 
@@ -49,7 +50,7 @@ Result<FrameHeader> decodeHeader(std::span<const uint8_t> bytes, const FrameLimi
   if (get<uint32_t>(p) != kFrameMagic) return bad("bad magic");
   if (p[4] != kFrameVersion) return bad(fmt::format("unsupported frame version {}", p[4]));
   if (get<uint32_t>(p + 48) != crc32c(p, 48)) return bad("header checksum mismatch");
-  if (p[45] != 0 || p[46] != 0 || p[47] != 0) return bad("reserved bytes are not zero");
+  if (p[47] != 0) return bad("reserved byte is not zero");
   FrameHeader h;
   h.flags = p[5];
   if (h.flags & ~kKnownFlags) return bad(fmt::format("unknown flags {:#x}", h.flags));
@@ -64,6 +65,18 @@ Result<FrameHeader> decodeHeader(std::span<const uint8_t> bytes, const FrameLimi
   h.payload_len = get<uint32_t>(p + 36);
   h.body_crc = get<uint32_t>(p + 40);
   h.priority = p[44];
+  h.credential_len = get<uint16_t>(p + 45);
+  if (h.credential_len > 0) {
+    if (h.isResponse()) return bad("credential on a response");
+    if (h.credential_len > kCredentialBytesMax) {
+      return bad(
+          fmt::format("credential of {} bytes exceeds {}", h.credential_len, kCredentialBytesMax));
+    }
+    if (h.credential_len > h.message_len) {
+      return bad(fmt::format("credential of {} bytes in a message section of {}", h.credential_len,
+                             h.message_len));
+    }
+  }
   if (h.message_len > limits.message_bytes_max) {
     return bad(
         fmt::format("message of {} bytes exceeds {}", h.message_len, limits.message_bytes_max));

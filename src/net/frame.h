@@ -14,9 +14,14 @@
 //   36   4  payload_len    bytes of raw payload after the message
 //   40   4  body_crc       CRC32C of message (+ payload when flag bit1)
 //   44   1  priority       QoS class
-//   45   3  reserved       zero
+//   45   2  credential_len bytes of the caller's credential that open the
+//                          message section (requests only; 0 = none)
+//   47   1  reserved       zero
 //   48   4  header_crc     CRC32C of bytes 0..47
 //
+// A request's message section is its credential (a token or capability,
+// docs/security.md) followed by the protobuf message; message_len counts both
+// and body_crc covers both.
 // decodeHeader() is total: any input of kHeaderSize bytes yields a header or
 // kBadFrame with the reason; lengths are checked against the limits before
 // anything is allocated. Pure functions, thread-safe.
@@ -37,6 +42,8 @@ inline constexpr size_t kHeaderSize = 52;
 inline constexpr uint8_t kFlagResponse = 1 << 0;
 inline constexpr uint8_t kFlagPayloadCrc = 1 << 1;
 inline constexpr uint8_t kKnownFlags = kFlagResponse | kFlagPayloadCrc;
+// Longest credential a frame may carry (a token's text is at most 512).
+inline constexpr uint16_t kCredentialBytesMax = 1024;
 
 struct FrameHeader {
   uint8_t flags = 0;
@@ -49,6 +56,7 @@ struct FrameHeader {
   uint32_t payload_len = 0;
   uint32_t body_crc = 0;
   uint8_t priority = 0;
+  uint16_t credential_len = 0;
 
   bool isResponse() const { return flags & kFlagResponse; }
   bool payloadChecksummed() const { return flags & kFlagPayloadCrc; }

@@ -41,6 +41,18 @@ TEST(Frame, HeaderRoundTripsAndIsLittleEndian) {
   EXPECT_EQ(h->priority, 3);
   EXPECT_TRUE(h->isResponse());
   EXPECT_TRUE(h->payloadChecksummed());
+
+  FrameHeader req = sample();
+  req.flags = 0;
+  req.status = 0;
+  req.credential_len = 300;
+  req.message_len = 310;
+  encodeHeader(req, buf);
+  EXPECT_EQ(buf[45], 300 & 0xFF);
+  EXPECT_EQ(buf[46], 300 >> 8);
+  auto r = decodeHeader(buf, {});
+  ASSERT_TRUE(r.ok()) << r.status().toString();
+  EXPECT_EQ(r->credential_len, 300);
 }
 
 // Re-seals a modified header so that only the field under test is wrong.
@@ -72,7 +84,7 @@ TEST(Frame, RejectsEveryMalformedHeader) {
   expectRejected(buf, "header checksum mismatch");
 
   encodeHeader(sample(), buf);
-  buf[46] = 1;
+  buf[47] = 1;
   reseal(buf);
   expectRejected(buf, "reserved");
 
@@ -100,6 +112,24 @@ TEST(Frame, RejectsEveryMalformedHeader) {
   h.payload_len = 2000;
   encodeHeader(h, buf);
   expectRejected(buf, "payload of 2000 bytes exceeds", FrameLimits{.payload_bytes_max = 1000});
+
+  h = sample();
+  h.credential_len = 5;  // a response carries none
+  encodeHeader(h, buf);
+  expectRejected(buf, "credential on a response");
+
+  h = sample();
+  h.flags = 0;
+  h.status = 0;
+  h.message_len = 4000;
+  h.credential_len = kCredentialBytesMax + 1;
+  encodeHeader(h, buf);
+  expectRejected(buf, "credential of 1025 bytes exceeds 1024");
+
+  h.credential_len = 11;  // more than the message section
+  h.message_len = 10;
+  encodeHeader(h, buf);
+  expectRejected(buf, "credential of 11 bytes in a message section of 10");
 
   auto shortHeader = decodeHeader(std::span<const uint8_t>(buf, 10), {});
   EXPECT_EQ(shortHeader.code(), ErrorCode::kBadFrame);

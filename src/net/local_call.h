@@ -20,6 +20,7 @@
 
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "common/status.h"
 #include "net/endpoint.h"
@@ -39,7 +40,8 @@ std::optional<Status> callLocal(const Endpoint& to, const Method& method,
                                 const google::protobuf::Message& request,
                                 google::protobuf::Message* response,
                                 std::span<const uint8_t> request_payload,
-                                std::span<uint8_t> response_payload, size_t* response_payload_len);
+                                std::span<uint8_t> response_payload, size_t* response_payload_len,
+                                std::string_view credential = {});
 
 // Whether a started server of this process at `to` has a local handler for `method`.
 bool servedLocally(const Endpoint& to, const Method& method);

@@ -50,6 +50,7 @@ struct LocalEchoServer {
       if (req.fail_code()) return Status(static_cast<ErrorCode>(req.fail_code()), "asked to fail");
       if (req.text() == "throw") throw std::runtime_error("asked to throw");
       resp.set_text(req.text());
+      resp.set_credential(std::string(p.credential));
       resp.set_request_payload_bytes(static_cast<uint32_t>(p.request.size()));
       resp.set_request_payload_crc(crc32c(p.request));
       if (req.payload_bytes() > p.response.size())
@@ -86,9 +87,11 @@ TEST(LocalCalls, RunOnTheCallingThreadWithTheCallersBuffers) {
                            {.request_payload = in,
                             .response_payload = out,
                             .response_payload_len = &got,
+                            .credential = "cst1.a-token",
                             .ran_locally = &ran_locally})
                   .ok());
   EXPECT_TRUE(ran_locally);
+  EXPECT_EQ(resp.credential(), "cst1.a-token");  // a local call's handler sees it too
   EXPECT_EQ(s.local_thread.load(), std::this_thread::get_id());
   EXPECT_EQ(s.local_calls.load(), 1);
   EXPECT_EQ(resp.text(), "near");

@@ -86,6 +86,11 @@ Status checkCall(const Method& method, const google::protobuf::Message& request,
                   fmt::format("request payload of {} bytes exceeds {}",
                               options.request_payload.size(), client.limits.payload_bytes_max));
   }
+  if (options.credential.size() > kCredentialBytesMax) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: a credential of {} bytes exceeds {}", method.name,
+                              options.credential.size(), kCredentialBytesMax));
+  }
   if (options.cancel && options.cancel->cancelled())
     return Status(ErrorCode::kCancelled, method.name);
   return Status::OK();
@@ -536,7 +541,7 @@ Status RpcClient::callSync(const Endpoint& to, const Method& method,
   if (impl_->options.local_calls && !(options.cancel && options.cancel->cancelled())) {
     if (std::optional<Status> s =
             callLocal(to, method, request, response, options.request_payload,
-                      options.response_payload, options.response_payload_len)) {
+                      options.response_payload, options.response_payload_len, options.credential)) {
       if (options.ran_locally) *options.ran_locally = true;
       if (!s->ok()) impl_->errors->inc();
       return std::move(*s);

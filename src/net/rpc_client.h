@@ -95,6 +95,9 @@ struct CallOptions {
   size_t* response_payload_len = nullptr;
   uint8_t priority = 0;
   uint64_t tenant_token = 0;
+  // The caller's token or capability (docs/security.md), sent before the
+  // message; at most kCredentialBytesMax bytes. Empty: none.
+  std::string_view credential;
   std::shared_ptr<CancelToken> cancel;
   // Set by callSync() to whether the call ran as a local call (local_call.h).
   bool* ran_locally = nullptr;

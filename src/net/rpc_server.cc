@@ -117,7 +117,8 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   awaitable<void> reader();
   awaitable<void> writer();
   awaitable<void> serve(const MethodEntry* entry, FrameHeader header,
-                        std::unique_ptr<google::protobuf::Message> request, PooledBuffer payload);
+                        std::unique_ptr<google::protobuf::Message> request, std::string credential,
+                        PooledBuffer payload);
   void respond(const FrameHeader& req, const Status& status, std::string message,
                std::span<const uint8_t> payload, std::shared_ptr<const void> owner);
   void badFrame(const Status& s);
@@ -200,7 +201,8 @@ std::optional<Status> callLocal(const Endpoint& to, const Method& method,
                                 const google::protobuf::Message& request,
                                 google::protobuf::Message* response,
                                 std::span<const uint8_t> request_payload,
-                                std::span<uint8_t> response_payload, size_t* response_payload_len) {
+                                std::span<uint8_t> response_payload, size_t* response_payload_len,
+                                std::string_view credential) {
   LocalServers& servers = LocalServers::get();
   RpcServer::Impl* server = nullptr;
   const MethodEntry* entry = nullptr;
@@ -215,7 +217,7 @@ std::optional<Status> callLocal(const Endpoint& to, const Method& method,
   }
   SteadyTime start = std::chrono::steady_clock::now();
   response->Clear();
-  LocalPayloads payloads{request_payload, response_payload, 0};
+  LocalPayloads payloads{request_payload, response_payload, 0, credential};
   Status status;
   try {
     status = entry->local(request, *response, payloads);
@@ -338,7 +340,8 @@ awaitable<void> ServerConnection::reader() {
       continue;
     }
     std::unique_ptr<google::protobuf::Message> request(it->second.request->New());
-    if (!request->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
+    const size_t cl = h->credential_len;  // <= message_len (decodeHeader)
+    if (!request->ParseFromArray(message.data() + cl, static_cast<int>(message.size() - cl))) {
       CLOG_WARN("net", "unparsable {} request from {}", it->second.method.name, peer_);
       respond(
           *h,
@@ -346,20 +349,23 @@ awaitable<void> ServerConnection::reader() {
           {}, {}, nullptr);
       continue;
     }
-    asio::co_spawn(socket_.get_executor(),
-                   serve(&it->second, *h, std::move(request), std::move(payload)), asio::detached);
+    asio::co_spawn(
+        socket_.get_executor(),
+        serve(&it->second, *h, std::move(request), message.substr(0, cl), std::move(payload)),
+        asio::detached);
   }
   if (draining_ && inflight_ == 0 && out_.empty()) close("drained");
 }
 
 awaitable<void> ServerConnection::serve(const MethodEntry* entry, FrameHeader header,
                                         std::unique_ptr<google::protobuf::Message> request,
-                                        PooledBuffer payload) {
+                                        std::string credential, PooledBuffer payload) {
   auto self = shared_from_this();
   SteadyTime start = std::chrono::steady_clock::now();
   CallContext ctx;
   ctx.header_ = header;
   ctx.peer_ = peer_;
+  ctx.credential_ = std::move(credential);
   ctx.request_payload_ = {payload.data(), header.payload_len};
   if (header.deadline_ms) ctx.deadline_ = start + std::chrono::milliseconds(header.deadline_ms);
   std::unique_ptr<google::protobuf::Message> response(entry->response->New());

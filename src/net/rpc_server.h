@@ -63,6 +63,8 @@ class CallContext {
   const FrameHeader& header() const { return header_; }
   const std::string& peer() const { return peer_; }
   std::span<const uint8_t> requestPayload() const { return request_payload_; }
+  // The caller's token or capability from the frame (empty: none).
+  const std::string& credential() const { return credential_; }
   // Time after which the caller stops waiting (SteadyTime::max() if none).
   SteadyTime deadline() const { return deadline_; }
 
@@ -77,6 +79,7 @@ class CallContext {
   friend class ServerConnection;
   FrameHeader header_;
   std::string peer_;
+  std::string credential_;
   std::span<const uint8_t> request_payload_;
   SteadyTime deadline_ = SteadyTime::max();
   std::span<const uint8_t> response_payload_;
@@ -91,6 +94,7 @@ struct LocalPayloads {
   std::span<const uint8_t> request;  // may change under the handler: copy before checksumming
   std::span<uint8_t> response;       // its size is the most the caller accepts
   size_t response_len = 0;           // set by the handler
+  std::string_view credential;       // the caller's token or capability (empty: none)
 };
 
 // A method's handler for callers in this process (local_call.h): runs on the

@@ -123,6 +123,24 @@ TEST_P(RpcTest, EchoRoundTripsMessage) {
   EXPECT_EQ(resp.request_payload_bytes(), 0u);
 }
 
+TEST_P(RpcTest, ACredentialTravelsBeforeTheMessage) {
+  EchoResponse resp;
+  std::string token(700, 'k');
+  token[0] = 'c';
+  ASSERT_TRUE(echoCall("with a token", &resp, {.credential = token}).ok());
+  EXPECT_EQ(resp.text(), "with a token");
+  EXPECT_EQ(resp.credential(), token);
+  ASSERT_TRUE(echoCall("", &resp, {.credential = "only a credential"}).ok());
+  EXPECT_EQ(resp.credential(), "only a credential");
+  ASSERT_TRUE(echoCall("none", &resp).ok());
+  EXPECT_EQ(resp.credential(), "");
+  std::string too_long(kCredentialBytesMax + 1, 'x');
+  Status s = echoCall("x", &resp, {.credential = too_long});
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("credential of 1025 bytes exceeds 1024"), std::string::npos)
+      << s.toString();
+}
+
 TEST_P(RpcTest, PayloadsTravelBothWaysIntoCallerBuffers) {
   std::vector<uint8_t> out(3 << 20), in(4 << 20, 0);
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(i * 7);

@@ -37,6 +37,7 @@ inline asio::awaitable<Status> echo(CallContext& ctx, const EchoRequest& req, Ec
   if (req.fail_code())
     co_return Status(static_cast<ErrorCode>(req.fail_code()), "requested failure");
   resp.set_text(req.text());
+  resp.set_credential(ctx.credential());
   auto in = ctx.requestPayload();
   resp.set_request_payload_bytes(static_cast<uint32_t>(in.size()));
   resp.set_request_payload_crc(crc32c(in));

@@ -46,9 +46,10 @@ int remainingMs(SteadyTime deadline) {
 FrameHeader requestHeader(const Method& method, const google::protobuf::Message& request,
                           const CallOptions& options, uint32_t timeout_ms, bool payload_crc,
                           uint64_t request_id, std::string* message) {
-  message->clear();
+  message->assign(options.credential);
   request.AppendToString(message);
   FrameHeader h;
+  h.credential_len = static_cast<uint16_t>(options.credential.size());
   h.request_id = request_id;
   h.method = method.id;
   h.deadline_ms = timeout_ms;
