@@ -42,6 +42,10 @@ inline constexpr uint32_t kWrite = 2;
 inline constexpr uint32_t kAdmin = 4;  // tenants, quotas, tokens
 inline constexpr uint32_t kAllRights = kRead | kWrite | kAdmin;
 
+// The tenant of the cluster's own operators: its tokens are not confined to
+// a subtree (and, with kAdmin, keep root); `cistern tenant create` refuses it.
+inline constexpr std::string_view kClusterTenant = "cluster";
+
 struct Token {
   Kind kind = Kind::kToken;
   uint32_t key_id = 0;  // set by Keyring::sign

@@ -60,6 +60,8 @@
   X(kInlineRefused,        308, EIO,          "inline file data: convert it first") \
   X(kInodeBusy,            309, EBUSY,        "inode busy: its data is being moved") \
   X(kFileTooLarge,         310, EFBIG,        "file too large")                     \
+  X(kCrossTenant,          311, EXDEV,        "rename or link across tenants")      \
+  X(kQuotaExceeded,        312, EDQUOT,       "quota exceeded")                     \
   /* storage (400-499) */                                                            \
   X(kStaleChainVersion,    400, ESTALE,       "stale chain version")                \
   X(kTargetBusy,           401, EAGAIN,       "storage target busy")                \
@@ -73,5 +75,9 @@
   X(kTokenMissing,         700, EACCES,       "no token")                           \
   X(kTokenInvalid,         701, EKEYREJECTED, "token malformed or forged")          \
   X(kTokenExpired,         702, EKEYEXPIRED,  "token expired")                      \
-  X(kTokenRevoked,         703, EKEYREVOKED,  "token revoked")
+  X(kTokenRevoked,         703, EKEYREVOKED,  "token revoked")                      \
+  X(kWrongTenant,          704, EACCES,       "outside the caller's tenant")        \
+  X(kTokenReadOnly,        705, EROFS,        "the token does not allow writing")   \
+  X(kTokenNotAdmin,        706, EPERM,        "the token is not an admin's")        \
+  X(kCapabilityRefused,    707, EACCES,       "capability does not cover the call")
 // clang-format on

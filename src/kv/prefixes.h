@@ -33,6 +33,8 @@ namespace cistern::kv {
   X(kStats,          0x18, "namespace counters (inodes in use), atomic adds")          \
   X(kInlineData,     0x19, "inode id -> the bytes of a small file kept in the KV")      \
   X(kClientLease,    0x1a, "client id -> when it last renewed (its sessions live on)")  \
+  X(kTenant,         0x1b, "tenant name -> tenant (id, subtree root, quotas)")          \
+  X(kRevoked,        0x1c, "token id -> when the revoked token expires")                \
   /* tests and tools */                                                                  \
   X(kTest,           0x7f, "keys written by tests and benchmarks")
 // clang-format on

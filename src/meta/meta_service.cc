@@ -23,38 +23,210 @@ Status into(Result<T> r, T* out) {
   return Status::OK();
 }
 
+// ---------------------------------------------------------------------------
+// Authorization (authorizer.h): per request type, the inodes it names (each
+// turned into the real one, inside the caller's tenant) and its caller
+// (mapped); per response type, real inode numbers turned back into the
+// caller's view (its root is 1). A request type without a scope() does not
+// compile: no method can skip the check.
+
+// The principal of the call running on this thread (null: no checks).
+thread_local const Principal* t_principal = nullptr;
+
+class Scope {
+ public:
+  Scope(Authorizer& a, const Principal& p) : a_(a), p_(p) {}
+  void caller(Caller* c) { a_.mapCaller(p_, c); }
+  bool isRoot(uint64_t real_ino) const { return p_.confined() && real_ino == p_.root; }
+  uint64_t ino(uint64_t v) {
+    if (!status.ok()) return v;
+    Result<uint64_t> r = a_.inodeIn(p_, v);
+    if (!r.ok()) {
+      status = r.status();
+      return v;
+    }
+    return *r;
+  }
+  Status status;
+
+ private:
+  Authorizer& a_;
+  const Principal& p_;
+};
+
+void scope(LookupReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  const uint64_t parent = r.parent();
+  r.set_parent(s.ino(parent));
+  // The root's ".." is the root, as for /: not the directory above it.
+  if (r.name() == ".." && s.isRoot(r.parent())) r.set_name(".");
+}
+void scope(GetattrReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_ino(s.ino(r.ino()));
+}
+void scope(BatchGetattrReq& r, Scope& s) {
+  for (auto& ino : *r.mutable_inos()) ino = s.ino(ino);
+}
+void scope(MkdirReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_parent(s.ino(r.parent()));
+}
+void scope(CreateReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_parent(s.ino(r.parent()));
+}
+void scope(RemoveReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_parent(s.ino(r.parent()));
+}
+void scope(RenameReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_src_parent(s.ino(r.src_parent()));
+  r.set_dst_parent(s.ino(r.dst_parent()));
+}
+void scope(LinkReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_ino(s.ino(r.ino()));
+  r.set_new_parent(s.ino(r.new_parent()));
+}
+void scope(SymlinkReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_parent(s.ino(r.parent()));
+}
+void scope(MknodReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_parent(s.ino(r.parent()));
+}
+void scope(SetattrReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_ino(s.ino(r.ino()));
+}
+void scope(ReaddirReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_ino(s.ino(r.ino()));
+}
+void scope(AccessReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_ino(s.ino(r.ino()));
+}
+void scope(OpenReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_ino(s.ino(r.ino()));
+}
+void scope(CloseReq& r, Scope& s) { r.set_ino(s.ino(r.ino())); }
+void scope(UninlineReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_ino(s.ino(r.ino()));
+}
+void scope(XattrReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_ino(s.ino(r.ino()));
+}
+void scope(TenantCreateReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_parent(s.ino(r.parent()));
+}
+void scope(RenewReq&, Scope&) {}
+void scope(Empty&, Scope&) {}
+void scope(TenantReq&, Scope&) {}
+void scope(RevokeReq&, Scope&) {}
+
+void unmap(Inode& n, uint64_t root) {
+  if (n.ino() == root) {
+    n.set_ino(1);
+    n.set_parent(1);
+  } else if (n.parent() == root) {
+    n.set_parent(1);
+  }
+}
+void unmapResp(InodeResp& r, uint64_t root) { unmap(*r.mutable_inode(), root); }
+void unmapResp(OpenResp& r, uint64_t root) { unmap(*r.mutable_inode(), root); }
+void unmapResp(UninlineResp& r, uint64_t root) { unmap(*r.mutable_inode(), root); }
+void unmapResp(BatchGetattrResp& r, uint64_t root) {
+  for (auto& n : *r.mutable_inodes()) unmap(n, root);
+}
+void unmapResp(ReaddirResp& r, uint64_t root) {
+  for (auto& n : *r.mutable_inodes()) unmap(n, root);
+  for (auto& e : *r.mutable_entries()) {
+    if (e.ino() == root) e.set_ino(1);
+  }
+}
+template <typename Resp>
+void unmapResp(Resp&, uint64_t) {}  // no inode in it
+
+Need needOf(const OpenReq& r, Need) {
+  return r.write() || r.truncate() || r.hold() ? Need::kWrite : Need::kRead;
+}
+Need needOf(const CloseReq& r, Need) {
+  return r.wrote() || r.has_inline_data() ? Need::kWrite : Need::kRead;
+}
+template <typename Req>
+Need needOf(const Req&, Need need) {
+  return need;
+}
+
+// A capability for the call's principal over `ino` (empty: no checks).
+Result<std::string> capabilityFor(Authorizer* a, uint64_t ino, uint32_t rights) {
+  if (!a || !t_principal) return std::string();
+  return a->capability(*t_principal, ino, rights);
+}
+
 }  // namespace
 
 template <typename Req, typename Resp>
-void MetaService::add(const char* method, std::function<Status(const Req&, Resp&)> fn,
+Status MetaService::authorized(std::string_view credential, Need need,
+                               const std::function<Status(const Req&, Resp&)>& fn, const Req& req,
+                               Resp& resp) {
+  if (!authz_) return fn(req, resp);
+  ASSIGN_OR_RETURN(Principal p, authz_->authenticate(credential, needOf(req, need)));
+  Req mine = req;
+  Scope sc(*authz_, p);
+  scope(mine, sc);
+  RETURN_ON_ERROR(sc.status);
+  struct Bind {
+    explicit Bind(const Principal* p) { t_principal = p; }
+    ~Bind() { t_principal = nullptr; }
+  } bind(&p);
+  Status s = fn(mine, resp);
+  if (s.ok() && p.confined()) unmapResp(resp, p.root);
+  return s;
+}
+
+template <typename Req, typename Resp>
+void MetaService::add(const char* method, Need need, std::function<Status(const Req&, Resp&)> fn,
                       std::function<bool(const Req&)> inline_if) {
   net::Method m = net::Method::of(std::string("cistern.meta.MetaService.") + method);
   server_.handle<Req, Resp>(
       m,
-      [this, fn, inline_if = std::move(inline_if)](net::CallContext&, const Req& req,
-                                                   Resp& resp) -> asio::awaitable<Status> {
+      [this, fn, need, inline_if = std::move(inline_if)](net::CallContext& ctx, const Req& req,
+                                                         Resp& resp) -> asio::awaitable<Status> {
         if (gate_) {
           if (Status g = gate_(); !g.ok()) co_return g;
         }
-        if (inline_reads_ && inline_if && inline_if(req)) co_return fn(req, resp);
-        co_return co_await net::runBlocking(pool_, [&] { return fn(req, resp); });
+        const std::string& cred = ctx.credential();
+        if (inline_reads_ && inline_if && inline_if(req))
+          co_return authorized(cred, need, fn, req, resp);
+        co_return co_await net::runBlocking(pool_,
+                                            [&] { return authorized(cred, need, fn, req, resp); });
       });
   // A caller in this process (the FUSE mount of `cistern up --mount`) runs
   // the operation on its own thread, which may block.
   server_.handleLocal(
-      m, [fn = std::move(fn)](const google::protobuf::Message& req, google::protobuf::Message& resp,
-                              net::LocalPayloads&) {
+      m, [this, fn = std::move(fn), need](const google::protobuf::Message& req,
+                                          google::protobuf::Message& resp, net::LocalPayloads& p) {
         struct Local {
           Local() { t_local_call = true; }
           ~Local() { t_local_call = false; }
         } local;
-        return fn(static_cast<const Req&>(req), static_cast<Resp&>(resp));
+        return authorized(p.credential, need, fn, static_cast<const Req&>(req),
+                          static_cast<Resp&>(resp));
       });
 }
 
 template <typename Req, typename Resp>
 void MetaService::addRead(const char* method, std::function<Status(const Req&, Resp&)> fn) {
-  add<Req, Resp>(method, std::move(fn), [](const Req&) { return true; });
+  add<Req, Resp>(method, Need::kRead, std::move(fn), [](const Req&) { return true; });
 }
 
 MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t blocking_threads,
@@ -64,13 +236,19 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
   addRead<LookupReq, InodeResp>("Lookup", [&s](const LookupReq& r, InodeResp& out) {
     return into(s.lookup(r.caller(), r.parent(), r.name()), out.mutable_inode());
   });
-  addRead<GetattrReq, InodeResp>("Getattr", [&s](const GetattrReq& r, InodeResp& out) {
+  addRead<GetattrReq, InodeResp>("Getattr", [&s, this](const GetattrReq& r, InodeResp& out) {
     ASSIGN_OR_RETURN(*out.mutable_inode(), s.getattr(r.ino()));
     if (r.access_mask() == 0) return Status::OK();
-    return checkAccess(out.inode(), r.caller(), static_cast<int>(r.access_mask()));
+    RETURN_ON_ERROR(checkAccess(out.inode(), r.caller(), static_cast<int>(r.access_mask())));
+    if ((r.access_mask() & kMayWrite) && out.inode().type() == REGULAR) {
+      // A truncate: the caller cuts the file's chunks next.
+      ASSIGN_OR_RETURN(*out.mutable_capability(),
+                       capabilityFor(authz_, r.ino(), auth::kRead | auth::kWrite));
+    }
+    return Status::OK();
   });
   add<BatchGetattrReq, BatchGetattrResp>(
-      "BatchGetattr", [&s](const BatchGetattrReq& r, BatchGetattrResp& out) {
+      "BatchGetattr", Need::kRead, [&s](const BatchGetattrReq& r, BatchGetattrResp& out) {
         auto all = s.batchGetattr({r.inos().begin(), r.inos().end()});
         for (auto& one : all) {
           out.add_codes(static_cast<uint32_t>(one.code()));
@@ -78,40 +256,46 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
         }
         return Status::OK();
       });
-  add<MkdirReq, InodeResp>("Mkdir", [&s](const MkdirReq& r, InodeResp& out) {
+  add<MkdirReq, InodeResp>("Mkdir", Need::kWrite, [&s](const MkdirReq& r, InodeResp& out) {
     return into(s.mkdir(r.caller(), r.parent(), r.name(), r.mode(), rid(r.client(), r.seq())),
                 out.mutable_inode());
   });
-  add<CreateReq, InodeResp>("Create", [&s](const CreateReq& r, InodeResp& out) -> Status {
-    const RequestId id = rid(r.client(), r.seq());
-    ASSIGN_OR_RETURN(auto o, r.open_write() ? s.createOpen(r.caller(), r.parent(), r.name(),
-                                                           r.mode(), r.exclusive(), r.client(), id)
-                                            : s.createFile(r.caller(), r.parent(), r.name(),
-                                                           r.mode(), r.exclusive(), id));
-    *out.mutable_inode() = std::move(o.inode);
-    out.set_session(o.session);
-    out.set_created(o.created);
-    return Status::OK();
-  });
-  add<RemoveReq, Empty>("Unlink", [&s](const RemoveReq& r, Empty&) {
+  add<CreateReq, InodeResp>(
+      "Create", Need::kWrite, [&s, this](const CreateReq& r, InodeResp& out) -> Status {
+        const RequestId id = rid(r.client(), r.seq());
+        ASSIGN_OR_RETURN(auto o, r.open_write()
+                                     ? s.createOpen(r.caller(), r.parent(), r.name(), r.mode(),
+                                                    r.exclusive(), r.client(), id)
+                                     : s.createFile(r.caller(), r.parent(), r.name(), r.mode(),
+                                                    r.exclusive(), id));
+        *out.mutable_inode() = std::move(o.inode);
+        out.set_session(o.session);
+        out.set_created(o.created);
+        if (o.session != 0) {
+          ASSIGN_OR_RETURN(*out.mutable_capability(),
+                           capabilityFor(authz_, out.inode().ino(), auth::kRead | auth::kWrite));
+        }
+        return Status::OK();
+      });
+  add<RemoveReq, Empty>("Unlink", Need::kWrite, [&s](const RemoveReq& r, Empty&) {
     return s.unlink(r.caller(), r.parent(), r.name(), rid(r.client(), r.seq()));
   });
-  add<RemoveReq, Empty>("Rmdir", [&s](const RemoveReq& r, Empty&) {
+  add<RemoveReq, Empty>("Rmdir", Need::kWrite, [&s](const RemoveReq& r, Empty&) {
     return s.rmdir(r.caller(), r.parent(), r.name(), rid(r.client(), r.seq()));
   });
-  add<RenameReq, Empty>("Rename", [&s](const RenameReq& r, Empty&) {
+  add<RenameReq, Empty>("Rename", Need::kWrite, [&s](const RenameReq& r, Empty&) {
     return s.rename(r.caller(), r.src_parent(), r.src_name(), r.dst_parent(), r.dst_name(),
                     r.flags(), rid(r.client(), r.seq()));
   });
-  add<LinkReq, InodeResp>("Link", [&s](const LinkReq& r, InodeResp& out) {
+  add<LinkReq, InodeResp>("Link", Need::kWrite, [&s](const LinkReq& r, InodeResp& out) {
     return into(s.link(r.caller(), r.ino(), r.new_parent(), r.new_name(), rid(r.client(), r.seq())),
                 out.mutable_inode());
   });
-  add<SymlinkReq, InodeResp>("Symlink", [&s](const SymlinkReq& r, InodeResp& out) {
+  add<SymlinkReq, InodeResp>("Symlink", Need::kWrite, [&s](const SymlinkReq& r, InodeResp& out) {
     return into(s.symlink(r.caller(), r.parent(), r.name(), r.target(), rid(r.client(), r.seq())),
                 out.mutable_inode());
   });
-  add<MknodReq, InodeResp>("Mknod", [&s](const MknodReq& r, InodeResp& out) {
+  add<MknodReq, InodeResp>("Mknod", Need::kWrite, [&s](const MknodReq& r, InodeResp& out) {
     return into(s.mknod(r.caller(), r.parent(), r.name(), r.type(), r.mode(), r.rdev(),
                         rid(r.client(), r.seq())),
                 out.mutable_inode());
@@ -119,7 +303,7 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
   addRead<GetattrReq, ReadlinkResp>("Readlink", [&s](const GetattrReq& r, ReadlinkResp& out) {
     return into(s.readlink(r.ino()), out.mutable_target());
   });
-  add<SetattrReq, InodeResp>("Setattr", [&s](const SetattrReq& r, InodeResp& out) {
+  add<SetattrReq, InodeResp>("Setattr", Need::kWrite, [&s](const SetattrReq& r, InodeResp& out) {
     SetAttr a;
     if (r.has_mode()) a.mode = r.mode();
     if (r.has_uid()) a.uid = r.uid();
@@ -145,36 +329,42 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     return s.access(r.caller(), r.ino(), static_cast<int>(r.mask()));
   });
   add<OpenReq, OpenResp>(
-      "Open",
-      [&s](const OpenReq& r, OpenResp& out) {
+      "Open", Need::kRead,
+      [&s, this](const OpenReq& r, OpenResp& out) {
         ASSIGN_OR_RETURN(auto opened, s.open(r.caller(), r.ino(), r.read(), r.write(), r.truncate(),
                                              r.client(), rid(r.client(), r.seq()), r.hold()));
         *out.mutable_inode() = std::move(opened.inode);
         out.set_session(opened.session);
         out.set_inline_data(std::move(opened.inline_data));
+        const uint32_t rights =
+            (r.read() ? auth::kRead : 0) | (r.write() || r.truncate() ? auth::kWrite : 0);
+        ASSIGN_OR_RETURN(*out.mutable_capability(),
+                         capabilityFor(authz_, out.inode().ino(), rights | auth::kRead));
         return Status::OK();
       },
       // Without write or hold, MetaStore::open is a read-only transaction.
       [](const OpenReq& r) { return !r.write() && !r.hold(); });
-  add<CloseReq, InodeResp>("Close", [&s](const CloseReq& r, InodeResp& out) {
+  add<CloseReq, InodeResp>("Close", Need::kRead, [&s](const CloseReq& r, InodeResp& out) {
     std::optional<std::string> inline_data;
     if (r.has_inline_data()) inline_data = r.inline_data();
     return into(s.close(r.ino(), r.session(), r.length(), r.wrote(), rid(r.client(), r.seq()),
                         inline_data, r.sync()),
                 out.mutable_inode());
   });
-  add<Empty, Empty>("Sync", [&s](const Empty&, Empty&) { return s.sync(); });
-  add<UninlineReq, UninlineResp>("Uninline", [&s](const UninlineReq& r, UninlineResp& out) {
-    ASSIGN_OR_RETURN(auto u, s.uninline(r.caller(), r.ino(), r.token(), rid(r.client(), r.seq())));
-    out.set_was_inline(u.was_inline);
-    out.set_data(std::move(u.data));
-    out.set_token(u.token);
-    *out.mutable_inode() = std::move(u.inode);
-    return Status::OK();
-  });
-  add<RenewReq, Empty>("Renew",
+  add<Empty, Empty>("Sync", Need::kRead, [&s](const Empty&, Empty&) { return s.sync(); });
+  add<UninlineReq, UninlineResp>(
+      "Uninline", Need::kWrite, [&s](const UninlineReq& r, UninlineResp& out) {
+        ASSIGN_OR_RETURN(auto u,
+                         s.uninline(r.caller(), r.ino(), r.token(), rid(r.client(), r.seq())));
+        out.set_was_inline(u.was_inline);
+        out.set_data(std::move(u.data));
+        out.set_token(u.token);
+        *out.mutable_inode() = std::move(u.inode);
+        return Status::OK();
+      });
+  add<RenewReq, Empty>("Renew", Need::kRead,
                        [&s](const RenewReq& r, Empty&) { return s.renewClient(r.client()); });
-  add<XattrReq, Empty>("SetXattr", [&s](const XattrReq& r, Empty&) {
+  add<XattrReq, Empty>("SetXattr", Need::kWrite, [&s](const XattrReq& r, Empty&) {
     return s.setxattr(r.caller(), r.ino(), r.name(), r.value(), r.flags(),
                       rid(r.client(), r.seq()));
   });
@@ -196,11 +386,45 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     out.set_name_max(st.name_max);
     return Status::OK();
   });
-  add<XattrReq, Empty>("RemoveXattr", [&s](const XattrReq& r, Empty&) {
+  add<XattrReq, Empty>("RemoveXattr", Need::kWrite, [&s](const XattrReq& r, Empty&) {
     return s.removexattr(r.caller(), r.ino(), r.name(), rid(r.client(), r.seq()));
   });
+  addAdmin();
 }
 
 MetaService::~MetaService() { pool_.join(); }
+
+void MetaService::addAdmin() {
+  MetaStore& s = store_;
+  add<TenantCreateReq, TenantResp>(
+      "TenantCreate", Need::kAdmin, [&s](const TenantCreateReq& r, TenantResp& out) {
+        return into(s.createTenant(r.caller(), r.parent(), r.name(), r.tenant(), r.mode(), r.uid(),
+                                   r.gid()),
+                    out.mutable_tenant());
+      });
+  add<Empty, TenantListResp>("TenantList", Need::kAdmin,
+                             [&s](const Empty&, TenantListResp& out) -> Status {
+                               ASSIGN_OR_RETURN(auto all, s.listTenants());
+                               for (auto& t : all) *out.add_tenants() = std::move(t);
+                               return Status::OK();
+                             });
+  add<TenantReq, Empty>("TenantRemove", Need::kAdmin,
+                        [&s](const TenantReq& r, Empty&) { return s.removeTenant(r.tenant()); });
+  add<RevokeReq, Empty>("RevokeToken", Need::kAdmin, [&s](const RevokeReq& r, Empty&) {
+    if (r.token_id() == 0) return Status(ErrorCode::kInvalidArgument, "token id 0");
+    return s.revokeToken(r.token_id(), r.expires_unix_s());
+  });
+  add<Empty, WhoAmIResp>("WhoAmI", Need::kRead, [](const Empty&, WhoAmIResp& out) {
+    if (!t_principal) return Status::OK();
+    out.set_auth(true);
+    out.set_tenant(t_principal->tenant);
+    out.set_uid(t_principal->uid);
+    out.set_gid(t_principal->gid);
+    out.set_rights(t_principal->rights);
+    out.set_expires_unix_s(t_principal->expires_unix_s);
+    out.set_token_id(t_principal->token_id);
+    return Status::OK();
+  });
+}
 
 }  // namespace cistern::meta

@@ -10,6 +10,7 @@
 
 #include <asio/thread_pool.hpp>
 
+#include "meta/authorizer.h"
 #include "meta/meta_store.h"
 #include "net/rpc_server.h"
 
@@ -29,20 +30,33 @@ class MetaService {
   // fails is answered with its status and not run. Set before the server
   // starts. MetaServer's KV lease (meta_server.h).
   void setGate(std::function<Status()> gate) { gate_ = std::move(gate); }
+  // Checks every call's token (local calls too) and confines it to its
+  // tenant (authorizer.h); null: no checks. Set before the server starts;
+  // `authorizer` outlives the service.
+  void setAuthorizer(Authorizer* authorizer) { authz_ = authorizer; }
 
  private:
-  // `inline_if`: requests for which `fn` only reads run on the I/O thread.
+  // `need`: what the call needs of its token (Open and Close decide by
+  // their request); `inline_if`: requests for which `fn` only reads run on
+  // the I/O thread.
   template <typename Req, typename Resp>
-  void add(const char* method, std::function<Status(const Req&, Resp&)> fn,
+  void add(const char* method, Need need, std::function<Status(const Req&, Resp&)> fn,
            std::function<bool(const Req&)> inline_if = nullptr);
   template <typename Req, typename Resp>
   void addRead(const char* method, std::function<Status(const Req&, Resp&)> fn);
+  void addAdmin();  // tenants, revocation, WhoAmI
+  // Runs `fn` for a caller whose credential is `credential`.
+  template <typename Req, typename Resp>
+  Status authorized(std::string_view credential, Need need,
+                    const std::function<Status(const Req&, Resp&)>& fn, const Req& req,
+                    Resp& resp);
 
   MetaStore& store_;
   net::RpcServer& server_;
   asio::thread_pool pool_;
   bool inline_reads_;
   std::function<Status()> gate_;
+  Authorizer* authz_ = nullptr;
 };
 
 }  // namespace cistern::meta

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -183,6 +184,27 @@ class MetaStore {
   // fsync of a file with nothing to record, fsyncdir, syncfs: every change
   // committed before the call is durable when it returns.
   Status sync();
+
+  // Tenants (docs/security.md, "Tenants"). createTenant makes the new
+  // directory `dir_name` in `parent` (a directory of no tenant), owned by
+  // uid:gid, as the root of tenant `tenant` (a new id tags it and all that
+  // is created under it). kAlreadyExists if the tenant or the name exists,
+  // kInvalidArgument for a bad tenant name, kCrossTenant when `parent`
+  // belongs to a tenant.
+  Result<Tenant> createTenant(const Caller& c, uint64_t parent, std::string_view dir_name,
+                              std::string_view tenant, uint32_t mode, uint32_t uid,
+                              uint32_t gid);
+  Result<std::vector<Tenant>> listTenants();
+  // nullopt when there is no such tenant.
+  Result<std::optional<Tenant>> findTenant(std::string_view tenant);
+  // Removes the tenant and its root directory, which must be empty
+  // (kNotEmpty naming it otherwise). kNotFound when there is no such tenant.
+  Status removeTenant(std::string_view tenant);
+  // Puts token `token_id` on the revocation list until it expires.
+  Status revokeToken(uint64_t token_id, int64_t expires_unix_s);
+  // The ids of revoked tokens that have not expired at `now_unix_s`; drops
+  // from the KV at most 100 entries that have.
+  Result<std::set<uint64_t>> revokedTokens(int64_t now_unix_s);
   // A client renews all its write sessions at once (Client::Options::
   // session_renew_ms), so that a client that dies leaves none behind.
   Status renewClient(std::string_view client);

@@ -57,6 +57,17 @@ std::string xattrBegin(uint64_t ino) { return KeyWriter(Prefix::kXattr).u64(ino)
 std::string xattrEnd(uint64_t ino) { return kv::strinc(xattrBegin(ino)); }
 std::string gcBegin() { return KeyWriter(Prefix::kGcQueue).key(); }
 std::string gcEnd() { return kv::strinc(gcBegin()); }
+std::string tenantKey(std::string_view name) {
+  return KeyWriter(Prefix::kTenant).bytes(name).key();
+}
+std::string tenantBegin() { return KeyWriter(Prefix::kTenant).key(); }
+std::string tenantEnd() { return kv::strinc(tenantBegin()); }
+std::string tenantIdCounterKey() { return KeyWriter(Prefix::kStats).bytes("tenant-ids").key(); }
+std::string revokedKey(uint64_t token_id) {
+  return KeyWriter(Prefix::kRevoked).u64(token_id).key();
+}
+std::string revokedBegin() { return KeyWriter(Prefix::kRevoked).key(); }
+std::string revokedEnd() { return kv::strinc(revokedBegin()); }
 std::string legacyInodeCountKey() { return KeyWriter(Prefix::kStats).bytes("inodes").key(); }
 std::string inodeCountKey(uint64_t ino) {
   return KeyWriter(Prefix::kStats).bytes("inodes").u64(ino % kInodeCountShards).key();

@@ -10,6 +10,9 @@
 //   inode count (kStats, "inodes")           -> counter (kv::encodeCounter) of inodes in use
 //   inline     (kInlineData, ino)            -> the bytes of a data_inline file
 //   chains     (kChain, chain id)            -> (chain record; mgmtd owns it)
+//   tenant     (kTenant, name)               -> Tenant
+//   tenant ids (kStats, "tenant-ids")        -> the last tenant id given out (counter)
+//   revoked    (kRevoked, token id)          -> Revoked (until the token expires)
 //
 // Functions here only read and write keys inside a caller's transaction; they
 // never commit. Thread-safe as the transaction they are given.
@@ -48,6 +51,13 @@ void queueGc(kv::Transaction& txn, const Inode& inode);
 std::string xattrKey(uint64_t ino, std::string_view name);
 std::string clientLeaseKey(std::string_view client);
 std::string inlineKey(uint64_t ino);
+std::string tenantKey(std::string_view name);
+std::string tenantBegin();
+std::string tenantEnd();
+std::string tenantIdCounterKey();
+std::string revokedKey(uint64_t token_id);
+std::string revokedBegin();
+std::string revokedEnd();
 std::string sessionKey(uint64_t ino, uint64_t session);
 std::string sessionBegin(uint64_t ino);
 std::string sessionEnd(uint64_t ino);

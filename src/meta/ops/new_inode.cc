@@ -52,6 +52,7 @@ Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, cons
     n.set_mode(n.mode() & ~02000u);
   }
   n.set_nlink(1);
+  n.set_tenant(dir.tenant());
   n.set_atime_ns(now_ns);
   n.set_mtime_ns(now_ns);
   n.set_ctime_ns(now_ns);

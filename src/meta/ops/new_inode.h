@@ -29,7 +29,8 @@ Result<Removal> entryToRemove(kv::ReadTransaction& t, const Caller& c, uint64_t 
                               std::string_view name);
 
 // A new inode owned by `c` in directory `dir`: mode masked to permission
-// bits, gid and S_ISGID inherited from a set-group-ID directory, times now.
+// bits, gid and S_ISGID inherited from a set-group-ID directory, its
+// tenant the directory's, times now.
 Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, const Inode& dir,
                int64_t now_ns);
 

@@ -51,6 +51,13 @@ Status MetaStore::rename(const Caller& c, uint64_t src_parent, std::string_view 
                   int64_t now = nowNs();
                   ASSIGN_OR_RETURN(Inode sdir, searchableDir(t, c, src_parent));
                   ASSIGN_OR_RETURN(Inode ddir, searchableDir(t, c, dst_parent));
+                  // A tenant's inodes stay in its subtree (Inode.tenant): a
+                  // move across is a copy, which mv(1) makes of EXDEV.
+                  if (sdir.tenant() != ddir.tenant()) {
+                    return Status(ErrorCode::kCrossTenant,
+                                  fmt::format("from a directory of tenant {} to one of tenant {}",
+                                              sdir.tenant(), ddir.tenant()));
+                  }
                   ASSIGN_OR_RETURN(auto se, loadDentry(t, src_parent, src_name));
                   if (!se) return Status(ErrorCode::kNotFound, src_name);
                   ASSIGN_OR_RETURN(auto de, loadDentry(t, dst_parent, dst_name));
