@@ -117,6 +117,26 @@ struct SpaceInfo {
   uint32_t name_max = 255;     // the longest name
 };
 
+// A tenant (docs/security.md): its clients see `root` as /.
+struct TenantInfo {
+  std::string name;
+  uint32_t id = 0;
+  uint64_t root = 0;  // the directory's inode
+  int64_t created_ns = 0;
+};
+
+// Who this client's token says it is (whoami); `checked` false: the
+// cluster does not check tokens.
+struct Identity {
+  bool checked = false;
+  std::string tenant;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t rights = 0;  // bits: 1 read, 2 write, 4 admin
+  int64_t expires_unix_s = 0;
+  uint64_t token_id = 0;
+};
+
 struct TargetInfo {
   uint32_t id = 0;
   uint32_t chain = 0;
@@ -221,6 +241,10 @@ class Client {
   struct Options {
     // host:port of the cluster (mgmtd). Empty: $CISTERN_CLUSTER, else 127.0.0.1:7420.
     std::string cluster;
+    // The tenant token its calls carry (docs/security.md; `cistern token
+    // issue`). Empty: $CISTERN_TOKEN, else none (a cluster that checks
+    // tokens then refuses every call with EACCES).
+    std::string token;
     // Credentials of the calls; default: this process's.
     uint32_t uid = ~0u;
     uint32_t gid = ~0u;
@@ -378,6 +402,20 @@ class Client {
   // it, on the server; read-only unless `remove_orphan_chunks`, which also
   // removes the chunks found to belong to no file.
   virtual Error fsck(CheckReport* out, bool remove_orphan_chunks = false) = 0;
+
+  // Tenants and tokens (a token of tenant "cluster" with the admin right,
+  // when the cluster checks tokens; EPERM otherwise). tenantCreate makes
+  // the directory `dir` (its parent must exist, outside any tenant) owned
+  // by uid:gid with `mode`, as the tenant's root.
+  virtual Error tenantCreate(const std::string& name, const std::string& dir, uint32_t uid,
+                             uint32_t gid, uint32_t mode, TenantInfo* out) = 0;
+  virtual Error tenantList(std::vector<TenantInfo>* out) = 0;
+  // Its tokens stop working; its directory and files stay.
+  virtual Error tenantRemove(const std::string& name) = 0;
+  // Token `id` is refused until it expires (within a second by meta, and
+  // within one capability lifetime by storage).
+  virtual Error revokeToken(uint64_t id, int64_t expires_unix_s) = 0;
+  virtual Error whoami(Identity* out) = 0;
 };
 
 }  // namespace cistern

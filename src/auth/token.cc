@@ -8,9 +8,11 @@
 #include <openssl/rand.h>
 #include <sys/stat.h>
 
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
+#include "common/assert.h"
 #include "common/base64.h"
 #include "common/endian.h"
 
@@ -227,8 +229,15 @@ Result<std::string> Keyring::sign(Token t) const {
          base64Encode(std::string_view(reinterpret_cast<const char*>(m.data()), m.size()));
 }
 
-Result<Token> Keyring::verify(std::string_view text, int64_t now_unix_s,
-                              const std::set<uint64_t>* revoked) const {
+namespace {
+
+struct Split {
+  std::string body;
+  std::string mac;
+};
+
+// The body and MAC of a token's text, checked for shape only.
+Result<Split> split(std::string_view text) {
   if (text.empty()) return Status(ErrorCode::kTokenMissing, "no token given");
   if (text.size() > kTextMax) return invalid(fmt::format("{} bytes of text", text.size()));
   if (text.substr(0, kPrefix.size()) != kPrefix) return invalid("not a cistern token (cst1.)");
@@ -236,16 +245,31 @@ Result<Token> Keyring::verify(std::string_view text, int64_t now_unix_s,
   const size_t dot = text.find('.');
   if (dot == std::string_view::npos) return invalid("no MAC");
   auto body = base64Decode(text.substr(0, dot));
-  auto given = base64Decode(text.substr(dot + 1));
-  if (!body || !given) return invalid("not base64");
-  if (given->size() != kMacBytes) return invalid("a MAC of the wrong size");
-  ASSIGN_OR_RETURN(Token t, decodeBody(*body));
+  auto mac = base64Decode(text.substr(dot + 1));
+  if (!body || !mac) return invalid("not base64");
+  if (mac->size() != kMacBytes) return invalid("a MAC of the wrong size");
+  return Split{std::move(*body), std::move(*mac)};
+}
+
+}  // namespace
+
+Result<Token> peek(std::string_view text) {
+  ASSIGN_OR_RETURN(Split parts, split(text));
+  return decodeBody(parts.body);
+}
+
+Result<Token> Keyring::verify(std::string_view text, int64_t now_unix_s,
+                              const std::set<uint64_t>* revoked) const {
+  ASSIGN_OR_RETURN(Split parts, split(text));
+  const std::string& body = parts.body;
+  const std::string& given = parts.mac;
+  ASSIGN_OR_RETURN(Token t, decodeBody(body));
   const Key* key = nullptr;
   for (const Key& k : keys_)
     if (k.id == t.key_id) key = &k;
   if (!key) return invalid(fmt::format("signed with key {}, which this keyring lacks", t.key_id));
-  const auto want = mac(*key, *body);
-  if (CRYPTO_memcmp(want.data(), given->data(), kMacBytes) != 0)
+  const auto want = mac(*key, body);
+  if (CRYPTO_memcmp(want.data(), given.data(), kMacBytes) != 0)
     return invalid("its MAC is wrong (forged, or signed with another key of that id)");
   if (now_unix_s >= t.expires_unix_s)
     return Status(ErrorCode::kTokenExpired,
@@ -255,6 +279,26 @@ Result<Token> Keyring::verify(std::string_view text, int64_t now_unix_s,
     return Status(ErrorCode::kTokenRevoked,
                   fmt::format("token {:016x} of tenant {} was revoked", t.id, t.tenant));
   return t;
+}
+
+ServiceCredential::ServiceCredential(Keyring keyring, int64_t ttl_s)
+    : keyring_(std::move(keyring)), ttl_s_(ttl_s) {}
+
+std::string ServiceCredential::get() {
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  std::lock_guard lock(mu_);
+  if (text_.empty() || expires_ - now < ttl_s_ / 4) {
+    Token t;
+    t.tenant = std::string(kClusterTenant);
+    t.rights = kAllRights;
+    t.issued_unix_s = now;
+    t.expires_unix_s = now + ttl_s_;
+    auto signed_text = keyring_.sign(t);
+    CISTERN_CHECK(signed_text.ok(), signed_text.status().toString());
+    text_ = std::move(signed_text).value();
+    expires_ = t.expires_unix_s;
+  }
+  return text_;
 }
 
 }  // namespace cistern::auth

@@ -24,6 +24,7 @@
 
 #include <array>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -70,6 +71,10 @@ Status checkTenantName(std::string_view tenant);
 std::string encodeBody(const Token& t);
 Result<Token> decodeBody(std::string_view body);
 
+// What a token's text says, unverified (a client reading its own token or
+// capability: who it is, when it expires). Never a basis for trust.
+Result<Token> peek(std::string_view text);
+
 class Keyring {
  public:
   static constexpr size_t kKeyBytes = 32;
@@ -100,6 +105,22 @@ class Keyring {
 
  private:
   std::vector<Key> keys_;  // [0] signs
+};
+
+// A server's own credential for its calls to other servers: a token of the
+// cluster tenant with every right, signed afresh once less than a quarter
+// of its `ttl_s` is left. Thread-safe.
+class ServiceCredential {
+ public:
+  explicit ServiceCredential(Keyring keyring, int64_t ttl_s = 86400);
+  std::string get();
+
+ private:
+  const Keyring keyring_;
+  const int64_t ttl_s_;
+  std::mutex mu_;
+  std::string text_;
+  int64_t expires_ = 0;
 };
 
 }  // namespace cistern::auth

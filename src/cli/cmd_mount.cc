@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/remote.h"
 #include "fuse/fuse_fs.h"
 #include "server/metrics_http.h"
 
@@ -60,7 +61,7 @@ int mountAndServe(const std::string& cluster, const std::string& mountpoint,
 
 void addMount(CLI::App& app) {
   auto* cmd = app.add_subcommand("mount", "mount a cluster as a POSIX file system (FUSE)");
-  static std::string cluster, mountpoint, options, config;
+  static std::string cluster, mountpoint, options, config, token_file;
   static uint32_t timeout_ms = fuse::MountConfig().timeout_ms;
   static int metrics_port = -1;
   cmd->add_option("--cluster", cluster, "host:port (default $CISTERN_CLUSTER or 127.0.0.1:7420)");
@@ -77,6 +78,9 @@ void addMount(CLI::App& app) {
   cmd->add_option("--config", config,
                   "TOML file of mount, client and log settings (keys: `cistern config --defaults "
                   "--mount`)");
+  cmd->add_option("--token-file", token_file,
+                  "file holding the tenant token the mount's calls carry (default: "
+                  "$CISTERN_TOKEN); the mount then shows the tenant's subtree");
   cmd->add_option("mountpoint", mountpoint, "an existing directory")->required();
   cmd->callback([timeout] {
     fuse::MountConfig mc;
@@ -96,6 +100,15 @@ void addMount(CLI::App& app) {
         setExitCode(2);
         return;
       }
+    }
+    if (!token_file.empty()) {
+      auto token = readTokenFile(token_file);
+      if (!token.ok()) {
+        fmt::print(stderr, "cistern mount: {}\n", token.status().message());
+        setExitCode(2);
+        return;
+      }
+      mc.client.token = std::move(token).value();
     }
     setExitCode(mountAndServe(cluster, mountpoint, mc, options, metrics_port));
   });

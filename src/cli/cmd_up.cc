@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <filesystem>
 
 #include "cli/commands.h"
@@ -88,6 +89,10 @@ void addUp(CLI::App& app) {
     if (!mount.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(mount, ec);
+      // A cluster that checks tokens: the mount acts as its admin unless
+      // given a token ($CISTERN_TOKEN, mount.token in the config).
+      if (mount_config.client.token.empty() && !std::getenv("CISTERN_TOKEN"))
+        mount_config.client.token = c.adminToken();
       // Serves until SIGINT/SIGTERM; then the cluster stops too.
       int rc = mountAndServe(c.endpoint().toString(), mount, mount_config, mount_options,
                              /*metrics_port=*/-1);

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   cistern::cli::addMount(app);
   cistern::cli::addPackCommands(app);
   cistern::cli::addTokenCommands(app);
+  cistern::cli::addTenantCommands(app);
   cistern::cli::addCkptCommands(app);
   try {
     app.parse(argc, argv);

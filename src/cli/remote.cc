@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <deque>
+#include <fstream>
 
 #include "cli/commands.h"
 
@@ -23,7 +25,23 @@ ClusterFlags& addClusterFlags(CLI::App* cmd) {
           ->capture_default_str();
   cmd->add_option("--config", f.config,
                   "TOML file of client settings (keys: `cistern config --defaults --client`)");
+  cmd->add_option("--token-file", f.token_file,
+                  "file holding the token the calls carry (default: $CISTERN_TOKEN)");
   return f;
+}
+
+Result<std::string> readTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return Status(ErrorCode::kInvalidArgument, fmt::format("token file {}: cannot read it", path));
+  }
+  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front())))
+    line.erase(line.begin());
+  if (line.empty())
+    return Status(ErrorCode::kInvalidArgument, fmt::format("token file {} is empty", path));
+  return line;
 }
 
 std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags) {
@@ -42,6 +60,15 @@ std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags) {
     o.shm_bytes = uint64_t{flags.shm_mib} << 20;
   o.cluster = flags.cluster;
   o.retry_ms = flags.retry_ms;
+  if (!flags.token_file.empty()) {
+    auto token = readTokenFile(flags.token_file);
+    if (!token.ok()) {
+      fmt::print(stderr, "cistern: {}\n", token.status().message());
+      setExitCode(2);
+      return nullptr;
+    }
+    o.token = std::move(token).value();
+  }
   auto [client, err] = Client::connect(o);
   if (report(err)) return nullptr;
   return std::move(client);

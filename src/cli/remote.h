@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cistern/client.h"
-#include "common/status.h"
+#include "common/result.h"
 
 namespace CLI {
 class App;
@@ -22,10 +22,17 @@ struct ClusterFlags {
   // A TOML file of client.* keys and log.level (`cistern config --defaults
   // --client`); --shm-mib given on the command line wins over its shm_bytes.
   std::string config;
+  // A file holding the token the calls carry (docs/security.md); empty:
+  // $CISTERN_TOKEN, else none.
+  std::string token_file;
   const CLI::Option* shm_flag = nullptr;
 };
 
-// Adds --cluster, --retry-ms, --shm-mib and --config to `cmd`; the flags
+// The token in `path` (its first line, trimmed): kInvalidArgument naming
+// the file when it cannot be read or is empty.
+Result<std::string> readTokenFile(const std::string& path);
+
+// Adds --cluster, --retry-ms, --shm-mib, --config and --token-file to `cmd`; the flags
 // live as long as the program.
 ClusterFlags& addClusterFlags(CLI::App* cmd);
 

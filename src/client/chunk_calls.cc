@@ -29,6 +29,7 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
   // write does: one given up on inside the lease cannot put these bytes back
   // over the writes that follow the conversion.
   RETURN_ON_ERROR(CISTERN_FAULT("client.inline.before_move"));
+  ASSIGN_OR_RETURN(const std::string cap, capability(inode.ino(), /*write=*/true));
   auto retried = [&](const auto& once) {
     return retryBlocking(layout.chains(0), once,
                          [&] { return fmt::format("chunk {}:0", inode.ino()); });
@@ -42,7 +43,7 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
       req.set_chain_version(r.version);
       req.set_not_after_unix_ns(blockingFence(r.endpoint, kRemove(), fence));
       storage::RemoveResp resp;
-      RETURN_ON_ERROR(rpc_->callSync(r.endpoint, kRemove(), req, &resp));
+      RETURN_ON_ERROR(rpc_->callSync(r.endpoint, kRemove(), req, &resp, {.credential = cap}));
       auto code = resp.codes_size() == 1 ? static_cast<ErrorCode>(resp.codes(0)) : ErrorCode::kOk;
       return code == ErrorCode::kOk ? Status::OK() : Status(code, "remove");
     });
@@ -60,6 +61,7 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
     net::CallOptions options;
     options.request_payload =
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    options.credential = cap;
     return rpc_->callSync(r.endpoint, kWrite(), req, &resp, options);
   }));
   // Cut to the bytes' length: nothing longer that an earlier, unfinished
@@ -69,6 +71,7 @@ Status ClientImpl::moveInlineBytes(const meta::Inode& inode, const std::string& 
 
 Status ClientImpl::truncateChunk(const meta::Inode& inode, uint64_t index, uint64_t length,
                                  uint64_t fence) {
+  ASSIGN_OR_RETURN(const std::string cap, capability(inode.ino(), /*write=*/true));
   return retryBlocking(
       chainOf(inode.layout(), index),
       [&](const ChainRoute& r) {
@@ -80,7 +83,7 @@ Status ClientImpl::truncateChunk(const meta::Inode& inode, uint64_t index, uint6
         req.set_chain(chainOf(inode.layout(), index));
         req.set_not_after_unix_ns(blockingFence(r.endpoint, kTruncate(), fence));
         storage::TruncateResp resp;
-        return rpc_->callSync(r.endpoint, kTruncate(), req, &resp);
+        return rpc_->callSync(r.endpoint, kTruncate(), req, &resp, {.credential = cap});
       },
       [&] { return fmt::format("truncate chunk {}:{}", inode.ino(), index); },
       /*fenced=*/fence == 0);
@@ -170,6 +173,7 @@ Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
       layout.chains_size() == 0) {
     return Status::OK();
   }
+  ASSIGN_OR_RETURN(std::string cap, capability(inode.ino(), /*write=*/true));
   // The chunks wholly past the new end first, so that a cut stopped part way
   // leaves the file's bytes before some point, zeros after it.
   RemoteChunkRemover remover(
@@ -184,7 +188,8 @@ Status ClientImpl::cutData(const meta::Inode& inode, uint64_t new_size) {
          auto r = route(chain);
          return r.ok() ? r->version : 0;
        },
-       .refresh = [this] { (void)refreshRouting(); }});
+       .refresh = [this] { (void)refreshRouting(); },
+       .credential = std::move(cap)});
   RETURN_ON_ERROR(remover.removeFrom(inode.ino(), layout, (new_size + chunk - 1) / chunk));
   if (new_size % chunk != 0)
     RETURN_ON_ERROR(truncateChunk(inode, new_size / chunk, new_size % chunk, /*fence=*/0));

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -89,6 +90,16 @@ Error toError(const Status& s, const std::string& path) {
     case ErrorCode::kResourceExhausted:
     case ErrorCode::kChunkNotCommitted:
     case ErrorCode::kNotSupported:
+    // A refused credential: which refusal, and why (docs/security.md).
+    case ErrorCode::kTokenMissing:
+    case ErrorCode::kTokenInvalid:
+    case ErrorCode::kTokenExpired:
+    case ErrorCode::kTokenRevoked:
+    case ErrorCode::kWrongTenant:
+    case ErrorCode::kTokenReadOnly:
+    case ErrorCode::kTokenNotAdmin:
+    case ErrorCode::kCapabilityRefused:
+    case ErrorCode::kCrossTenant:
       if (!s.message().empty()) e.message += fmt::format(" ({})", s.message());
       break;
     default:
@@ -155,6 +166,11 @@ Status ClientImpl::init(const Options& options) {
   co.connect_timeout_ms = std::min<uint32_t>(3000, std::max<uint32_t>(options_.retry_ms, 100));
   co.local_calls = options_.local_calls;
   rpc_ = std::make_unique<net::RpcClient>(co);
+  token_ = options_.token;
+  if (token_.empty()) {
+    if (const char* env = std::getenv("CISTERN_TOKEN")) token_ = env;
+  }
+  if (!token_.empty()) rpc_->setCredential([this] { return token_; });
   driver_ = std::make_unique<asio::thread_pool>(1);
   shm_ = ShmSlots::create(options_.shm_bytes, options_.shm_readahead_windows,
                           options_.readahead_max_bytes);

@@ -148,6 +148,12 @@ class ClientImpl final : public Client {
   Error syncNamespace() override;
   Error targets(std::vector<TargetInfo>* out) override;
   Error fsck(CheckReport* out, bool remove_orphan_chunks) override;
+  Error tenantCreate(const std::string& name, const std::string& dir, uint32_t uid, uint32_t gid,
+                     uint32_t mode, TenantInfo* out) override;
+  Error tenantList(std::vector<TenantInfo>* out) override;
+  Error tenantRemove(const std::string& name) override;
+  Error revokeToken(uint64_t id, int64_t expires_unix_s) override;
+  Error whoami(Identity* out) override;
 
   // --- used by FileImpl ---
   // Reads [offset, offset + n) of the file into `out`; holes and bytes past
@@ -182,6 +188,15 @@ class ClientImpl final : public Client {
   // length too), then the tail of the chunk holding it — before the caller
   // commits the new size in meta (docs/client.md, "Truncate"). An inline
   // file's bytes are cut in the KV by the commit itself. Returns the inode.
+  // The credential of chunk I/O on `ino` (docs/security.md): the
+  // capability meta granted at open, or a fresh one asked of it once less
+  // than a quarter of its life is left; empty when this client has no
+  // token. noteCapability keeps one from an Open or Create answer.
+  Result<std::string> capability(uint64_t ino, bool write);
+  void noteCapability(uint64_t ino, const std::string& text);
+  // capability() into `*out` (for coroutines, which GCC 12 miscompiles
+  // around Result temporaries).
+  Status capabilityInto(uint64_t ino, bool write, std::string* out);
   Result<meta::Inode> cutForTruncate(const meta::Caller& caller, uint64_t ino, int mask,
                                      uint64_t new_size, uint64_t local_size = 0);
   // An inline file's conversion: chunk 0 becomes exactly `bytes` (written,
@@ -435,6 +450,15 @@ class ClientImpl final : public Client {
   size_t mgmtd_at_ = 0;
   net::Endpoint cluster_;  // guarded by mgmtd_mu_
   meta::Caller caller_;
+  std::string token_;  // Options::token or $CISTERN_TOKEN
+  struct Capability {
+    std::string text;
+    uint32_t rights = 0;
+    int64_t issued_unix_s = 0;
+    int64_t expires_unix_s = 0;
+  };
+  std::mutex caps_mu_;
+  std::unordered_map<uint64_t, Capability> caps_;  // at most kCapabilitiesMax
   std::string client_id_;
   std::atomic<uint64_t> seq_{0};
   std::unique_ptr<net::RpcClient> rpc_;

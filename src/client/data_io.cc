@@ -105,10 +105,12 @@ void shortCircuitWorker(PendingIo* run) {
 class ClientImpl::SocketPiece {
  public:
   // `fence`: a write's not_after_unix_ns (ClientImpl::attemptFence).
+  // `credential`: the file's capability (ClientImpl::capability).
   SocketPiece(ClientImpl& client, bool write, const meta::Inode& inode, Piece& p,
-              const ChainRoute& r, uint64_t fence)
-      : client_(client), write_(write), p_(p) {
+              const ChainRoute& r, uint64_t fence, std::string credential)
+      : client_(client), write_(write), p_(p), credential_(std::move(credential)) {
     options_.ran_locally = &local_;
+    options_.credential = credential_;
     if (write) {
       write_req_.mutable_chunk()->set_inode(inode.ino());
       write_req_.mutable_chunk()->set_index(p.index);
@@ -163,6 +165,7 @@ class ClientImpl::SocketPiece {
   storage::BatchReadResp read_resp_;
   size_t got_ = 0;
   bool local_ = false;  // callSync() ran it as a local call
+  std::string credential_;
   net::CallOptions options_;
 };
 
@@ -242,10 +245,15 @@ asio::awaitable<Status> ClientImpl::runPiece(bool write, const meta::Inode& inod
       std::optional<Status> via;
       if (shm_ && write && !r->replicated()) via = co_await shmWrite(*r, inode, p);
       if (shm_ && !write && !r->replicated()) via = co_await shmRead(*r, inode, p);
+      std::string cap;
+      Status capped;
+      if (!via) capped = capabilityInto(inode.ino(), write, &cap);
       if (via) {
         s = *via;
+      } else if (!capped.ok()) {
+        s = capped;
       } else {
-        SocketPiece call(*this, write, inode, p, *r, write ? attemptFence() : 0);
+        SocketPiece call(*this, write, inode, p, *r, write ? attemptFence() : 0, std::move(cap));
         s = co_await rpc_->call(r->endpoint, call.method(), call.request(), call.response(),
                                 call.options());
         s = call.finish(std::move(s));
@@ -273,8 +281,9 @@ Status ClientImpl::runPieceBlocking(bool write, const meta::Inode& inode, Piece&
         } else {
           r = readRoute(r, inode.ino(), p);
         }
-        SocketPiece call(*this, write, inode, p, r,
-                         write ? blockingFence(r.endpoint, kWrite()) : 0);
+        ASSIGN_OR_RETURN(std::string cap, capability(inode.ino(), write));
+        SocketPiece call(*this, write, inode, p, r, write ? blockingFence(r.endpoint, kWrite()) : 0,
+                         std::move(cap));
         Status s = call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
                                               call.response(), call.options()));
         if (!s.ok() && !write) s = afterReadAttempt(p, s, r);
@@ -292,7 +301,8 @@ Status ClientImpl::runPieceShortCircuit(const meta::Inode& inode, Piece& p,
           // The answer located in advance serves the first attempt only.
           if (auto s = shortCircuitRead(r, inode, p, std::exchange(located, nullptr))) return *s;
         }
-        SocketPiece call(*this, false, inode, p, r, 0);
+        ASSIGN_OR_RETURN(std::string cap, capability(inode.ino(), /*write=*/false));
+        SocketPiece call(*this, false, inode, p, r, 0, std::move(cap));
         return call.finish(rpc_->callSync(r.endpoint, call.method(), call.request(),
                                           call.response(), call.options()));
       },
@@ -490,6 +500,9 @@ Status ClientImpl::readMany(const meta::Inode& inode, std::span<const ReadSpan> 
     o.response_payload = std::span<uint8_t>(buf.data(), buf.size());
     o.response_payload_len = &got;
     o.ran_locally = &local;
+    auto cap = capability(inode.ino(), /*write=*/false);
+    if (!cap.ok()) return cap.status();
+    o.credential = *cap;
     Status s = rpc_->callSync(g.route.endpoint, kBatchRead(), req, &resp, o);
     if (!s.ok() || resp.codes_size() != req.ranges_size() ||
         resp.lengths_size() != req.ranges_size()) {

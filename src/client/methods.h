@@ -50,6 +50,30 @@ inline const net::Method& kReaddir() {
   static const auto m = metaMethod("Readdir");
   return m;
 }
+inline const net::Method& kTenantCreate() {
+  static const auto m = metaMethod("TenantCreate");
+  return m;
+}
+inline const net::Method& kTenantList() {
+  static const auto m = metaMethod("TenantList");
+  return m;
+}
+inline const net::Method& kTenantRemove() {
+  static const auto m = metaMethod("TenantRemove");
+  return m;
+}
+inline const net::Method& kRevokeToken() {
+  static const auto m = metaMethod("RevokeToken");
+  return m;
+}
+inline const net::Method& kWhoAmI() {
+  static const auto m = metaMethod("WhoAmI");
+  return m;
+}
+inline const net::Method& kCapability() {
+  static const auto m = metaMethod("Capability");
+  return m;
+}
 inline const net::Method& kOpen() {
   static const auto m = metaMethod("Open");
   return m;

@@ -241,6 +241,7 @@ Error ClientImpl::openInode(const meta::Caller& who, const meta::Inode& inode, i
   Status s = metaCall(kOpen(), req, &resp);
   forgetAttrs(ino);
   if (!s.ok()) return toError(s, name);
+  noteCapability(ino, resp.capability());
   if (type_unknown) {
     if (Error e = openable(resp.inode(), name)) return e;  // a read open: nothing to undo
   }
@@ -272,6 +273,7 @@ Error ClientImpl::createIn(const meta::Caller& who, uint64_t parent, const std::
   Status s = metaCall(kCreate(), req, &resp);
   forget(parent, entry);
   if (!s.ok()) return toError(s, name);
+  noteCapability(resp.inode().ino(), resp.capability());
   // An existing file is opened as open(2) would; a new one is open already
   // (for writing, with the session Create took), whatever its mode says.
   if (!resp.created()) return openInode(who, resp.inode(), flags, name, out, info);

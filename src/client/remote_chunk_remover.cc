@@ -75,7 +75,7 @@ Status RemoteChunkRemover::removeOnChain(uint64_t ino, uint32_t first, uint32_t 
         req.set_chain_version(options_.chain_version(chain));
       }
       if (options_.fence) req.set_not_after_unix_ns(options_.fence(to));
-      return client_.callSync(to, kRemove, req, &resp);
+      return client_.callSync(to, kRemove, req, &resp, {.credential = options_.credential});
     });
     RETURN_ON_ERROR(s.withContext(
         fmt::format("remove chunks of inode {} from {} on chain {}", ino, first, chain)));
@@ -99,7 +99,7 @@ Result<uint64_t> RemoteChunkRemover::storedEnd(uint64_t ino, const meta::Layout&
       storage::ListResp resp;
       Status s = retried([&] {
         resp.Clear();
-        return client_.callSync(to, kList, req, &resp);
+        return client_.callSync(to, kList, req, &resp, {.credential = options_.credential});
       });
       RETURN_ON_ERROR(s.withContext(
           fmt::format("list chunks of inode {} from {} on chain {}", ino, first, chain)));

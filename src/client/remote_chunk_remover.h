@@ -48,6 +48,9 @@ class RemoteChunkRemover {
     // one machine.
     std::function<uint64_t(uint32_t chain)> chain_version;
     std::function<void()> refresh;
+    // The calls' credential (a client's capability for the inode); empty:
+    // the RpcClient's own (a server's service token).
+    std::string credential;
   };
   RemoteChunkRemover(net::RpcClient& client, Route route, Options options)
       : client_(client), route_(std::move(route)), options_(std::move(options)) {}

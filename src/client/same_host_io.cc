@@ -59,7 +59,9 @@ void ClientImpl::locateAll(PendingIo& run) {
       for (size_t k = from; k < to; ++k) addRange(&req, run.inode, run.pieces[pieces[k]]);
       req.set_boot_id(hostBootId());
       auto resp = std::make_unique<storage::LocateResp>();
-      Status s = rpc_->callSync(endpoint, kLocate(), req, resp.get());
+      auto cap = capability(run.inode.ino(), /*write=*/false);
+      if (!cap.ok()) break;  // each piece asks again, and reports
+      Status s = rpc_->callSync(endpoint, kLocate(), req, resp.get(), {.credential = *cap});
       if (refusesShortCircuit(s)) refuseShortCircuit(endpoint, s);
       // Anything else wrong: each piece asks again, and retries or reports.
       if (!s.ok() || resp->ranges_size() != static_cast<int>(to - from)) break;
@@ -81,7 +83,8 @@ std::optional<Status> ClientImpl::shortCircuitRead(const ChainRoute& r, const me
     storage::LocateReq req;
     addRange(&req, inode, p);
     req.set_boot_id(hostBootId());
-    Status s = rpc_->callSync(r.endpoint, kLocate(), req, &resp);
+    ASSIGN_OR_RETURN(std::string cap, capability(inode.ino(), /*write=*/false));
+    Status s = rpc_->callSync(r.endpoint, kLocate(), req, &resp, {.credential = cap});
     if (refusesShortCircuit(s)) return refuse(s);
     if (!s.ok()) return s;  // tried again (transient) or reported
     if (resp.ranges_size() != 1)
@@ -170,7 +173,13 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmWrite(const ChainRoute& r,
   req.set_not_after_unix_ns(attemptFence());
   req.set_unsynced(!options_.sync_each_write);
   storage::WriteResp resp;
-  Status s = co_await rpc_->call(r.endpoint, kWrite(), req, &resp);
+  std::string cap;
+  Status s = capabilityInto(inode.ino(), /*write=*/true, &cap);
+  if (s.ok()) {
+    net::CallOptions o;
+    o.credential = cap;
+    s = co_await rpc_->call(r.endpoint, kWrite(), req, &resp, o);
+  }
   // Ended before the server answered: it may still be reading the slot.
   shm_->give(slot, !endedUnanswered(s));
   if (s.ok()) {
@@ -214,7 +223,13 @@ asio::awaitable<std::optional<Status>> ClientImpl::shmRead(const ChainRoute& r,
     req.set_shm_handle(handle);
     req.set_shm_offset(direct ? *direct + done : shm_->offset(slot));
     storage::BatchReadResp resp;
-    s = co_await rpc_->call(r.endpoint, kBatchRead(), req, &resp);
+    std::string cap;
+    s = capabilityInto(inode.ino(), /*write=*/false, &cap);
+    if (s.ok()) {
+      net::CallOptions o;
+      o.credential = cap;
+      s = co_await rpc_->call(r.endpoint, kBatchRead(), req, &resp, o);
+    }
     if (!s.ok()) {
       // Ended before the server answered: it may still write into the slot.
       clean = !endedUnanswered(s);

@@ -22,6 +22,7 @@ Result<meta::Inode> ClientImpl::cutForTruncate(const meta::Caller& who, uint64_t
   *req.mutable_caller() = who;
   meta::InodeResp resp;
   RETURN_ON_ERROR(metaCall(kGetattr(), req, &resp));
+  noteCapability(ino, resp.capability());
   if (new_size <= std::max(resp.inode().size(), local_size))
     RETURN_ON_ERROR(cutData(resp.inode(), new_size));
   return resp.inode();

@@ -1,5 +1,7 @@
 #include "meta/meta_service.h"
 
+#include <fmt/format.h>
+
 #include "meta/permission.h"
 #include "net/blocking.h"
 
@@ -127,6 +129,10 @@ void scope(TenantCreateReq& r, Scope& s) {
   s.caller(r.mutable_caller());
   r.set_parent(s.ino(r.parent()));
 }
+void scope(CapabilityReq& r, Scope& s) {
+  s.caller(r.mutable_caller());
+  r.set_ino(s.ino(r.ino()));
+}
 void scope(RenewReq&, Scope&) {}
 void scope(Empty&, Scope&) {}
 void scope(TenantReq&, Scope&) {}
@@ -158,6 +164,7 @@ void unmapResp(Resp&, uint64_t) {}  // no inode in it
 Need needOf(const OpenReq& r, Need) {
   return r.write() || r.truncate() || r.hold() ? Need::kWrite : Need::kRead;
 }
+Need needOf(const CapabilityReq& r, Need) { return r.write() ? Need::kWrite : Need::kRead; }
 Need needOf(const CloseReq& r, Need) {
   return r.wrote() || r.has_inline_data() ? Need::kWrite : Need::kRead;
 }
@@ -414,6 +421,21 @@ void MetaService::addAdmin() {
     if (r.token_id() == 0) return Status(ErrorCode::kInvalidArgument, "token id 0");
     return s.revokeToken(r.token_id(), r.expires_unix_s());
   });
+  add<CapabilityReq, CapabilityResp>(
+      "Capability", Need::kRead,
+      [&s, this](const CapabilityReq& r, CapabilityResp& out) -> Status {
+        if (!authz_) return Status::OK();
+        ASSIGN_OR_RETURN(Inode n, s.getattr(r.ino()));
+        if (n.type() != REGULAR)
+          return Status(ErrorCode::kInvalidArgument,
+                        fmt::format("inode {} is not a file", r.ino()));
+        RETURN_ON_ERROR(checkAccess(n, r.caller(), r.write() ? kMayWrite : kMayRead));
+        ASSIGN_OR_RETURN(
+            *out.mutable_capability(),
+            capabilityFor(authz_, r.ino(), auth::kRead | (r.write() ? auth::kWrite : 0)));
+        return Status::OK();
+      },
+      [](const CapabilityReq&) { return true; });
   add<Empty, WhoAmIResp>("WhoAmI", Need::kRead, [](const Empty&, WhoAmIResp& out) {
     if (!t_principal) return Status::OK();
     out.set_auth(true);

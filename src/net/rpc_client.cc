@@ -528,9 +528,18 @@ awaitable<Status> RpcClient::call(const Endpoint& to, const Method& method,
                                   google::protobuf::Message* response, CallOptions options) {
   auto conn = impl_->pick(to);
   impl_->calls->inc();
+  std::string credential;  // lives until the call ends
+  if (options.credential.empty() && impl_->options.credential) {
+    credential = impl_->options.credential();
+    options.credential = credential;
+  }
   Status s = co_await runOn(conn->executor(), conn->call(method, request, response, options));
   if (!s.ok()) impl_->errors->inc();
   co_return s;
+}
+
+void RpcClient::setCredential(std::function<std::string()> credential) {
+  impl_->options.credential = std::move(credential);
 }
 
 Status RpcClient::callSync(const Endpoint& to, const Method& method,
@@ -538,6 +547,11 @@ Status RpcClient::callSync(const Endpoint& to, const Method& method,
                            google::protobuf::Message* response, CallOptions options) {
   impl_->calls->inc();
   if (options.ran_locally) *options.ran_locally = false;
+  std::string credential;  // lives until the call ends
+  if (options.credential.empty() && impl_->options.credential) {
+    credential = impl_->options.credential();
+    options.credential = credential;
+  }
   if (impl_->options.local_calls && !(options.cancel && options.cancel->cancelled())) {
     if (std::optional<Status> s =
             callLocal(to, method, request, response, options.request_payload,

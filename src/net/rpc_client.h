@@ -62,6 +62,9 @@ struct ClientOptions {
   uint32_t sync_connections_per_endpoint = 16;
   // Checksum request payloads (messages are always checksummed). Default: true.
   bool payload_crc = true;
+  // The credential of calls that set none (CallOptions::credential), asked
+  // per call (a server's service token, a client's token). Empty: none.
+  std::function<std::string()> credential;
   // callSync() to a server of this same process runs the methods it serves
   // locally on the calling thread (local_call.h). Default: false.
   bool local_calls = false;
@@ -118,6 +121,9 @@ class RpcClient {
   Status callSync(const Endpoint& to, const Method& method,
                   const google::protobuf::Message& request, google::protobuf::Message* response,
                   CallOptions options = {});
+
+  // Sets ClientOptions::credential. Before the first call.
+  void setCredential(std::function<std::string()> credential);
 
   // Whether callSync(to, method, ...) would now run as a local call (local_call.h).
   bool callsLocally(const Endpoint& to, const Method& method) const;

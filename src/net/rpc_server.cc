@@ -141,6 +141,7 @@ struct RpcServer::Impl {
   std::unique_ptr<IoPool> pool;
   std::unique_ptr<tcp::acceptor> acceptor;
   std::unordered_map<uint32_t, MethodEntry> methods;
+  Guard guard;
   BufferPool buffers;
   Endpoint bound;
   bool started = false;
@@ -220,7 +221,8 @@ std::optional<Status> callLocal(const Endpoint& to, const Method& method,
   LocalPayloads payloads{request_payload, response_payload, 0, credential};
   Status status;
   try {
-    status = entry->local(request, *response, payloads);
+    if (server->guard) status = server->guard(entry->method, credential, request);
+    if (status.ok()) status = entry->local(request, *response, payloads);
   } catch (const std::exception& e) {
     status = Status(ErrorCode::kInternal, fmt::format("handler threw: {}", e.what()));
     CLOG_ERROR("net", "{} local handler threw: {}", entry->method.name, e.what());
@@ -371,7 +373,8 @@ awaitable<void> ServerConnection::serve(const MethodEntry* entry, FrameHeader he
   std::unique_ptr<google::protobuf::Message> response(entry->response->New());
   Status status;
   try {
-    status = co_await entry->handler(ctx, *request, *response);
+    if (server_->guard) status = server_->guard(entry->method, ctx.credential_, *request);
+    if (status.ok()) status = co_await entry->handler(ctx, *request, *response);
   } catch (const std::exception& e) {
     status = Status(ErrorCode::kInternal, fmt::format("handler threw: {}", e.what()));
     CLOG_ERROR("net", "{} handler threw: {}", entry->method.name, e.what());
@@ -534,6 +537,11 @@ void RpcServer::handleLocal(const Method& method, LocalHandler local) {
   auto it = impl_->methods.find(method.id);
   CISTERN_CHECK(it != impl_->methods.end(), "handleLocal before handleRaw: " + method.name);
   it->second.local = std::move(local);
+}
+
+void RpcServer::setGuard(Guard guard) {
+  CISTERN_CHECK(!impl_->started, "set the guard before start()");
+  impl_->guard = std::move(guard);
 }
 
 Status RpcServer::start() {

@@ -104,6 +104,12 @@ using LocalHandler =
     std::function<Status(const google::protobuf::Message& request,
                          google::protobuf::Message& response, LocalPayloads& payloads)>;
 
+// Checked before every call's handler (remote and local): a call it fails
+// is answered with its status and not run. Runs on the I/O thread (or the
+// local caller's), so it must be quick (a MAC, a lookup).
+using Guard = std::function<Status(const Method& method, std::string_view credential,
+                                   const google::protobuf::Message& request)>;
+
 class RpcServer {
  public:
   explicit RpcServer(const ServerOptions& options);
@@ -128,6 +134,9 @@ class RpcServer {
   // handleRaw) through `local` on the calling thread when it calls this
   // server's endpoint (local_call.h). Before start().
   void handleLocal(const Method& method, LocalHandler local);
+
+  // Sets the guard of every method (Guard above). Before start().
+  void setGuard(Guard guard);
 
   // Binds and starts accepting. kIOError naming the address if binding fails.
   Status start();

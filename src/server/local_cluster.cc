@@ -25,6 +25,7 @@
 #include "server/kv_options.h"
 #include "server/meta_gc_loop.h"
 #include "server/metrics_http.h"
+#include "storage/capability_guard.h"
 #include "storage/scrub_worker.h"
 #include "storage/storage_service.h"
 
@@ -44,6 +45,10 @@ struct LocalCluster::Impl {
   std::unique_ptr<kv::Engine> kv;
   std::unique_ptr<meta::MetaStore> meta;
   std::unique_ptr<net::RpcServer> server;
+  std::optional<auth::Keyring> keyring;  // nullopt: no checks
+  std::unique_ptr<meta::Authorizer> authorizer;
+  std::unique_ptr<storage::CapabilityGuard> guard;
+  std::shared_ptr<auth::ServiceCredential> service_credential;
   std::unique_ptr<meta::MetaService> meta_service;
   std::unique_ptr<mgmtd::MgmtService> mgmt_service;
   std::vector<TargetRuntime> targets;
@@ -118,6 +123,12 @@ Status LocalCluster::Impl::startTargets() {
     net::ServerOptions so = serverOptions(options, options.storage_rpc_threads);
     so.listen_port = options.listen_port == 0 ? 0 : options.listen_port + t.id;
     t.server = std::make_unique<net::RpcServer>(so);
+    if (guard) {
+      t.server->setGuard([g = guard.get()](const net::Method& m, std::string_view cred,
+                                           const google::protobuf::Message& req) {
+        return g->check(m, cred, req);
+      });
+    }
     t.service =
         std::make_unique<storage::StorageService>(*t.engine, *t.server, options.storage_service);
     RETURN_ON_ERROR(t.server->start().withContext(fmt::format("storage target {}", t.id)));
@@ -189,6 +200,7 @@ void LocalCluster::Impl::stop() {
     if (t.server) t.server->stop();
   }
   meta_service.reset();
+  authorizer.reset();  // its thread reads the KV
   for (auto& t : targets) {
     t.service.reset();
     t.server.reset();
@@ -224,12 +236,14 @@ void LocalClusterOptions::bind(ConfigBinder& b) {
          "connection holds a file descriptor)");
   b.bind("rpc.payload_crc", &rpc_payload_crc,
          "CRC32C over response payloads (chunk bytes); message bodies always carry one");
+  auth.bind(b);
 }
 
 Status LocalClusterOptions::validate() const {
   if (targets == 0) return Status(ErrorCode::kInvalidArgument, "--targets must be >= 1");
   RETURN_ON_ERROR(engine.validate());
   RETURN_ON_ERROR(storage_service.validate());
+  RETURN_ON_ERROR(auth.validate());
   if (session_timeout_ms < 1000) {
     return Status(ErrorCode::kInvalidArgument,
                   fmt::format("meta session_timeout_ms {} is below 1000", session_timeout_ms));
@@ -259,6 +273,12 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
   ko.engine.sync_commits = options.sync;
   ko.lazy_sync_ms = options.kv_lazy_sync_ms;
   ASSIGN_OR_RETURN(c.kv, kv::openRocksEngine(ko));
+  ASSIGN_OR_RETURN(c.keyring, options.auth.keyring());
+  if (c.keyring) {
+    c.guard = std::make_unique<storage::CapabilityGuard>(*c.keyring);
+    c.service_credential = std::make_shared<auth::ServiceCredential>(*c.keyring);
+    c.gc_client.setCredential([s = c.service_credential] { return s->get(); });
+  }
   RETURN_ON_ERROR(c.startTargets());
   meta::MetaOptions meta_options;
   meta_options.inline_convert_lease_ms = options.inline_convert_lease_ms;
@@ -271,6 +291,11 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
   so.listen_port = options.listen_port;
   c.server = std::make_unique<net::RpcServer>(so);
   c.meta_service = std::make_unique<meta::MetaService>(*c.meta, *c.server);
+  if (c.keyring) {
+    c.authorizer = std::make_unique<meta::Authorizer>(
+        *c.meta, *c.keyring, meta::AuthOptions{.capability_ttl_s = options.auth.capability_ttl_s});
+    c.meta_service->setAuthorizer(c.authorizer.get());
+  }
   mgmtd::MgmtHooks hooks;
   hooks.target_failed = [&c](uint32_t id) {
     return id >= 1 && id <= c.targets.size() && c.targets[id - 1].engine->failed();
@@ -294,6 +319,10 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
 }
 
 net::Endpoint LocalCluster::endpoint() const { return impl_->server->endpoint(); }
+
+std::string LocalCluster::adminToken() const {
+  return impl_->service_credential ? impl_->service_credential->get() : std::string();
+}
 
 std::vector<net::Endpoint> LocalCluster::storageEndpoints() const {
   std::vector<net::Endpoint> out;

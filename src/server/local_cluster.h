@@ -20,6 +20,7 @@
 
 #include "common/result.h"
 #include "net/endpoint.h"
+#include "server/auth_options.h"
 #include "storage/chunk_engine.h"
 #include "storage/storage_service_options.h"
 
@@ -58,9 +59,11 @@ struct LocalClusterOptions {
   uint32_t rpc_inflight_per_connection_max = 64;
   uint32_t rpc_connections_max = 4096;
   bool rpc_payload_crc = true;
+  // Token and capability checks (auth.*; off without a key file).
+  AuthOptions auth;
 
   // Binds what a config file may set (`cistern up --config`): storage.*,
-  // meta.session_timeout_ms, meta.sync_namespace, kv.rocksdb.lazy_sync_ms, rpc.*. The data
+  // meta.session_timeout_ms, meta.sync_namespace, kv.rocksdb.lazy_sync_ms, rpc.*, auth.*. The data
   // directory, targets and addresses are flags.
   void bind(ConfigBinder& b);
   // kInvalidArgument naming the option when a value cannot work; start()
@@ -76,6 +79,9 @@ class LocalCluster {
   net::Endpoint endpoint() const;  // meta + mgmt
   std::vector<net::Endpoint> storageEndpoints() const;
   uint16_t metricsPort() const;
+  // A token of the cluster tenant with every right, for the mount of
+  // `cistern up --mount` (empty when the cluster checks no tokens).
+  std::string adminToken() const;
 
   struct Impl;
 

@@ -34,9 +34,11 @@ void MetaServerOptions::bind(ConfigBinder& b) {
   b.bind("meta.kv_lease_ms", &kv_lease_ms,
          "serve only while a KV read succeeded within this long (0: always serve)");
   kv.bind(b);
+  auth.bind(b);
 }
 
 Status MetaServerOptions::validate() const {
+  RETURN_ON_ERROR(auth.validate());
   RETURN_ON_ERROR(net::Endpoint::parse(listen).status().withContext("meta.listen"));
   if (!advertise.empty())
     RETURN_ON_ERROR(net::Endpoint::parse(advertise).status().withContext("meta.advertise"));
@@ -53,6 +55,7 @@ struct MetaServer::Impl {
   std::unique_ptr<kv::Engine> kv;
   std::unique_ptr<meta::MetaStore> meta;
   std::unique_ptr<net::RpcServer> server;
+  std::unique_ptr<meta::Authorizer> authorizer;  // null: no checks
   std::unique_ptr<meta::MetaService> service;
   std::string endpoint;  // advertised
   net::RpcClient gc_client;
@@ -202,6 +205,15 @@ Result<std::unique_ptr<MetaServer>> MetaServer::start(const MetaServerOptions& o
   impl->service =
       std::make_unique<meta::MetaService>(*impl->meta, *impl->server, /*blocking_threads=*/16,
                                           /*inline_reads=*/options.kv.backend != "etcd");
+  ASSIGN_OR_RETURN(auto keyring, options.auth.keyring());
+  if (keyring) {
+    impl->authorizer = std::make_unique<meta::Authorizer>(
+        *impl->meta, *keyring,
+        meta::AuthOptions{.capability_ttl_s = options.auth.capability_ttl_s});
+    impl->service->setAuthorizer(impl->authorizer.get());
+    auto service = std::make_shared<auth::ServiceCredential>(*keyring);
+    impl->gc_client.setCredential([service] { return service->get(); });
+  }
   if (options.kv_lease_ms != 0) {
     impl->kv_ok_sent_ns.store(Impl::nowNs());  // init() just read the KV
     impl->prober = std::thread([i = impl.get()] { i->probeLoop(); });

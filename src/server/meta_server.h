@@ -26,6 +26,7 @@
 
 #include "common/result.h"
 #include "net/endpoint.h"
+#include "server/auth_options.h"
 #include "server/kv_options.h"
 
 namespace cistern::server {
@@ -39,8 +40,9 @@ struct MetaServerOptions {
   // 0: no lease (always serve). Default: half mgmtd's default heartbeat timeout.
   uint32_t kv_lease_ms = 5000;
   KvOptions kv;
+  AuthOptions auth;
 
-  void bind(ConfigBinder& b);  // meta.* and kv.*
+  void bind(ConfigBinder& b);  // meta.*, kv.* and auth.*
   Status validate() const;
 };
 

@@ -35,6 +35,7 @@ void MgmtdServerOptions::bind(ConfigBinder& b) {
   b.bind("mgmtd.compact_interval_s", &compact_interval_s,
          "the primary compacts etcd's history older than one interval this often (0: never)");
   kv.bind(b);
+  auth.bind(b);
 }
 
 Status MgmtdServerOptions::validate() const {
@@ -49,6 +50,7 @@ Status MgmtdServerOptions::validate() const {
                               "({} ms)",
                               replace_after_s, heartbeat_timeout_ms));
   RETURN_ON_ERROR(checkOptionRange("mgmtd.lease_ms", lease_ms, 1000, 600000));
+  RETURN_ON_ERROR(auth.validate());
   return kv.validate();
 }
 
@@ -212,6 +214,11 @@ Result<std::unique_ptr<MgmtdServer>> MgmtdServer::start(const MgmtdServerOptions
   impl->manager = std::make_unique<mgmtd::ClusterManager>(*impl->kv, SystemClock::instance(), mo);
   ASSIGN_OR_RETURN(net::ServerOptions so, listenOn(options.listen, 2));
   impl->server = std::make_unique<net::RpcServer>(so);
+  ASSIGN_OR_RETURN(auto keyring, options.auth.keyring());
+  if (keyring) {
+    auto service = std::make_shared<auth::ServiceCredential>(*keyring);
+    impl->pusher.setCredential([service] { return service->get(); });
+  }
   mgmtd::MgmtHooks hooks{.cluster = impl->manager.get()};
   Impl* i = impl.get();
   impl->elected = options.kv.backend == "etcd";

@@ -14,6 +14,7 @@
 
 #include "common/result.h"
 #include "net/endpoint.h"
+#include "server/auth_options.h"
 #include "server/kv_options.h"
 
 namespace cistern::server {
@@ -29,8 +30,10 @@ struct MgmtdServerOptions {
   // interval of history stays for reads in flight). 0: never.
   uint32_t compact_interval_s = 300;
   KvOptions kv;
+  // Its calls to storage servers (routing pushes) carry a service token.
+  AuthOptions auth;
 
-  void bind(ConfigBinder& b);  // mgmtd.* and kv.*
+  void bind(ConfigBinder& b);  // mgmtd.*, kv.* and auth.*
   Status validate() const;
 };
 

@@ -1,6 +1,8 @@
 // `cistern serve --role storage` (storage_server.h).
 #include "server/storage_server.h"
 
+#include "storage/capability_guard.h"
+
 #include <fmt/format.h>
 
 #include <condition_variable>
@@ -48,6 +50,7 @@ void StorageServerOptions::bind(ConfigBinder& b) {
          "(0: no scrub)");
   engine.bind(b, "storage.engine");
   service.bind(b, "storage.service");
+  auth.bind(b);
 }
 
 Status StorageServerOptions::validate() const {
@@ -60,6 +63,7 @@ Status StorageServerOptions::validate() const {
   for (const auto& m : mgmtd)
     RETURN_ON_ERROR(net::Endpoint::parse(m).status().withContext("storage.mgmtd"));
   RETURN_ON_ERROR(service.validate());
+  RETURN_ON_ERROR(auth.validate());
   storage::ChunkEngineOptions e = engine;
   e.path = target;
   return e.validate();
@@ -75,6 +79,7 @@ struct StorageServer::Impl {
   net::RpcClient mgmt;
   storage::ChainTable table;
   std::unique_ptr<storage::StorageService> service;
+  std::unique_ptr<storage::CapabilityGuard> guard;  // null: no checks
   std::unique_ptr<storage::ScrubWorker> scrub;
   std::string endpoint;  // advertised
   std::atomic<uint32_t> target{0};
@@ -269,6 +274,17 @@ Result<std::unique_ptr<StorageServer>> StorageServer::start(const StorageServerO
   ASSIGN_OR_RETURN(impl->engine, storage::ChunkEngine::open(eo));
   ASSIGN_OR_RETURN(net::ServerOptions so, listenOn(options.listen, 2));
   impl->server = std::make_unique<net::RpcServer>(so);
+  ASSIGN_OR_RETURN(auto keyring, options.auth.keyring());
+  if (keyring) {
+    impl->guard = std::make_unique<storage::CapabilityGuard>(*keyring);
+    impl->server->setGuard([g = impl->guard.get()](const net::Method& m, std::string_view cred,
+                                                   const google::protobuf::Message& req) {
+      return g->check(m, cred, req);
+    });
+    auto service = std::make_shared<auth::ServiceCredential>(*keyring);
+    impl->peers.setCredential([service] { return service->get(); });
+    impl->mgmt.setCredential([service] { return service->get(); });
+  }
   impl->service = std::make_unique<storage::StorageService>(
       *impl->engine, *impl->server, options.service, &impl->table, &impl->peers);
   impl->service->onRouting([i = impl.get()] {

@@ -18,6 +18,7 @@
 
 #include "common/result.h"
 #include "net/endpoint.h"
+#include "server/auth_options.h"
 #include "storage/chunk_engine.h"
 #include "storage/storage_service_options.h"
 
@@ -37,8 +38,9 @@ struct StorageServerOptions {
   uint64_t scrub_bytes_per_second = 32ull << 20;
   storage::ChunkEngineOptions engine;
   storage::StorageServiceOptions service;
+  AuthOptions auth;
 
-  void bind(ConfigBinder& b);  // storage.*
+  void bind(ConfigBinder& b);  // storage.* and auth.*
   Status validate() const;
 };
 
