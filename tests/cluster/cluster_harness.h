@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "auth/token.h"
 #include "cistern/client.h"
 #include "common/random.h"
 #include "mgmt.pb.h"
@@ -63,6 +64,11 @@ class ClusterHarness {
     // with free ports.
     NetLab* lab = nullptr;
     int first_host = 1;
+    // A key file (auth.keys_file of every process: the cluster checks
+    // tokens, docs/security.md) and the token of the harness's client.
+    // The harness's own calls carry an admin token signed with it.
+    std::string auth_keys;
+    std::string client_token;
   };
   static int etcdHost(int i, int first = 1) { return first + i; }
   static int mgmtdHost(int i, int first = 1) { return first + 3 + i; }
@@ -75,6 +81,15 @@ class ClusterHarness {
 
   // Starts everything; check ok() after.
   explicit ClusterHarness(Options o) : o_(std::move(o)) {
+    if (!o_.auth_keys.empty()) {
+      auto keys = auth::Keyring::load(o_.auth_keys);
+      if (!keys.ok()) {
+        ADD_FAILURE() << keys.status().toString();
+        return;
+      }
+      auto service = std::make_shared<auth::ServiceCredential>(*keys);
+      rpc_.setCredential([service] { return service->get(); });
+    }
     dir_ = ::testing::TempDir() + "/cistern-" + o_.name + "-" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
@@ -114,6 +129,7 @@ class ClusterHarness {
     co.cluster = mgmtdList();
     co.retry_ms = o_.client_retry_ms;
     co.call_timeout_ms = 5000;
+    co.token = o_.client_token;
     if (o_.lab) {  // the servers are on other hosts: no shared memory, no reads of their files
       co.shm_bytes = 0;
       co.short_circuit_reads = false;
@@ -379,13 +395,14 @@ class ClusterHarness {
                      (o_.replace_after_s
                           ? "mgmtd.replace_after_s = " + std::to_string(o_.replace_after_s) + "\n"
                           : std::string()) +
-                     kvConfig());
+                     kvConfig() + authConfig());
   }
   std::string metaConfig(int i) {
     return write("meta" + std::to_string(i),
                  "meta.listen = \"" + meta_eps_[static_cast<size_t>(i)] +
                      "\"\nmeta.session_timeout_ms = 60000\nmeta.kv_lease_ms = " +
-                     std::to_string(o_.heartbeat_timeout_ms / 2) + "\n" + kvConfig());
+                     std::to_string(o_.heartbeat_timeout_ms / 2) + "\n" + kvConfig() +
+                     authConfig());
   }
   std::string storageConfig(int n) {
     std::string list;
@@ -394,7 +411,10 @@ class ClusterHarness {
                  "storage.listen = \"" + storageEndpoint(n) + "\"\nstorage.node = \"node" +
                      std::to_string(n) + "\"\nstorage.target = \"" + dir_ + "/target" +
                      std::to_string(n) + "\"\nstorage.mgmtd = [" + list +
-                     "]\nstorage.engine.reserved_bytes = 0\n");
+                     "]\nstorage.engine.reserved_bytes = 0\n" + authConfig());
+  }
+  std::string authConfig() const {
+    return o_.auth_keys.empty() ? std::string() : "auth.keys_file = \"" + o_.auth_keys + "\"\n";
   }
 
   Options o_;
