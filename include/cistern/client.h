@@ -112,6 +112,7 @@ struct SpaceInfo {
   uint64_t bytes_total = 0;
   uint64_t bytes_free = 0;
   uint64_t inodes_used = 0;
+  uint64_t inodes_total = 0;  // a quota's limit on inodes; 0: not bounded
   bool capacity_known = false;
   uint32_t block_size = 4096;  // the unit statfs(2) counts blocks in
   uint32_t name_max = 255;     // the longest name
@@ -123,6 +124,15 @@ struct TenantInfo {
   uint32_t id = 0;
   uint64_t root = 0;  // the directory's inode
   int64_t created_ns = 0;
+};
+
+// A quota on a directory's subtree (docs/quota.md); limits of 0: none.
+struct QuotaInfo {
+  uint64_t dir = 0;  // the directory's inode
+  uint64_t bytes_max = 0;
+  uint64_t inodes_max = 0;
+  uint64_t bytes_used = 0;
+  uint64_t inodes_used = 0;
 };
 
 // Who this client's token says it is (whoami); `checked` false: the
@@ -333,7 +343,9 @@ class Client {
   // A buffer of `n` bytes in the client's shared memory (SharedBuffer);
   // null when shared memory is off or none of that size is free.
   virtual std::unique_ptr<SharedBuffer> borrowSharedBuffer(size_t n) = 0;
-  virtual Error statfs(SpaceInfo* out) = 0;
+  // The cluster's space, or, when directory `dir` (an inode; 0: the root)
+  // lies under a quota, the nearest one's limits and use (docs/quota.md).
+  virtual Error statfs(SpaceInfo* out, uint64_t dir = 0) = 0;
   // Every namespace change this client (or any) saw acknowledged is durable
   // when it returns: fsyncdir(2), syncfs(2). File::fsync() does it too, for
   // everything before it (docs/fuse.md, "Durability").
@@ -416,6 +428,14 @@ class Client {
   // within one capability lifetime by storage).
   virtual Error revokeToken(uint64_t id, int64_t expires_unix_s) = 0;
   virtual Error whoami(Identity* out) = 0;
+
+  // Quotas on directories (docs/quota.md), by the directory's inode
+  // (FileInfo::ino). Setting needs an admin's token (a tenant's own within
+  // its subtree); limits of 0 and 0 remove the quota. quotaGet: ENOENT when
+  // the directory has none.
+  virtual Error quotaSet(uint64_t dir, uint64_t bytes_max, uint64_t inodes_max, QuotaInfo* out) = 0;
+  virtual Error quotaGet(uint64_t dir, QuotaInfo* out) = 0;
+  virtual Error quotaList(std::vector<QuotaInfo>* out) = 0;
 };
 
 }  // namespace cistern

@@ -195,6 +195,7 @@ void addTenantCommands(CLI::App& app) {
       report(c->tenantRemove(name));
     });
   }
+  addTenantQuotaCommand(*cmd);
 }
 
 }  // namespace cistern::cli

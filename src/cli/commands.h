@@ -59,7 +59,9 @@ void addBench(CLI::App& app);
 void addMount(CLI::App& app);
 void addPackCommands(CLI::App& app);    // pack, unpack
 void addTokenCommands(CLI::App& app);   // token keygen, issue, inspect, revoke, whoami
-void addTenantCommands(CLI::App& app);  // tenant create, ls, rm
+void addTenantCommands(CLI::App& app);  // tenant create, ls, rm, set
+void addQuotaCommands(CLI::App& app);   // quota set, get, ls, rm
+void addTenantQuotaCommand(CLI::App& tenant);  // tenant set (cmd_quota.cc)
 void addCkptCommands(CLI::App& app);    // ckpt ls|show|verify|rm
 // Mounts `cluster` at `mountpoint` with `config` and serves until
 // SIGINT/SIGTERM or an unmount; returns the exit code. `options`: as

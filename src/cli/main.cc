@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   cistern::cli::addPackCommands(app);
   cistern::cli::addTokenCommands(app);
   cistern::cli::addTenantCommands(app);
+  cistern::cli::addQuotaCommands(app);
   cistern::cli::addCkptCommands(app);
   try {
     app.parse(argc, argv);

@@ -10,7 +10,48 @@ TenantInfo tenantInfo(const meta::Tenant& t) {
   return TenantInfo{t.name(), t.id(), t.root(), t.created_ns()};
 }
 
+QuotaInfo quotaInfo(const meta::QuotaResp& q) {
+  return QuotaInfo{q.ino(), q.quota().bytes_max(), q.quota().inodes_max(), q.bytes_used(),
+                   q.inodes_used()};
+}
+
 }  // namespace
+
+Error ClientImpl::quotaSet(uint64_t dir, uint64_t bytes_max, uint64_t inodes_max, QuotaInfo* out) {
+  meta::QuotaSetReq req;
+  req.set_ino(dir);
+  req.set_bytes_max(bytes_max);
+  req.set_inodes_max(inodes_max);
+  meta::QuotaResp resp;
+  Status s = metaCall(kQuotaSet(), req, &resp);
+  if (!s.ok()) return toError(s, "quota of inode " + std::to_string(dir));
+  // Files this client has open may be under it now: ask again at their next write.
+  {
+    std::lock_guard lock(reserved_mu_);
+    reserved_.clear();
+  }
+  if (out) *out = quotaInfo(resp);
+  return {};
+}
+
+Error ClientImpl::quotaGet(uint64_t dir, QuotaInfo* out) {
+  meta::QuotaReq req;
+  req.set_ino(dir);
+  meta::QuotaResp resp;
+  Status s = metaCall(kQuotaGet(), req, &resp);
+  if (!s.ok()) return toError(s, "quota of inode " + std::to_string(dir));
+  *out = quotaInfo(resp);
+  return {};
+}
+
+Error ClientImpl::quotaList(std::vector<QuotaInfo>* out) {
+  meta::Empty req;
+  meta::QuotaListResp resp;
+  if (Status s = metaCall(kQuotaList(), req, &resp); !s.ok()) return toError(s, "quotas");
+  out->clear();
+  for (const auto& q : resp.quotas()) out->push_back(quotaInfo(q));
+  return {};
+}
 
 Error ClientImpl::tenantCreate(const std::string& name, const std::string& dir, uint32_t uid,
                                uint32_t gid, uint32_t mode, TenantInfo* out) {

@@ -1,7 +1,8 @@
 // libcistern's capabilities (docs/security.md): chunk I/O on a cluster that
 // checks tokens carries a capability meta signed for the file; the client
 // keeps one per inode it does I/O on and asks meta for a fresh one before
-// the old one runs out.
+// the old one runs out. And its quota reservations (docs/quota.md): bytes
+// past what meta charged a file are reserved before they are written.
 #include <fmt/format.h>
 
 #include <ctime>
@@ -15,6 +16,12 @@ namespace {
 
 // Capabilities kept; past it the expired go, and if that is not enough, all.
 constexpr size_t kCapabilitiesMax = 4096;
+// Files whose reservation is kept; past it, all are forgotten (each is
+// asked of meta again at its next write).
+constexpr size_t kReservationsMax = 4096;
+// A reservation's step: fewer calls, at the price of EDQUOT coming this
+// much early per writer (docs/quota.md).
+constexpr uint64_t kReserveStep = 4ull << 20;
 
 int64_t nowUnix() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -60,6 +67,37 @@ Result<std::string> ClientImpl::capability(uint64_t ino, bool write) {
   if (resp.capability().empty()) return std::string();  // the cluster does not check
   noteCapability(ino, resp.capability());
   return resp.capability();
+}
+
+void ClientImpl::noteReservation(uint64_t ino, bool under_quota, uint64_t reserve_to) {
+  std::lock_guard lock(reserved_mu_);
+  if (reserved_.size() >= kReservationsMax && !reserved_.count(ino)) reserved_.clear();
+  Reserved& r = reserved_[ino];
+  r.under_quota = under_quota;
+  r.to = std::max(r.to, reserve_to);
+}
+
+Status ClientImpl::reserveTo(uint64_t ino, uint64_t end) {
+  {
+    std::lock_guard lock(reserved_mu_);
+    auto it = reserved_.find(ino);
+    if (it != reserved_.end() && (!it->second.under_quota || end <= it->second.to))
+      return Status::OK();
+  }
+  // A step further, unless only the exact end still fits.
+  const uint64_t ahead = (end + kReserveStep - 1) / kReserveStep * kReserveStep;
+  for (uint64_t want : {ahead, end}) {
+    meta::ReserveReq req;
+    req.set_ino(ino);
+    req.set_end(want);
+    meta::ReserveResp resp;
+    Status s = metaCall(kReserve(), req, &resp);
+    if (s.code() == ErrorCode::kQuotaExceeded && want != end) continue;
+    RETURN_ON_ERROR(s);
+    noteReservation(ino, resp.under_quota(), resp.reserve_to());
+    return Status::OK();
+  }
+  return Status::OK();  // not reached
 }
 
 }  // namespace cistern::client

@@ -334,14 +334,16 @@ Status ClientImpl::metaSync() {
 
 Error ClientImpl::syncNamespace() { return toError(metaSync(), "cluster " + options_.cluster); }
 
-Error ClientImpl::statfs(SpaceInfo* out) {
-  meta::Empty req;
+Error ClientImpl::statfs(SpaceInfo* out, uint64_t dir) {
+  meta::StatfsReq req;
+  req.set_ino(dir);
   meta::StatfsResp resp;
   Status s = metaCall(kStatfs(), req, &resp);
   if (!s.ok()) return toError(s, "cluster " + options_.cluster);
   out->bytes_total = resp.bytes_total();
   out->bytes_free = resp.bytes_free();
   out->inodes_used = resp.inodes_used();
+  out->inodes_total = resp.inodes_total();
   out->capacity_known = resp.capacity_known();
   if (resp.block_size() != 0) out->block_size = resp.block_size();
   if (resp.name_max() != 0) out->name_max = resp.name_max();

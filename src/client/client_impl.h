@@ -144,7 +144,7 @@ class ClientImpl final : public Client {
                  std::string* value) override;
   Error listxattr(const Credentials& who, uint64_t ino, std::vector<std::string>* names) override;
   Error removexattr(const Credentials& who, uint64_t ino, const std::string& name) override;
-  Error statfs(SpaceInfo* out) override;
+  Error statfs(SpaceInfo* out, uint64_t dir) override;
   Error syncNamespace() override;
   Error targets(std::vector<TargetInfo>* out) override;
   Error fsck(CheckReport* out, bool remove_orphan_chunks) override;
@@ -154,6 +154,9 @@ class ClientImpl final : public Client {
   Error tenantRemove(const std::string& name) override;
   Error revokeToken(uint64_t id, int64_t expires_unix_s) override;
   Error whoami(Identity* out) override;
+  Error quotaSet(uint64_t dir, uint64_t bytes_max, uint64_t inodes_max, QuotaInfo* out) override;
+  Error quotaGet(uint64_t dir, QuotaInfo* out) override;
+  Error quotaList(std::vector<QuotaInfo>* out) override;
 
   // --- used by FileImpl ---
   // Reads [offset, offset + n) of the file into `out`; holes and bytes past
@@ -194,6 +197,11 @@ class ClientImpl final : public Client {
   // token. noteCapability keeps one from an Open or Create answer.
   Result<std::string> capability(uint64_t ino, bool write);
   void noteCapability(uint64_t ino, const std::string& text);
+  // Quotas (docs/quota.md): what an open or create said of a file (under a
+  // quota, reserved up to), and before a write that ends at `end` past
+  // what is reserved, a reservation from meta (kQuotaExceeded: EDQUOT).
+  void noteReservation(uint64_t ino, bool under_quota, uint64_t reserve_to);
+  Status reserveTo(uint64_t ino, uint64_t end);
   // capability() into `*out` (for coroutines, which GCC 12 miscompiles
   // around Result temporaries).
   Status capabilityInto(uint64_t ino, bool write, std::string* out);
@@ -459,6 +467,12 @@ class ClientImpl final : public Client {
   };
   std::mutex caps_mu_;
   std::unordered_map<uint64_t, Capability> caps_;  // at most kCapabilitiesMax
+  struct Reserved {
+    bool under_quota = false;
+    uint64_t to = 0;
+  };
+  std::mutex reserved_mu_;
+  std::unordered_map<uint64_t, Reserved> reserved_;  // at most kReservationsMax
   std::string client_id_;
   std::atomic<uint64_t> seq_{0};
   std::unique_ptr<net::RpcClient> rpc_;

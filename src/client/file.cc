@@ -208,6 +208,7 @@ Status FileImpl::flushBehindLocked() {
 Status FileImpl::writeLocked(const uint8_t* p, size_t n, uint64_t offset) {
   const uint64_t chunk = chunkSize();
   if (chunk == 0) return Status(ErrorCode::kCorruption, "file has no layout");
+  RETURN_ON_ERROR(client_->reserveTo(inode_.ino(), offset + n));  // quotas: before, not after
   RETURN_ON_ERROR(ensureChunkedLocked());
   // Coherent reads after writes: read-ahead bytes may now be stale.
   rbuf_len_ = 0;
@@ -466,6 +467,7 @@ Error FileImpl::pwriteDirect(const void* buf, size_t n, uint64_t offset, size_t*
     // system do).
     if (append) offset = size_;
     if (Status s = clipToMaxSize(offset, &n); !s.ok()) return toError(s, path_);
+    if (Status q = client_->reserveTo(inode_.ino(), offset + n); !q.ok()) return toError(q, path_);
     if (Status c = ensureChunkedLocked(); !c.ok()) return toError(c, path_);
     if (Status c = beforeChunkWriteLocked(); !c.ok()) return toError(c, path_);
     // Buffered bytes first, so that they cannot land over this write later.

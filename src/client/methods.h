@@ -70,6 +70,22 @@ inline const net::Method& kWhoAmI() {
   static const auto m = metaMethod("WhoAmI");
   return m;
 }
+inline const net::Method& kReserve() {
+  static const auto m = metaMethod("Reserve");
+  return m;
+}
+inline const net::Method& kQuotaSet() {
+  static const auto m = metaMethod("QuotaSet");
+  return m;
+}
+inline const net::Method& kQuotaGet() {
+  static const auto m = metaMethod("QuotaGet");
+  return m;
+}
+inline const net::Method& kQuotaList() {
+  static const auto m = metaMethod("QuotaList");
+  return m;
+}
 inline const net::Method& kCapability() {
   static const auto m = metaMethod("Capability");
   return m;

@@ -242,6 +242,7 @@ Error ClientImpl::openInode(const meta::Caller& who, const meta::Inode& inode, i
   forgetAttrs(ino);
   if (!s.ok()) return toError(s, name);
   noteCapability(ino, resp.capability());
+  if (write) noteReservation(ino, resp.under_quota(), resp.reserve_to());
   if (type_unknown) {
     if (Error e = openable(resp.inode(), name)) return e;  // a read open: nothing to undo
   }
@@ -274,6 +275,8 @@ Error ClientImpl::createIn(const meta::Caller& who, uint64_t parent, const std::
   forget(parent, entry);
   if (!s.ok()) return toError(s, name);
   noteCapability(resp.inode().ino(), resp.capability());
+  if (resp.session() != 0)
+    noteReservation(resp.inode().ino(), resp.under_quota(), resp.reserve_to());
   // An existing file is opened as open(2) would; a new one is open already
   // (for writing, with the session Create took), whatever its mode says.
   if (!resp.created()) return openInode(who, resp.inode(), flags, name, out, info);

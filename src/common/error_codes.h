@@ -62,6 +62,7 @@
   X(kFileTooLarge,         310, EFBIG,        "file too large")                     \
   X(kCrossTenant,          311, EXDEV,        "rename or link across tenants")      \
   X(kQuotaExceeded,        312, EDQUOT,       "quota exceeded")                     \
+  X(kCrossQuota,           313, EXDEV,        "directory moved across quotas")      \
   /* storage (400-499) */                                                            \
   X(kStaleChainVersion,    400, ESTALE,       "stale chain version")                \
   X(kTargetBusy,           401, EAGAIN,       "storage target busy")                \

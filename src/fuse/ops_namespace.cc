@@ -273,11 +273,11 @@ void link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newn
     f.replyEntry(req, info);
 }
 
-void statfs(fuse_req_t req, fuse_ino_t) {
+void statfs(fuse_req_t req, fuse_ino_t ino) {
   CISTERN_FUSE_OP("statfs");
   FuseFs& f = fs(req);
   SpaceInfo space;
-  if (!f.answered(req, f.client().statfs(&space))) return;
+  if (!f.answered(req, f.client().statfs(&space, ino))) return;
   struct statvfs st;
   std::memset(&st, 0, sizeof(st));
   uint64_t bsize = space.block_size;
@@ -286,9 +286,15 @@ void statfs(fuse_req_t req, fuse_ino_t) {
   st.f_blocks = space.bytes_total / bsize;
   st.f_bfree = space.bytes_free / bsize;
   st.f_bavail = st.f_bfree;
-  // Inodes are only bounded by the KV: report plenty free.
-  st.f_files = space.inodes_used + (uint64_t{1} << 32);
-  st.f_ffree = uint64_t{1} << 32;
+  if (space.inodes_total > 0) {  // a quota's
+    st.f_files = space.inodes_total;
+    st.f_ffree =
+        space.inodes_total > space.inodes_used ? space.inodes_total - space.inodes_used : 0;
+  } else {
+    // Inodes are only bounded by the KV: report plenty free.
+    st.f_files = space.inodes_used + (uint64_t{1} << 32);
+    st.f_ffree = uint64_t{1} << 32;
+  }
   st.f_favail = st.f_ffree;
   st.f_namemax = space.name_max;
   fuse_reply_statfs(req, &st);

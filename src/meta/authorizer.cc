@@ -147,6 +147,11 @@ Result<Principal> Authorizer::authenticate(std::string_view credential, Need nee
                     "tenant {} with right a may",
                     p.token_id, p.tenant, auth::rightsText(p.rights), auth::kClusterTenant)));
   }
+  if (need == Need::kTenantAdmin && !(p.rights & auth::kAdmin)) {
+    return fail(Status(ErrorCode::kTokenNotAdmin,
+                       fmt::format("token {:016x} of tenant {} has rights '{}', not a", p.token_id,
+                                   p.tenant, auth::rightsText(p.rights))));
+  }
   return p;
 }
 
@@ -177,6 +182,12 @@ Result<uint64_t> Authorizer::inodeIn(const Principal& p, uint64_t ino) {
                   fmt::format("inode {} is not in tenant {}'s subtree", ino, p.tenant));
   }
   return ino;
+}
+
+bool Authorizer::owns(const Principal& p, uint64_t real_ino) {
+  if (!p.confined()) return true;
+  Result<uint32_t> tenant = tenantOf(real_ino);
+  return tenant.ok() && *tenant == p.tenant_id;
 }
 
 void Authorizer::mapCaller(const Principal& p, Caller* c) const {

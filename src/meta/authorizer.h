@@ -48,8 +48,9 @@ struct Principal {
   bool confined() const { return tenant_id != 0; }
 };
 
-// What a call needs of its token.
-enum class Need : uint8_t { kRead, kWrite, kAdmin };
+// What a call needs of its token: kAdmin, a token of the cluster tenant
+// with right a; kTenantAdmin, right a (a tenant's own, within its subtree).
+enum class Need : uint8_t { kRead, kWrite, kAdmin, kTenantAdmin };
 
 class Authorizer {
  public:
@@ -63,6 +64,9 @@ class Authorizer {
   // kWrongTenant unless `ino` (the caller's view: 1 = its root) lies in the
   // principal's subtree; otherwise the inode's real number.
   Result<uint64_t> inodeIn(const Principal& p, uint64_t ino);
+  // Whether inode `real_ino` lies in the principal's subtree (no refusal
+  // counted: for filtering lists).
+  bool owns(const Principal& p, uint64_t real_ino);
   // The caller a request acts as: root squashed to the token's uid:gid
   // unless the principal is a cluster admin.
   void mapCaller(const Principal& p, Caller* c) const;

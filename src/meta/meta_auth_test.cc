@@ -215,7 +215,7 @@ TEST_P(MetaAuthCallers, ATenantSeesOnlyItsSubtreeWithItsRootAsOne) {
   EXPECT_EQ(root.uid(), 1000u);
   auto f = create(a, kRootIno, "mine", 1000);
   ASSERT_TRUE(f.ok()) << f.status().toString();
-  EXPECT_EQ(f->parent(), 0u);  // files keep no parent; directories do
+  EXPECT_EQ(f->parent(), kRootIno);  // its directory, as the tenant sees it
   EXPECT_EQ(f->tenant(), alpha.id());
   // The admin sees it where it is: /alpha/mine.
   auto seen = store_->lookup(Caller(), alpha.root(), "mine");

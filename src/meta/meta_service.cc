@@ -133,6 +133,10 @@ void scope(CapabilityReq& r, Scope& s) {
   s.caller(r.mutable_caller());
   r.set_ino(s.ino(r.ino()));
 }
+void scope(StatfsReq& r, Scope& s) { r.set_ino(s.ino(r.ino() == 0 ? 1 : r.ino())); }
+void scope(QuotaSetReq& r, Scope& s) { r.set_ino(s.ino(r.ino())); }
+void scope(QuotaReq& r, Scope& s) { r.set_ino(s.ino(r.ino())); }
+void scope(ReserveReq& r, Scope& s) { r.set_ino(s.ino(r.ino())); }
 void scope(RenewReq&, Scope&) {}
 void scope(Empty&, Scope&) {}
 void scope(TenantReq&, Scope&) {}
@@ -147,6 +151,12 @@ void unmap(Inode& n, uint64_t root) {
   }
 }
 void unmapResp(InodeResp& r, uint64_t root) { unmap(*r.mutable_inode(), root); }
+void unmapResp(QuotaResp& r, uint64_t root) {
+  if (r.ino() == root) r.set_ino(1);
+}
+void unmapResp(QuotaListResp& r, uint64_t root) {
+  for (auto& q : *r.mutable_quotas()) unmapResp(q, root);
+}
 void unmapResp(OpenResp& r, uint64_t root) { unmap(*r.mutable_inode(), root); }
 void unmapResp(UninlineResp& r, uint64_t root) { unmap(*r.mutable_inode(), root); }
 void unmapResp(BatchGetattrResp& r, uint64_t root) {
@@ -281,6 +291,9 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
         if (o.session != 0) {
           ASSIGN_OR_RETURN(*out.mutable_capability(),
                            capabilityFor(authz_, out.inode().ino(), auth::kRead | auth::kWrite));
+          ASSIGN_OR_RETURN(auto q, s.reservation(out.inode().ino()));
+          out.set_under_quota(q.under_quota);
+          out.set_reserve_to(q.reserve_to);
         }
         return Status::OK();
       });
@@ -347,6 +360,11 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
             (r.read() ? auth::kRead : 0) | (r.write() || r.truncate() ? auth::kWrite : 0);
         ASSIGN_OR_RETURN(*out.mutable_capability(),
                          capabilityFor(authz_, out.inode().ino(), rights | auth::kRead));
+        if (out.session() != 0 && out.inode().type() == REGULAR) {
+          ASSIGN_OR_RETURN(auto q, s.reservation(out.inode().ino()));
+          out.set_under_quota(q.under_quota);
+          out.set_reserve_to(q.reserve_to);
+        }
         return Status::OK();
       },
       // Without write or hold, MetaStore::open is a read-only transaction.
@@ -383,9 +401,10 @@ MetaService::MetaService(MetaStore& store, net::RpcServer& server, uint32_t bloc
     for (auto& n : names) out.add_names(std::move(n));
     return Status::OK();
   });
-  addRead<Empty, StatfsResp>("Statfs", [&s](const Empty&, StatfsResp& out) {
-    ASSIGN_OR_RETURN(StatFs st, s.statfs());
+  addRead<StatfsReq, StatfsResp>("Statfs", [&s](const StatfsReq& r, StatfsResp& out) {
+    ASSIGN_OR_RETURN(StatFs st, s.statfs(r.ino()));
     out.set_inodes_used(st.inodes_used);
+    out.set_inodes_total(st.inodes_total);
     out.set_bytes_total(st.bytes_total);
     out.set_bytes_free(st.bytes_free);
     out.set_capacity_known(st.capacity_known);
@@ -436,6 +455,47 @@ void MetaService::addAdmin() {
         return Status::OK();
       },
       [](const CapabilityReq&) { return true; });
+  auto fill = [](const MetaStore::QuotaInfo& q, QuotaResp& out) {
+    out.set_ino(q.dir);
+    *out.mutable_quota() = q.quota;
+    out.set_bytes_used(static_cast<uint64_t>(std::max<int64_t>(q.bytes_used, 0)));
+    out.set_inodes_used(static_cast<uint64_t>(std::max<int64_t>(q.inodes_used, 0)));
+  };
+  add<QuotaSetReq, QuotaResp>(
+      "QuotaSet", Need::kTenantAdmin, [&s, fill](const QuotaSetReq& r, QuotaResp& out) -> Status {
+        // A tenant's admin sets quotas inside its subtree; its own is the cluster's.
+        if (t_principal && t_principal->confined() && r.ino() == t_principal->root) {
+          Authorizer::countRefusal(ErrorCode::kTokenNotAdmin);
+          return Status(ErrorCode::kTokenNotAdmin,
+                        fmt::format("the quota of tenant {}'s root is the cluster admin's to set",
+                                    t_principal->tenant));
+        }
+        ASSIGN_OR_RETURN(auto q, s.setQuota(r.ino(), r.bytes_max(), r.inodes_max()));
+        fill(q, out);
+        return Status::OK();
+      });
+  addRead<QuotaReq, QuotaResp>("QuotaGet", [&s, fill](const QuotaReq& r, QuotaResp& out) -> Status {
+    ASSIGN_OR_RETURN(auto q, s.getQuota(r.ino()));
+    fill(q, out);
+    return Status::OK();
+  });
+  add<Empty, QuotaListResp>(
+      "QuotaList", Need::kRead, [&s, fill, this](const Empty&, QuotaListResp& out) -> Status {
+        ASSIGN_OR_RETURN(auto all, s.listQuotas());
+        for (const auto& q : all) {
+          // A tenant sees the quotas of its own subtree.
+          if (authz_ && t_principal && !authz_->owns(*t_principal, q.dir)) continue;
+          fill(q, *out.add_quotas());
+        }
+        return Status::OK();
+      });
+  add<ReserveReq, ReserveResp>("Reserve", Need::kWrite,
+                               [&s](const ReserveReq& r, ReserveResp& out) -> Status {
+                                 ASSIGN_OR_RETURN(auto q, s.reserve(r.ino(), r.session(), r.end()));
+                                 out.set_under_quota(q.under_quota);
+                                 out.set_reserve_to(q.reserve_to);
+                                 return Status::OK();
+                               });
   add<Empty, WhoAmIResp>("WhoAmI", Need::kRead, [](const Empty&, WhoAmIResp& out) {
     if (!t_principal) return Status::OK();
     out.set_auth(true);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "meta/ops/inline.h"
+#include "meta/quota.h"
 #include "meta/schema.h"
 
 namespace cistern::meta {
@@ -35,11 +36,20 @@ Status MetaStore::init() {
   });
 }
 
-Result<StatFs> MetaStore::statfs() {
+Result<StatFs> MetaStore::statfs(uint64_t dir) {
   StatFs out;
+  std::optional<QuotaDir> quota;
+  int64_t quota_bytes = 0, quota_inodes = 0;
   RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
     ASSIGN_OR_RETURN(int64_t n, inodeCount(t, /*snapshot=*/true));
     out.inodes_used = n > 0 ? static_cast<uint64_t>(n) : 0;
+    quota.reset();
+    ASSIGN_OR_RETURN(auto chain, quotaChain(t, dir == 0 ? kRootIno : dir));
+    if (!chain.empty()) {
+      quota = chain.front();
+      ASSIGN_OR_RETURN(auto use, quotaUse(t, quota->ino, /*snapshot=*/true));
+      std::tie(quota_bytes, quota_inodes) = use;
+    }
     return Status::OK();
   }));
   if (capacity_) {
@@ -47,6 +57,21 @@ Result<StatFs> MetaStore::statfs() {
     out.bytes_total = cap.first;
     out.bytes_free = cap.second;
     out.capacity_known = true;
+  }
+  if (quota) {
+    // df of a quota directory shows the quota (as JuiceFS does), bounded by
+    // the storage's free space when that is known and smaller.
+    const uint64_t used = static_cast<uint64_t>(std::max<int64_t>(quota_bytes, 0));
+    if (quota->quota.bytes_max() > 0) {
+      const uint64_t max = quota->quota.bytes_max();
+      uint64_t free = used >= max ? 0 : max - used;
+      if (out.capacity_known) free = std::min(free, out.bytes_free);
+      out.bytes_total = max;
+      out.bytes_free = free;
+      out.capacity_known = true;
+    }
+    out.inodes_used = static_cast<uint64_t>(std::max<int64_t>(quota_inodes, 0));
+    out.inodes_total = quota->quota.inodes_max();
   }
   return out;
 }

@@ -94,6 +94,7 @@ struct SetAttr {
 
 struct StatFs {
   uint64_t inodes_used = 0;
+  uint64_t inodes_total = 0;  // a quota's limit; 0: not bounded
   uint64_t bytes_total = 0;  // from the storage capacity source; 0 when unknown
   uint64_t bytes_free = 0;
   bool capacity_known = false;
@@ -200,6 +201,30 @@ class MetaStore {
   // Removes the tenant and its root directory, which must be empty
   // (kNotEmpty naming it otherwise). kNotFound when there is no such tenant.
   Status removeTenant(std::string_view tenant);
+  // Quotas (docs/quota.md). setQuota on a directory without one sums its
+  // subtree first (not atomic with writes under it meanwhile); limits of
+  // 0 and 0 remove it. kNotDirectory, kNotFound.
+  struct QuotaInfo {
+    uint64_t dir = 0;
+    Quota quota;
+    int64_t bytes_used = 0;
+    int64_t inodes_used = 0;
+  };
+  Result<QuotaInfo> setQuota(uint64_t dir, uint64_t bytes_max, uint64_t inodes_max);
+  Result<QuotaInfo> getQuota(uint64_t dir);  // kNotFound: no quota there
+  Result<std::vector<QuotaInfo>> listQuotas();
+  // Whether a quota applies to regular file `ino`, and up to where its
+  // writers may write without reserve().
+  struct Reservation {
+    bool under_quota = false;
+    uint64_t reserve_to = 0;
+  };
+  Result<Reservation> reservation(uint64_t ino);
+  // A writer of `ino` (write session `session`; 0: any, one must be open)
+  // will write up to `end`:
+  // charged now, checked against every quota above it (kQuotaExceeded).
+  Result<Reservation> reserve(uint64_t ino, uint64_t session, uint64_t end);
+
   // Puts token `token_id` on the revocation list until it expires.
   Status revokeToken(uint64_t token_id, int64_t expires_unix_s);
   // The ids of revoked tokens that have not expired at `now_unix_s`; drops
@@ -251,7 +276,9 @@ class MetaStore {
 
   // Inodes in use (an atomically added counter, so creates do not conflict
   // on it) and, when a capacity source is set, the storage capacity.
-  Result<StatFs> statfs();
+  // `dir` (0: the root): the nearest quota above it, if any, bounds the
+  // answer (docs/quota.md).
+  Result<StatFs> statfs(uint64_t dir = 0);
   // Where statfs() gets (total, free) bytes: the storage targets' space
   // reports, wired in by whoever composes the services. Not thread-safe: set
   // it before serving.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kv/key_codec.h"
+#include "meta/quota.h"
 
 namespace cistern::meta {
 
@@ -63,6 +64,13 @@ std::string tenantKey(std::string_view name) {
 std::string tenantBegin() { return KeyWriter(Prefix::kTenant).key(); }
 std::string tenantEnd() { return kv::strinc(tenantBegin()); }
 std::string tenantIdCounterKey() { return KeyWriter(Prefix::kStats).bytes("tenant-ids").key(); }
+std::string quotaKey(uint64_t dir) { return KeyWriter(Prefix::kQuota).u64(dir).key(); }
+std::string quotaUseKey(uint64_t dir, bool bytes) {
+  return KeyWriter(Prefix::kQuota).u64(dir).bytes(bytes ? "bytes" : "inodes").key();
+}
+std::string quotaBegin() { return KeyWriter(Prefix::kQuota).key(); }
+std::string quotaEnd() { return kv::strinc(quotaBegin()); }
+std::string quotaCountKey() { return KeyWriter(Prefix::kStats).bytes("quotas").key(); }
 std::string revokedKey(uint64_t token_id) {
   return KeyWriter(Prefix::kRevoked).u64(token_id).key();
 }
@@ -152,10 +160,22 @@ Status dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns) {
       return Status::OK();
     }
   }
-  return removeInode(txn, inode.ino());
+  return removeInode(txn, inode);
 }
 
-Status removeInode(kv::Transaction& txn, uint64_t ino) {
+Status removeInode(kv::Transaction& txn, const Inode& inode) {
+  const uint64_t ino = inode.ino();
+  ASSIGN_OR_RETURN(auto chain, quotaChain(txn, inode.parent()));
+  RETURN_ON_ERROR(charge(txn, chain, -chargedBytes(inode), -1, /*force=*/true));
+  if (inode.type() == DIRECTORY) {
+    ASSIGN_OR_RETURN(auto quota, txn.get(quotaKey(ino)));
+    if (quota) {
+      txn.clear(quotaKey(ino));
+      txn.clear(quotaUseKey(ino, true));
+      txn.clear(quotaUseKey(ino, false));
+      txn.atomicAdd(quotaCountKey(), -1);
+    }
+  }
   txn.clear(inodeKey(ino));
   txn.clear(inlineKey(ino));
   txn.atomicAdd(inodeCountKey(ino), -1);

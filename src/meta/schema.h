@@ -13,6 +13,9 @@
 //   tenant     (kTenant, name)               -> Tenant
 //   tenant ids (kStats, "tenant-ids")        -> the last tenant id given out (counter)
 //   revoked    (kRevoked, token id)          -> Revoked (until the token expires)
+//   quota      (kQuota, dir ino)             -> Quota (docs/quota.md)
+//   quota use  (kQuota, dir ino, "bytes"|"inodes") -> counter of the subtree's use
+//   quotas     (kStats, "quotas")            -> counter: how many quotas are set
 //
 // Functions here only read and write keys inside a caller's transaction; they
 // never commit. Thread-safe as the transaction they are given.
@@ -55,6 +58,11 @@ std::string tenantKey(std::string_view name);
 std::string tenantBegin();
 std::string tenantEnd();
 std::string tenantIdCounterKey();
+std::string quotaKey(uint64_t dir);
+std::string quotaUseKey(uint64_t dir, bool bytes);
+std::string quotaBegin();
+std::string quotaEnd();
+std::string quotaCountKey();
 std::string revokedKey(uint64_t token_id);
 std::string revokedBegin();
 std::string revokedEnd();
@@ -95,9 +103,10 @@ void storeDentry(kv::Transaction& txn, uint64_t parent, std::string_view name, c
 // the inode, unless the file is open for writing: then the inode stays with
 // nlink 0 (open-unlinked) until the last session closes.
 Status dropLink(kv::Transaction& txn, Inode inode, int64_t now_ns);
-// Removes the inode record of `ino` with its xattrs and inline bytes, and
-// counts it out.
-Status removeInode(kv::Transaction& txn, uint64_t ino);
+// Removes the inode record of `inode` with its xattrs and inline bytes,
+// counts it out (of the store and of the quotas above its parent), and
+// drops a quota set on it.
+Status removeInode(kv::Transaction& txn, const Inode& inode);
 // Removes every extended attribute of `ino`.
 Status clearXattrs(kv::Transaction& txn, uint64_t ino);
 // True when directory `ino` has at least one entry.

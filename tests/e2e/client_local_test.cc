@@ -4,12 +4,15 @@
 // read-ahead and write-behind on the client's local pool — and give the same
 // bytes as a client that goes through the sockets. A failed write is reported.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "cistern/client.h"
@@ -686,6 +689,93 @@ TEST_F(LocalClient, DirectReadsIntoSharedMemoryGiveTheFilesBytes) {
   EXPECT_EQ(std::vector<uint8_t>(buf->data(), buf->data() + kChunk), want);
   EXPECT_EQ(local_->borrowSharedBuffer(uint64_t{1} << 40), nullptr) << "larger than any window";
   EXPECT_FALSE(f->close());
+}
+
+}  // namespace
+}  // namespace cistern
+
+namespace cistern {
+namespace {
+
+// Eight writers at a quota's edge (docs/quota.md): each writes 3 MiB
+// files in 1 MiB writes into a directory with a 40 MiB quota until one is
+// refused. The use never passes the limit (writers reserve before they
+// write), a refused write is EDQUOT, and every file whose writes and close
+// were all answered OK reads back whole.
+TEST_F(LocalClient, EightWritersAtAQuotasEdgeNeverPassItAndLoseNothing) {
+  constexpr uint64_t kLimit = 40ull << 20, kFile = 3ull << 20, kPiece = 1ull << 20;
+  ASSERT_FALSE(local_->mkdir("/q", 0777, false));
+  FileInfo dir;
+  ASSERT_FALSE(local_->stat("/q", &dir));
+  QuotaInfo q;
+  ASSERT_FALSE(local_->quotaSet(dir.ino, kLimit, 0, &q));
+  std::mutex mu;
+  std::vector<std::pair<std::string, uint64_t>> whole;  // path, seed
+  std::atomic<int> refused{0}, other_errors{0};
+  std::string first_other;
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 8; ++w) {
+    writers.emplace_back([&, w] {
+      Client& c = w % 2 ? *local_ : *socket_;
+      std::vector<uint8_t> piece(kPiece);
+      for (int i = 0;; ++i) {
+        const std::string path = fmt::format("/q/w{}-{}", w, i);
+        const uint64_t seed = static_cast<uint64_t>(w * 1000 + i + 1);
+        std::unique_ptr<File> f;
+        if (Error e = c.open(path, O_CREAT | O_WRONLY, 0644, &f)) {
+          ++other_errors;
+          return;
+        }
+        Error failed;
+        for (uint64_t at = 0; at < kFile && !failed; at += kPiece) {
+          fill(piece.data(), piece.size(), at, seed);
+          size_t done = 0;
+          failed = f->pwrite(piece.data(), piece.size(), at, &done);
+        }
+        Error closed = f->close();
+        if (!failed) failed = closed;
+        if (!failed) {
+          std::lock_guard lock(mu);
+          whole.emplace_back(path, seed);
+          continue;
+        }
+        if (failed.errno_value == EDQUOT) {
+          ++refused;
+        } else {
+          std::lock_guard lock(mu);
+          ++other_errors;
+          first_other = failed.message;
+        }
+        return;
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  EXPECT_EQ(other_errors.load(), 0) << first_other;
+  EXPECT_EQ(refused.load(), 8);  // every writer reached the edge
+  ASSERT_FALSE(local_->quotaGet(dir.ino, &q));
+  EXPECT_LE(q.bytes_used, kLimit);
+  // At most each writer's reservation step (4 MiB) short of the limit.
+  EXPECT_GE(q.bytes_used + 8 * (4ull << 20) + 8 * kFile, kLimit);
+  EXPECT_LE(whole.size() * kFile, kLimit);
+  EXPECT_GE(whole.size(), 6u);
+  std::vector<uint8_t> want(kFile);
+  for (const auto& [path, seed] : whole) {
+    fill(want.data(), want.size(), 0, seed);
+    EXPECT_TRUE(readAll(*socket_, path, 1 << 20) == want) << path;
+  }
+  // df of the directory shows the quota.
+  SpaceInfo space;
+  ASSERT_FALSE(local_->statfs(&space, dir.ino));
+  EXPECT_EQ(space.bytes_total, kLimit);
+  EXPECT_EQ(space.bytes_free, kLimit - q.bytes_used);
+  // Removing what was written frees it all.
+  std::vector<DirEntry> entries;
+  ASSERT_FALSE(local_->list("/q", &entries));
+  for (const auto& e : entries) ASSERT_FALSE(local_->unlink("/q/" + e.name));
+  ASSERT_FALSE(local_->quotaGet(dir.ino, &q));
+  EXPECT_EQ(q.bytes_used, 0u);
+  EXPECT_EQ(q.inodes_used, 0u);
 }
 
 }  // namespace

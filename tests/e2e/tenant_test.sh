@@ -108,6 +108,24 @@ mv "$work/mnt-alpha/note.txt" "$work/mnt-alpha/dir/note.txt"
 [[ $(stat -c %i "$work/mnt-alpha") == 1 ]]  # its root is inode 1 to it
 [[ $(ls -a "$work/mnt-alpha/.." | wc -l) -gt 0 ]]  # the mount's parent: the host's, not the cluster's
 
+# Quotas: the admin bounds alpha; alpha's df shows it, a put past it is
+# EDQUOT, and alpha sets quotas inside its own subtree but not on its root.
+as "$work/admin.tok" tenant set alpha --bytes 2M --inodes 100 >"$work/q"
+grep -E "^tenant alpha .* 2.0 MiB .* 100$" "$work/q" >/dev/null
+[[ $(df -B1 --output=size "$work/mnt-alpha" | tail -1 | tr -d ' ') == 2097152 ]]
+head -c 3000000 /dev/urandom >"$work/big.bin"
+fails "Disk quota exceeded" as "$work/alpha.tok" put "$work/big.bin" /big.bin
+issue --tenant alpha --uid 1000 --gid 1000 --rights rwa >"$work/alpha-admin2.tok"
+as "$work/alpha-admin2.tok" quota set /dir --inodes 1 >/dev/null
+fails "Disk quota exceeded" touch "$work/mnt-alpha/dir/second"
+as "$work/alpha-admin2.tok" quota get /dir | grep -E "^/dir .* 1 +1$" >/dev/null
+fails "root is the cluster admin's to set" as "$work/alpha-admin2.tok" quota set / --bytes 1G
+fails "not a" as "$work/alpha.tok" quota set /dir --inodes 5
+[[ $(as "$work/alpha.tok" quota ls | wc -l) -eq 3 ]]  # header, alpha's root, /dir
+[[ $(as "$work/beta.tok" quota ls | wc -l) -eq 1 ]]   # none of alpha's
+as "$work/admin.tok" quota rm /alpha/dir
+fails "--bytes: '12Q' is not a size" as "$work/admin.tok" quota set /alpha --bytes 12Q
+
 # The admin moves a file across tenants: a copy (EXDEV), which beta then reads.
 mv "$work/mnt/alpha/a.bin" "$work/mnt/teams-beta/from-alpha.bin"
 as "$work/beta.tok" cat /from-alpha.bin | cmp - "$work/a.bin"

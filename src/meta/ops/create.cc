@@ -90,7 +90,7 @@ Result<MetaStore::Opened> MetaStore::createImpl(const Caller& c, uint64_t parent
                      ASSIGN_OR_RETURN(*n.mutable_layout(), chooseLayout(t, options_, dir, ino));
                      // Its bytes may stay inline if this session stays the only writer (inline.cc).
                      if (client && options_.inline_max_bytes > 0) n.set_inline_ok(true);
-                     insertNewInode(t, parent, name, n);
+                     RETURN_ON_ERROR(insertNewInode(t, parent, name, n));
                      if (client) {
                        Session s;
                        s.set_client(std::string(*client));

@@ -13,7 +13,8 @@ Result<Inode> MetaStore::lookup(const Caller& c, uint64_t parent, std::string_vi
   Inode out;
   RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
     ASSIGN_OR_RETURN(Inode dir, requireInode(t, parent));
-    if (dir.type() != DIRECTORY) return Status(ErrorCode::kNotDirectory, fmt::format("inode {}", parent));
+    if (dir.type() != DIRECTORY)
+      return Status(ErrorCode::kNotDirectory, fmt::format("inode {}", parent));
     RETURN_ON_ERROR(checkAccess(dir, c, kMayExec));
     if (name == ".") {
       out = std::move(dir);

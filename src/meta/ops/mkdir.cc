@@ -18,7 +18,7 @@ Result<Inode> MetaStore::mkdir(const Caller& c, uint64_t parent, std::string_vie
                      Inode n = newInode(ino, DIRECTORY, mode, c, dir, nowNs());
                      n.set_parent(parent);
                      if (dir.has_dir_layout()) *n.mutable_dir_layout() = dir.dir_layout();
-                     insertNewInode(t, parent, name, n);
+                     RETURN_ON_ERROR(insertNewInode(t, parent, name, n));
                      return n.SerializeAsString();
                    }));
   return parseInode(bytes);

@@ -32,7 +32,7 @@ Result<Inode> MetaStore::mknod(const Caller& c, uint64_t parent, std::string_vie
                      }
                      Inode n = newInode(ino, type, mode, c, dir, nowNs());
                      if (device) n.set_rdev(rdev);
-                     insertNewInode(t, parent, name, n);
+                     RETURN_ON_ERROR(insertNewInode(t, parent, name, n));
                      return n.SerializeAsString();
                    }));
   return parseInode(bytes);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "meta/permission.h"
+#include "meta/quota.h"
 #include "meta/schema.h"
 
 namespace cistern::meta {
@@ -53,19 +54,23 @@ Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, cons
   }
   n.set_nlink(1);
   n.set_tenant(dir.tenant());
+  n.set_parent(dir.ino());
   n.set_atime_ns(now_ns);
   n.set_mtime_ns(now_ns);
   n.set_ctime_ns(now_ns);
   return n;
 }
 
-void insertNewInode(kv::Transaction& t, uint64_t parent, std::string_view name, const Inode& n) {
+Status insertNewInode(kv::Transaction& t, uint64_t parent, std::string_view name, const Inode& n) {
+  ASSIGN_OR_RETURN(auto chain, quotaChain(t, parent));
+  RETURN_ON_ERROR(charge(t, chain, chargedBytes(n), 1, /*force=*/false));
   storeInode(t, n);
   t.atomicAdd(inodeCountKey(n.ino()), 1);
   DirEntry e;
   e.set_ino(n.ino());
   e.set_type(n.type());
   storeDentry(t, parent, name, e);
+  return Status::OK();
 }
 
 Result<Inode> parseInode(const std::string& bytes) {

@@ -30,12 +30,14 @@ Result<Removal> entryToRemove(kv::ReadTransaction& t, const Caller& c, uint64_t 
 
 // A new inode owned by `c` in directory `dir`: mode masked to permission
 // bits, gid and S_ISGID inherited from a set-group-ID directory, its
-// tenant the directory's, times now.
+// tenant and parent the directory's, times now.
 Inode newInode(uint64_t ino, FileType type, uint32_t mode, const Caller& c, const Inode& dir,
                int64_t now_ns);
 
-// Stores new inode `n`, counts it, and names it `name` in directory `parent`.
-void insertNewInode(kv::Transaction& t, uint64_t parent, std::string_view name, const Inode& n);
+// Stores new inode `n`, counts it (in the store and in the quotas above
+// `parent`: kQuotaExceeded when one has no inode left), and names it
+// `name` in directory `parent`.
+Status insertNewInode(kv::Transaction& t, uint64_t parent, std::string_view name, const Inode& n);
 
 Result<Inode> parseInode(const std::string& bytes);
 

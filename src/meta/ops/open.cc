@@ -10,6 +10,7 @@
 #include "meta/ops/inline.h"
 #include "meta/ops/new_inode.h"
 #include "meta/permission.h"
+#include "meta/quota.h"
 #include "meta/schema.h"
 
 namespace cistern::meta {
@@ -52,6 +53,7 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
                        t.set(sessionKey(ino, session), s.SerializeAsString());
                      }
                      bool changed = false;
+                     const Inode before = n;
                      if (truncate && (n.size() > 0 || n.data_inline())) {
                        // The client removed the chunks before this commit (the old bytes never
                        // show through a hole of the new contents).
@@ -73,7 +75,10 @@ Result<MetaStore::Opened> MetaStore::open(const Caller& c, uint64_t ino, bool re
                        n.set_inline_ok(false);  // a second writer: its bytes go to chunks
                        changed = true;
                      }
-                     if (changed) storeInode(t, n);
+                     if (changed) {
+                       RETURN_ON_ERROR(recharge(t, before, n, /*force=*/true));
+                       storeInode(t, n);
+                     }
                      OpenResp r;
                      if (read) {
                        ASSIGN_OR_RETURN(*r.mutable_inline_data(), loadInline(t, n));
@@ -105,6 +110,7 @@ Result<std::string> MetaStore::closeIn(kv::Transaction& t, uint64_t ino, uint64_
                                        uint64_t length, bool wrote,
                                        const std::optional<std::string>& inline_data) {
   ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
+  const Inode before = n;
   if (session != 0) {
     ASSIGN_OR_RETURN(auto s, t.get(sessionKey(ino, session)));
     if (s) {
@@ -141,13 +147,27 @@ Result<std::string> MetaStore::closeIn(kv::Transaction& t, uint64_t ino, uint64_
   if (n.nlink() == 0 && n.type() == REGULAR) {
     ASSIGN_OR_RETURN(bool others, hasSessions(t, ino));
     if (!others) {
-      // Last close of an unlinked file: queue its chunks and drop the inode.
+      // Last close of an unlinked file: queue its chunks and drop the inode
+      // (and what it was charged).
       queueGc(t, n);
-      RETURN_ON_ERROR(removeInode(t, ino));
+      RETURN_ON_ERROR(removeInode(t, before));
       return n.SerializeAsString();
     }
   }
-  if (changed) storeInode(t, n);
+  if (n.quota_reserved() != 0) {
+    // The last writer gone: the file is charged its size, no more.
+    ASSIGN_OR_RETURN(bool others, hasSessions(t, ino));
+    if (!others) {
+      n.set_quota_reserved(0);
+      changed = true;
+    }
+  }
+  if (changed) {
+    // Bytes already written count even past a limit (a quota set while the
+    // file was open, a writer that did not reserve).
+    RETURN_ON_ERROR(recharge(t, before, n, /*force=*/true));
+    storeInode(t, n);
+  }
   return n.SerializeAsString();
 }
 

@@ -9,6 +9,7 @@
 #include "meta/meta_store.h"
 #include "meta/ops/new_inode.h"
 #include "meta/permission.h"
+#include "meta/quota.h"
 #include "meta/schema.h"
 
 namespace cistern::meta {
@@ -30,6 +31,28 @@ Status checkNotAncestor(kv::ReadTransaction& t, uint64_t moved, uint64_t dir) {
   }
   return Status(ErrorCode::kCorruption,
                 fmt::format("directory {} is deeper than {}", dir, kDepthMax));
+}
+
+// An inode moving from directory `from` to `to` leaves the quotas above
+// `from` and joins those above `to` (checked). A directory's subtree is not
+// summed here: one may not move between different quotas (kCrossQuota,
+// EXDEV; mv(1) then copies).
+Status moveCharges(kv::Transaction& t, const Inode& moved, uint64_t from, uint64_t to) {
+  ASSIGN_OR_RETURN(auto left, quotaChain(t, from));
+  ASSIGN_OR_RETURN(auto joined, quotaChain(t, to));
+  auto ids = [](const std::vector<QuotaDir>& chain) {
+    std::vector<uint64_t> out;
+    for (const auto& q : chain) out.push_back(q.ino);
+    return out;
+  };
+  if (ids(left) == ids(joined)) return Status::OK();
+  if (moved.type() == DIRECTORY) {
+    return Status(ErrorCode::kCrossQuota,
+                  fmt::format("directory {} from under a quota to another (or none)", moved.ino()));
+  }
+  const int64_t bytes = chargedBytes(moved);
+  RETURN_ON_ERROR(charge(t, left, -bytes, -1, /*force=*/true));
+  return charge(t, joined, bytes, 1, /*force=*/false);
 }
 
 }  // namespace
@@ -82,10 +105,14 @@ Status MetaStore::rename(const Caller& c, uint64_t src_parent, std::string_view 
                       if (dst.type() == DIRECTORY)
                         RETURN_ON_ERROR(checkNotAncestor(t, dst.ino(), src_parent));
                     }
+                    if (src_parent != dst_parent) {
+                      RETURN_ON_ERROR(moveCharges(t, src, src_parent, dst_parent));
+                      RETURN_ON_ERROR(moveCharges(t, dst, dst_parent, src_parent));
+                    }
                     storeDentry(t, src_parent, src_name, *de);
                     storeDentry(t, dst_parent, dst_name, *se);
-                    if (src.type() == DIRECTORY) src.set_parent(dst_parent);
-                    if (dst.type() == DIRECTORY) dst.set_parent(src_parent);
+                    src.set_parent(dst_parent);
+                    dst.set_parent(src_parent);
                     src.set_ctime_ns(now);
                     dst.set_ctime_ns(now);
                     storeInode(t, src);
@@ -96,6 +123,8 @@ Status MetaStore::rename(const Caller& c, uint64_t src_parent, std::string_view 
                   if (src.type() == DIRECTORY && src_parent != dst_parent) {
                     RETURN_ON_ERROR(checkNotAncestor(t, src.ino(), dst_parent));
                   }
+                  if (src_parent != dst_parent)
+                    RETURN_ON_ERROR(moveCharges(t, src, src_parent, dst_parent));
                   if (de) {
                     ASSIGN_OR_RETURN(Inode dst, requireInode(t, de->ino()));
                     RETURN_ON_ERROR(checkSticky(ddir, dst, c));
@@ -111,7 +140,7 @@ Status MetaStore::rename(const Caller& c, uint64_t src_parent, std::string_view 
                   }
                   t.clear(dentryKey(src_parent, src_name));
                   storeDentry(t, dst_parent, dst_name, *se);
-                  if (src.type() == DIRECTORY) src.set_parent(dst_parent);
+                  src.set_parent(dst_parent);
                   src.set_ctime_ns(now);
                   storeInode(t, src);
                   return std::string();

@@ -8,6 +8,7 @@
 #include "meta/ops/inline.h"
 #include "meta/ops/new_inode.h"
 #include "meta/permission.h"
+#include "meta/quota.h"
 #include "meta/schema.h"
 #include "proto/file_type.h"
 
@@ -76,8 +77,11 @@ Result<Inode> MetaStore::setattr(const Caller& c, uint64_t ino, const SetAttr& a
             t.set(inlineKey(ino), data);
           }
           // A chunked file's bytes past a smaller size left storage before this commit: the
-          // client cut them (docs/client.md, "Truncate").
+          // client cut them (docs/client.md, "Truncate"). Growing is checked against the
+          // quotas above it.
+          const Inode grown_from = n;
           n.set_size(*a.size);
+          RETURN_ON_ERROR(recharge(t, grown_from, n, /*force=*/*a.size <= grown_from.size()));
           n.set_mtime_ns(now);
           changed = true;
         }

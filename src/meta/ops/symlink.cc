@@ -27,7 +27,7 @@ Result<Inode> MetaStore::symlink(const Caller& c, uint64_t parent, std::string_v
                      Inode n = newInode(ino, SYMLINK, 0777, c, dir, nowNs());
                      n.set_symlink_target(std::string(target));
                      n.set_size(target.size());
-                     insertNewInode(t, parent, name, n);
+                     RETURN_ON_ERROR(insertNewInode(t, parent, name, n));
                      return n.SerializeAsString();
                    }));
   return parseInode(bytes);

@@ -54,7 +54,7 @@ Result<Tenant> MetaStore::createTenant(const Caller& c, uint64_t parent, std::st
                      n.set_parent(parent);
                      n.set_tenant(static_cast<uint32_t>(id));
                      if (dir.has_dir_layout()) *n.mutable_dir_layout() = dir.dir_layout();
-                     insertNewInode(t, parent, dir_name, n);
+                     RETURN_ON_ERROR(insertNewInode(t, parent, dir_name, n));
                      Tenant rec;
                      rec.set_id(static_cast<uint32_t>(id));
                      rec.set_name(std::string(tenant));

@@ -3,10 +3,10 @@
 // security.* is writable by the owner or root. Other namespaces: kNotSupported.
 #include <fmt/format.h>
 
+#include "kv/key_codec.h"
 #include "meta/meta_store.h"
 #include "meta/ops/new_inode.h"
 #include "meta/permission.h"
-#include "kv/key_codec.h"
 #include "meta/schema.h"
 
 namespace cistern::meta {
@@ -29,7 +29,8 @@ Status checkXattrAccess(const Caller& c, const Inode& n, std::string_view name, 
     return Status::OK();
   }
   if (name.substr(0, 9) == "security." && write) {
-    if (c.uid() != 0 && c.uid() != n.uid()) return Status(ErrorCode::kNotPermitted, "security.* needs the owner");
+    if (c.uid() != 0 && c.uid() != n.uid())
+      return Status(ErrorCode::kNotPermitted, "security.* needs the owner");
     return Status::OK();
   }
   if (name.substr(0, 5) == "user." && n.type() != REGULAR && n.type() != DIRECTORY) {
@@ -40,8 +41,8 @@ Status checkXattrAccess(const Caller& c, const Inode& n, std::string_view name, 
 
 }  // namespace
 
-Status MetaStore::setxattr(const Caller& c, uint64_t ino, std::string_view name, std::string_view value,
-                           uint32_t flags, const RequestId& rid) {
+Status MetaStore::setxattr(const Caller& c, uint64_t ino, std::string_view name,
+                           std::string_view value, uint32_t flags, const RequestId& rid) {
   RETURN_ON_ERROR(checkXattrName(name));
   if (value.size() > kXattrValueMax) {
     return Status(ErrorCode::kValueTooLarge, fmt::format("xattr value of {} bytes", value.size()));
@@ -49,17 +50,19 @@ Status MetaStore::setxattr(const Caller& c, uint64_t ino, std::string_view name,
   if ((flags & ~(kXattrCreate | kXattrReplace)) || flags == (kXattrCreate | kXattrReplace)) {
     return Status(ErrorCode::kInvalidArgument, fmt::format("xattr flags {:#x}", flags));
   }
-  return mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-    ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
-    RETURN_ON_ERROR(checkXattrAccess(c, n, name, true));
-    ASSIGN_OR_RETURN(auto old, t.get(xattrKey(ino, name)));
-    if ((flags & kXattrCreate) && old) return Status(ErrorCode::kAlreadyExists, name);
-    if ((flags & kXattrReplace) && !old) return Status(ErrorCode::kNoAttribute, name);
-    t.set(xattrKey(ino, name), value);
-    n.set_ctime_ns(nowNs());
-    storeInode(t, n);
-    return std::string();
-  }).status();
+  return mutate(rid,
+                [&](kv::Transaction& t) -> Result<std::string> {
+                  ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
+                  RETURN_ON_ERROR(checkXattrAccess(c, n, name, true));
+                  ASSIGN_OR_RETURN(auto old, t.get(xattrKey(ino, name)));
+                  if ((flags & kXattrCreate) && old) return Status(ErrorCode::kAlreadyExists, name);
+                  if ((flags & kXattrReplace) && !old) return Status(ErrorCode::kNoAttribute, name);
+                  t.set(xattrKey(ino, name), value);
+                  n.set_ctime_ns(nowNs());
+                  storeInode(t, n);
+                  return std::string();
+                })
+      .status();
 }
 
 Result<std::string> MetaStore::getxattr(const Caller& c, uint64_t ino, std::string_view name) {
@@ -98,18 +101,21 @@ Result<std::vector<std::string>> MetaStore::listxattr(const Caller& c, uint64_t 
   return out;
 }
 
-Status MetaStore::removexattr(const Caller& c, uint64_t ino, std::string_view name, const RequestId& rid) {
+Status MetaStore::removexattr(const Caller& c, uint64_t ino, std::string_view name,
+                              const RequestId& rid) {
   RETURN_ON_ERROR(checkXattrName(name));
-  return mutate(rid, [&](kv::Transaction& t) -> Result<std::string> {
-    ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
-    RETURN_ON_ERROR(checkXattrAccess(c, n, name, true));
-    ASSIGN_OR_RETURN(auto old, t.get(xattrKey(ino, name)));
-    if (!old) return Status(ErrorCode::kNoAttribute, name);
-    t.clear(xattrKey(ino, name));
-    n.set_ctime_ns(nowNs());
-    storeInode(t, n);
-    return std::string();
-  }).status();
+  return mutate(rid,
+                [&](kv::Transaction& t) -> Result<std::string> {
+                  ASSIGN_OR_RETURN(Inode n, requireInode(t, ino));
+                  RETURN_ON_ERROR(checkXattrAccess(c, n, name, true));
+                  ASSIGN_OR_RETURN(auto old, t.get(xattrKey(ino, name)));
+                  if (!old) return Status(ErrorCode::kNoAttribute, name);
+                  t.clear(xattrKey(ino, name));
+                  n.set_ctime_ns(nowNs());
+                  storeInode(t, n);
+                  return std::string();
+                })
+      .status();
 }
 
 }  // namespace cistern::meta
