@@ -29,7 +29,7 @@ namespace cistern::kv {
   X(kGcQueue,        0x14, "(inode, first chunk, end chunk) -> chunks to delete")        \
   X(kIdempotency,    0x15, "(client id, request id) -> result of a mutation")           \
   X(kXattr,          0x16, "(inode, name) -> extended attribute value")                 \
-  X(kQuota,          0x17, "(tenant, directory) -> quota and usage")                    \
+  X(kQuota,          0x17, "directory -> quota; (directory, bytes|inodes) -> its use")        \
   X(kStats,          0x18, "namespace counters (inodes in use), atomic adds")          \
   X(kInlineData,     0x19, "inode id -> the bytes of a small file kept in the KV")      \
   X(kClientLease,    0x1a, "client id -> when it last renewed (its sessions live on)")  \

@@ -15,17 +15,6 @@ namespace cistern::meta {
 namespace {
 
 // Calls fn(key, value) for every row of [begin, end), a page at a time.
-Status scan(kv::ReadTransaction& t, const std::string& begin, const std::string& end,
-            const std::function<Status(const kv::KeyValue&)>& fn) {
-  std::string from = begin;
-  while (true) {
-    ASSIGN_OR_RETURN(auto rows, t.getRange(from, end, {.limit = 10000}));
-    for (const auto& row : rows.kvs) RETURN_ON_ERROR(fn(row));
-    if (!rows.more) return Status::OK();
-    from = rows.kvs.back().key + '\0';
-  }
-}
-
 // The inode number that follows the prefix of a session, inline or GC key.
 Result<uint64_t> inoOf(std::string_view key) {
   kv::KeyReader r(key);
@@ -56,7 +45,7 @@ Result<FsckReport> fsck(kv::Engine& engine) {
   const std::string inode_begin = kv::KeyWriter(kv::Prefix::kInode).key();
 
   RETURN_ON_ERROR(
-      scan(*t, inode_begin, kv::strinc(inode_begin), [&](const kv::KeyValue& row) -> Status {
+      scanRange(*t, inode_begin, kv::strinc(inode_begin), [&](const kv::KeyValue& row) -> Status {
         Inode n;
         if (!n.ParseFromString(row.value)) {
           problem("an inode record does not parse");
@@ -70,17 +59,18 @@ Result<FsckReport> fsck(kv::Engine& engine) {
         return Status::OK();
       }));
   const std::string session_begin = kv::KeyWriter(kv::Prefix::kSession).key();
-  RETURN_ON_ERROR(
-      scan(*t, session_begin, kv::strinc(session_begin), [&](const kv::KeyValue& row) -> Status {
-        ASSIGN_OR_RETURN(uint64_t ino, inoOf(row.key));
-        open.insert(ino);
-        report.sessions++;
-        if (!nodes.count(ino)) problem(fmt::format("session of missing inode {}", ino));
-        return Status::OK();
-      }));
+  RETURN_ON_ERROR(scanRange(*t, session_begin, kv::strinc(session_begin),
+                            [&](const kv::KeyValue& row) -> Status {
+                              ASSIGN_OR_RETURN(uint64_t ino, inoOf(row.key));
+                              open.insert(ino);
+                              report.sessions++;
+                              if (!nodes.count(ino))
+                                problem(fmt::format("session of missing inode {}", ino));
+                              return Status::OK();
+                            }));
   const std::string inline_begin = kv::KeyWriter(kv::Prefix::kInlineData).key();
   RETURN_ON_ERROR(
-      scan(*t, inline_begin, kv::strinc(inline_begin), [&](const kv::KeyValue& row) -> Status {
+      scanRange(*t, inline_begin, kv::strinc(inline_begin), [&](const kv::KeyValue& row) -> Status {
         ASSIGN_OR_RETURN(uint64_t ino, inoOf(row.key));
         auto it = nodes.find(ino);
         if (it == nodes.end() || !it->second.data_inline) {
@@ -94,7 +84,7 @@ Result<FsckReport> fsck(kv::Engine& engine) {
       }));
   const std::string dentry_begin = kv::KeyWriter(kv::Prefix::kDentry).key();
   RETURN_ON_ERROR(
-      scan(*t, dentry_begin, kv::strinc(dentry_begin), [&](const kv::KeyValue& row) -> Status {
+      scanRange(*t, dentry_begin, kv::strinc(dentry_begin), [&](const kv::KeyValue& row) -> Status {
         kv::KeyReader r(row.key);
         ASSIGN_OR_RETURN(auto p, r.prefix());
         (void)p;
@@ -125,7 +115,7 @@ Result<FsckReport> fsck(kv::Engine& engine) {
         return Status::OK();
       }));
   const std::string gc_begin = gcBegin();
-  RETURN_ON_ERROR(scan(*t, gc_begin, gcEnd(), [&](const kv::KeyValue& row) -> Status {
+  RETURN_ON_ERROR(scanRange(*t, gc_begin, gcEnd(), [&](const kv::KeyValue& row) -> Status {
     ASSIGN_OR_RETURN(uint64_t ino, inoOf(row.key));
     report.gc_entries++;
     GcEntry e;

@@ -101,6 +101,17 @@ Result<std::string> dentryName(std::string_view key, uint64_t parent) {
   return name;
 }
 
+Status scanRange(kv::ReadTransaction& t, const std::string& begin, const std::string& end,
+                 const std::function<Status(const kv::KeyValue&)>& fn, bool snapshot) {
+  std::string from = begin;
+  while (true) {
+    ASSIGN_OR_RETURN(auto rows, t.getRange(from, end, {.limit = 10000, .snapshot = snapshot}));
+    for (const auto& row : rows.kvs) RETURN_ON_ERROR(fn(row));
+    if (!rows.more || rows.kvs.empty()) return Status::OK();
+    from = rows.kvs.back().key + '\0';
+  }
+}
+
 Result<std::optional<Inode>> loadInode(kv::ReadTransaction& txn, uint64_t ino) {
   ASSIGN_OR_RETURN(auto raw, txn.get(inodeKey(ino)));
   if (!raw) return std::optional<Inode>();

@@ -21,6 +21,7 @@
 // never commit. Thread-safe as the transaction they are given.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -90,6 +91,11 @@ Result<int64_t> inodeCount(kv::ReadTransaction& t, bool snapshot);
 using kv::chainBegin;
 using kv::chainEnd;
 using kv::chainKey;
+
+// Calls `fn` on every row of [begin, end) in key order, reading pages of
+// at most 10,000 rows; `snapshot`: without read conflicts.
+Status scanRange(kv::ReadTransaction& t, const std::string& begin, const std::string& end,
+                 const std::function<Status(const kv::KeyValue&)>& fn, bool snapshot = false);
 
 Result<std::optional<Inode>> loadInode(kv::ReadTransaction& txn, uint64_t ino);
 // kNotFound naming the inode when absent.

@@ -66,7 +66,17 @@ struct Probe {
     }
     return false;
   }
+  // kChunkNotCommitted (the workload writing that chunk right then) is an
+  // answer of a serving target: asked again, for up to a second.
   ErrorCode read() {
+    ErrorCode code = readOnce();
+    for (int i = 0; i < 50 && code == ErrorCode::kChunkNotCommitted; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      code = readOnce();
+    }
+    return code;
+  }
+  ErrorCode readOnce() {
     storage::BatchReadReq req;
     auto* range = req.add_ranges();
     range->mutable_chunk()->set_inode(chunk.first);

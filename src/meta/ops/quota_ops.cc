@@ -108,18 +108,16 @@ Result<std::vector<MetaStore::QuotaInfo>> MetaStore::listQuotas() {
   std::vector<uint64_t> dirs;
   RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
     dirs.clear();
-    std::string from = quotaBegin();
-    for (;;) {
-      ASSIGN_OR_RETURN(auto rows, t.getRange(from, quotaEnd(), {.snapshot = true}));
-      for (const auto& row : rows.kvs) {
-        kv::KeyReader r(row.key);
-        ASSIGN_OR_RETURN(kv::Prefix p, r.prefix());
-        ASSIGN_OR_RETURN(uint64_t dir, r.u64());
-        if (p == kv::Prefix::kQuota && r.done()) dirs.push_back(dir);  // not a use counter
-      }
-      if (!rows.more || rows.kvs.empty()) return Status::OK();
-      from = rows.kvs.back().key + '\0';
-    }
+    return scanRange(
+        t, quotaBegin(), quotaEnd(),
+        [&](const kv::KeyValue& row) -> Status {
+          kv::KeyReader r(row.key);
+          ASSIGN_OR_RETURN(kv::Prefix p, r.prefix());
+          ASSIGN_OR_RETURN(uint64_t dir, r.u64());
+          if (p == kv::Prefix::kQuota && r.done()) dirs.push_back(dir);  // not a use counter
+          return Status::OK();
+        },
+        /*snapshot=*/true);
   }));
   std::vector<QuotaInfo> out;
   for (uint64_t dir : dirs) {

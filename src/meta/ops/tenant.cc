@@ -70,16 +70,11 @@ Result<std::vector<Tenant>> MetaStore::listTenants() {
   std::vector<Tenant> out;
   RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
     out.clear();
-    std::string from = tenantBegin();
-    for (;;) {
-      ASSIGN_OR_RETURN(auto rows, t.getRange(from, tenantEnd()));
-      for (const auto& row : rows.kvs) {
-        ASSIGN_OR_RETURN(Tenant rec, parseTenant(row.value));
-        out.push_back(std::move(rec));
-      }
-      if (!rows.more || rows.kvs.empty()) return Status::OK();
-      from = rows.kvs.back().key + '\0';
-    }
+    return scanRange(t, tenantBegin(), tenantEnd(), [&](const kv::KeyValue& row) -> Status {
+      ASSIGN_OR_RETURN(Tenant rec, parseTenant(row.value));
+      out.push_back(std::move(rec));
+      return Status::OK();
+    });
   }));
   return out;
 }
@@ -127,25 +122,23 @@ Result<std::set<uint64_t>> MetaStore::revokedTokens(int64_t now_unix_s) {
   RETURN_ON_ERROR(kv::runReadTransaction(engine_, [&](kv::ReadTransaction& t) -> Status {
     live.clear();
     expired.clear();
-    std::string from = revokedBegin();
-    for (;;) {
-      ASSIGN_OR_RETURN(auto rows, t.getRange(from, revokedEnd(), {.snapshot = true}));
-      for (const auto& row : rows.kvs) {
-        kv::KeyReader kr(row.key);
-        ASSIGN_OR_RETURN(kv::Prefix p, kr.prefix());
-        ASSIGN_OR_RETURN(uint64_t id, kr.u64());
-        Revoked r;
-        if (p != kv::Prefix::kRevoked || !r.ParseFromString(row.value))
-          return Status(ErrorCode::kCorruption, "revocation record does not parse");
-        if (r.expires_unix_s() > now_unix_s) {
-          live.insert(id);
-        } else if (expired.size() < 100) {
-          expired.push_back(row.key);
-        }
-      }
-      if (!rows.more || rows.kvs.empty()) return Status::OK();
-      from = rows.kvs.back().key + '\0';
-    }
+    return scanRange(
+        t, revokedBegin(), revokedEnd(),
+        [&](const kv::KeyValue& row) -> Status {
+          kv::KeyReader kr(row.key);
+          ASSIGN_OR_RETURN(kv::Prefix p, kr.prefix());
+          ASSIGN_OR_RETURN(uint64_t id, kr.u64());
+          Revoked r;
+          if (p != kv::Prefix::kRevoked || !r.ParseFromString(row.value))
+            return Status(ErrorCode::kCorruption, "revocation record does not parse");
+          if (r.expires_unix_s() > now_unix_s) {
+            live.insert(id);
+          } else if (expired.size() < 100) {
+            expired.push_back(row.key);
+          }
+          return Status::OK();
+        },
+        /*snapshot=*/true);
   }));
   if (!expired.empty()) {
     // An expired token is refused as expired; its entry is no longer needed.
