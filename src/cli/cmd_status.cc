@@ -245,6 +245,7 @@ void addStatusCommands(CLI::App& app) {
       auto eps = mgmtdEndpointsOrReport(flags.cluster);
       if (!eps) return;
       net::RpcClient rpc{net::ClientOptions{}};
+      if (!carryToken(rpc, flags)) return;
       mgmt::Routing r;
       Status s;
       for (const auto& ep : *eps) {  // any mgmtd answers GetRouting
@@ -289,6 +290,7 @@ void addStatusCommands(CLI::App& app) {
       auto eps = mgmtdEndpointsOrReport(flags.cluster);
       if (!eps) return;
       net::RpcClient rpc{net::ClientOptions{}};
+      if (!carryToken(rpc, flags)) return;
       mgmt::CreateChainsReq req;
       req.set_replication(replication);
       req.set_chains(count);
@@ -320,6 +322,7 @@ void addStatusCommands(CLI::App& app) {
       auto eps = mgmtdEndpointsOrReport(hflags.cluster);
       if (!eps) return;
       net::RpcClient rpc{net::ClientOptions{}};
+      if (!carryToken(rpc, hflags)) return;
       mgmt::ChainHistoryReq req;
       req.set_chain(only);
       mgmt::ChainHistoryResp resp;
@@ -360,6 +363,7 @@ void addStatusCommands(CLI::App& app) {
       auto eps = mgmtdEndpointsOrReport(flags.cluster);
       if (!eps) return;
       net::RpcClient rpc{net::ClientOptions{}};
+      if (!carryToken(rpc, flags)) return;
       mgmt::RebalanceReq req;
       req.set_dry_run(dry_run);
       req.set_spread(spread);
@@ -378,6 +382,7 @@ void addStatusCommands(CLI::App& app) {
       auto eps = mgmtdEndpointsOrReport(flags.cluster);
       if (!eps) return;
       net::RpcClient rpc{net::ClientOptions{}};
+      if (!carryToken(rpc, flags)) return;
       mgmt::RebalanceReq req;
       req.set_dry_run(dry_run);
       req.set_spread(UINT32_MAX);  // only the drain's moves

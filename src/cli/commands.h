@@ -57,12 +57,12 @@ void addClusterCommands(CLI::App& app);  // df, fsck
 void addStatusCommands(CLI::App& app);   // status, chains create
 void addBench(CLI::App& app);
 void addMount(CLI::App& app);
-void addPackCommands(CLI::App& app);    // pack, unpack
-void addTokenCommands(CLI::App& app);   // token keygen, issue, inspect, revoke, whoami
-void addTenantCommands(CLI::App& app);  // tenant create, ls, rm, set
-void addQuotaCommands(CLI::App& app);   // quota set, get, ls, rm
+void addPackCommands(CLI::App& app);           // pack, unpack
+void addTokenCommands(CLI::App& app);          // token keygen, issue, inspect, revoke, whoami
+void addTenantCommands(CLI::App& app);         // tenant create, ls, rm, set
+void addQuotaCommands(CLI::App& app);          // quota set, get, ls, rm
 void addTenantQuotaCommand(CLI::App& tenant);  // tenant set (cmd_quota.cc)
-void addCkptCommands(CLI::App& app);    // ckpt ls|show|verify|rm
+void addCkptCommands(CLI::App& app);           // ckpt ls|show|verify|rm
 // Mounts `cluster` at `mountpoint` with `config` and serves until
 // SIGINT/SIGTERM or an unmount; returns the exit code. `options`: as
 // `cistern mount -o`, applied over config.mount; `metrics_port` >= 0 also

@@ -4,10 +4,12 @@
 #include <CLI/CLI.hpp>
 
 #include <cctype>
+#include <cstdlib>
 #include <deque>
 #include <fstream>
 
 #include "cli/commands.h"
+#include "net/rpc_client.h"
 
 namespace cistern::cli {
 
@@ -42,6 +44,23 @@ Result<std::string> readTokenFile(const std::string& path) {
   if (line.empty())
     return Status(ErrorCode::kInvalidArgument, fmt::format("token file {} is empty", path));
   return line;
+}
+
+bool carryToken(net::RpcClient& rpc, const ClusterFlags& flags) {
+  std::string token;
+  if (!flags.token_file.empty()) {
+    auto t = readTokenFile(flags.token_file);
+    if (!t.ok()) {
+      fmt::print(stderr, "cistern: {}\n", t.status().message());
+      setExitCode(2);
+      return false;
+    }
+    token = std::move(t).value();
+  } else if (const char* env = std::getenv("CISTERN_TOKEN")) {
+    token = env;
+  }
+  if (!token.empty()) rpc.setCredential([token] { return token; });
+  return true;
 }
 
 std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags) {

@@ -13,6 +13,10 @@ class App;
 class Option;
 }  // namespace CLI
 
+namespace cistern::net {
+class RpcClient;
+}
+
 namespace cistern::cli {
 
 struct ClusterFlags {
@@ -35,6 +39,11 @@ Result<std::string> readTokenFile(const std::string& path);
 // Adds --cluster, --retry-ms, --shm-mib, --config and --token-file to `cmd`; the flags
 // live as long as the program.
 ClusterFlags& addClusterFlags(CLI::App* cmd);
+
+// The token the flags name (--token-file, else $CISTERN_TOKEN; empty: none),
+// carried by every call of `rpc` (commands that call mgmtd directly).
+// False, after reporting it, when the token file cannot be read.
+bool carryToken(net::RpcClient& rpc, const ClusterFlags& flags);
 
 // Connects, or prints "cistern: cluster ADDR: ..." and records exit code 1
 // (a config file that cannot be used: its message, exit code 2).

@@ -17,6 +17,7 @@
 #include "meta/meta_service.h"
 #include "meta/schema.h"
 #include "mgmt.pb.h"
+#include "mgmtd/mgmt_guard.h"
 #include "mgmtd/mgmt_service.h"
 #include "mgmtd/routing_table.h"
 #include "net/blocking.h"
@@ -302,6 +303,11 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(const LocalClusterOpti
   };
   hooks.fsck = [&c](const mgmt::FsckReq& req, mgmt::FsckResp* resp) { return c.fsck(req, resp); };
   c.mgmt_service = std::make_unique<mgmtd::MgmtService>(*c.kv, *c.server, std::move(hooks));
+  if (c.keyring) {
+    auto guard = std::make_shared<mgmtd::MgmtGuard>(*c.keyring);
+    c.server->setGuard([guard](const net::Method& m, std::string_view cred,
+                               const google::protobuf::Message&) { return guard->check(m, cred); });
+  }
   RETURN_ON_ERROR(c.server->start().withContext("meta/mgmt endpoint"));
   // mgmtd's routing table (its chain table is what meta lays new files over).
   // Published once the endpoints are bound; start() returns only after it.

@@ -1,6 +1,8 @@
 // `cistern serve --role mgmtd` (mgmtd_server.h).
 #include "server/mgmtd_server.h"
 
+#include "mgmtd/mgmt_guard.h"
+
 #include <fmt/format.h>
 
 #include <condition_variable>
@@ -218,6 +220,11 @@ Result<std::unique_ptr<MgmtdServer>> MgmtdServer::start(const MgmtdServerOptions
   if (keyring) {
     auto service = std::make_shared<auth::ServiceCredential>(*keyring);
     impl->pusher.setCredential([service] { return service->get(); });
+    auto guard = std::make_shared<mgmtd::MgmtGuard>(*keyring);
+    impl->server->setGuard(
+        [guard](const net::Method& m, std::string_view cred, const google::protobuf::Message&) {
+          return guard->check(m, cred);
+        });
   }
   mgmtd::MgmtHooks hooks{.cluster = impl->manager.get()};
   Impl* i = impl.get();

@@ -68,6 +68,11 @@ fails "which does not exist" as "$work/alpha.tok" ls /
 as "$work/admin.tok" tenant create alpha --uid 1000 --gid 1000 | grep "tenant alpha (id 1): root /alpha" >/dev/null
 as "$work/admin.tok" tenant create beta --dir /teams-beta --uid 2000 --gid 2000 --mode 750 >/dev/null
 fails "tenant alpha: File exists" as "$work/admin.tok" tenant create alpha --dir /other
+# mgmtd too: no token reads no routing; a tenant reads it but runs no fsck.
+fails "carried none" "$bin" status
+as "$work/admin.tok" status >/dev/null
+as "$work/alpha.tok" status >/dev/null
+fails "needs a token of tenant cluster with right a" as "$work/alpha.tok" fsck
 # Tenants are the cluster admin's: not a tenant's, even with right a.
 fails "only a token of tenant cluster" as "$work/alpha-admin.tok" tenant create gamma
 as "$work/admin.tok" tenant ls >"$work/tenants"
