@@ -279,9 +279,10 @@ class PyFile {
 
 class PyClient {
  public:
-  explicit PyClient(const std::string& cluster, uint32_t retry_ms) {
+  PyClient(const std::string& cluster, uint32_t retry_ms, const std::string& token) {
     Client::Options o;
     o.cluster = cluster;
+    o.token = token;  // empty: $CISTERN_TOKEN, else none
     if (retry_ms) o.retry_ms = retry_ms;
     std::pair<std::unique_ptr<Client>, Error> r;
     {
@@ -690,8 +691,8 @@ PYBIND11_MODULE(_cistern, m) {
           "__enter__", [](PyFile& f) -> PyFile& { return f; }, py::return_value_policy::reference)
       .def("__exit__", [](PyFile& f, py::args) { f.close(); });
   py::class_<PyClient>(m, "Client", "A connection to a cluster")
-      .def(py::init<const std::string&, uint32_t>(), py::arg("cluster") = "",
-           py::arg("retry_ms") = 0)
+      .def(py::init<const std::string&, uint32_t, const std::string&>(), py::arg("cluster") = "",
+           py::arg("retry_ms") = 0, py::arg("token") = "")
       .def("open", &PyClient::open, py::arg("path"), py::arg("mode") = "rb",
            py::arg("perms") = 0644, "Opens a file: mode as Python's open(), binary only")
       .def("stat", &PyClient::stat, py::arg("path"))

@@ -93,9 +93,10 @@ class Connection(_Client):
             return False
 
 
-def connect(cluster=None, retry_ms=0):
+def connect(cluster=None, retry_ms=0, token=None):
     """Connects to the cluster at `cluster` ("host:port", or several mgmtd
     "host:port,host:port"); None: $CISTERN_CLUSTER, else 127.0.0.1:7420.
     `retry_ms`: how long transient errors are retried (0: the library's
-    default, 10 s)."""
-    return Connection(cluster or _os.environ.get("CISTERN_CLUSTER", ""), retry_ms)
+    default, 10 s). `token`: the tenant token its calls carry (None:
+    $CISTERN_TOKEN, else none; docs/security.md)."""
+    return Connection(cluster or _os.environ.get("CISTERN_CLUSTER", ""), retry_ms, token or "")

@@ -10,14 +10,14 @@ import threading
 import pytest
 
 
-@pytest.fixture(scope="session")
-def _up():
+def start_up(root, extra=()):
+    """`cistern up --mount` in directory `root` (extra: more flags); returns
+    (process, address, mountpoint) once it is ready."""
     binary = os.environ["CISTERN_BIN"]
-    root = tempfile.mkdtemp(prefix="cistern-py-")
     data, mnt = os.path.join(root, "data"), os.path.join(root, "mnt")
     os.mkdir(mnt)
     proc = subprocess.Popen(
-        [binary, "up", "--data", data, "--listen", "127.0.0.1:0", "--mount", mnt],
+        [binary, "up", "--data", data, "--listen", "127.0.0.1:0", "--mount", mnt, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     address, ready, log = None, False, ""
     # Blocking reads (a select() on the buffered pipe would miss lines
@@ -38,14 +38,26 @@ def _up():
         raise RuntimeError("cistern up did not start:\n" + log)
     # Its output drained from now on: a full pipe would stop the process.
     threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-    yield address, mnt
+    return proc, address, mnt
+
+
+def stop_up(proc, root):
+    """Stops what start_up() started and removes `root`."""
     proc.terminate()
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
-    subprocess.run(["umount", "-l", mnt], stderr=subprocess.DEVNULL)
+    subprocess.run(["umount", "-l", os.path.join(root, "mnt")], stderr=subprocess.DEVNULL)
     subprocess.run(["rm", "-rf", root])
+
+
+@pytest.fixture(scope="session")
+def _up():
+    root = tempfile.mkdtemp(prefix="cistern-py-")
+    proc, address, mnt = start_up(root)
+    yield address, mnt
+    stop_up(proc, root)
 
 
 @pytest.fixture(scope="session")
