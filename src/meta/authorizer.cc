@@ -81,7 +81,14 @@ Status Authorizer::refresh() {
   std::lock_guard lock(mu_);
   revoked_ = std::make_shared<const std::set<uint64_t>>(std::move(revoked));
   tenants_ = std::move(by_name);
+  missing_.clear();
   return Status::OK();
+}
+
+void Authorizer::tenantCreated(const Tenant& t) {
+  std::lock_guard lock(mu_);
+  missing_.erase(t.name());
+  tenants_.emplace(t.name(), t);
 }
 
 Result<Principal> Authorizer::authenticate(std::string_view credential, Need need) {
@@ -112,20 +119,29 @@ Result<Principal> Authorizer::authenticate(std::string_view credential, Need nee
   p.expires_unix_s = t->expires_unix_s;
   if (t->tenant != auth::kClusterTenant) {
     std::optional<Tenant> known;
+    bool missing = false;  // looked up since the last refresh, and absent
     {
       std::lock_guard lock(mu_);
       if (auto it = tenants_.find(t->tenant); it != tenants_.end()) known = it->second;
+      missing = !known && missing_.count(t->tenant) > 0;
     }
-    if (!known) {
+    if (!known && !missing) {
       // Created since the last refresh, perhaps through another meta server.
       ASSIGN_OR_RETURN(known, store_.findTenant(t->tenant));
-      if (!known) {
-        return fail(Status(
-            ErrorCode::kTokenInvalid,
-            fmt::format("token {:016x} names tenant {}, which does not exist", t->id, t->tenant)));
-      }
       std::lock_guard lock(mu_);
-      tenants_.emplace(known->name(), *known);
+      if (known) {
+        tenants_.emplace(known->name(), *known);
+      } else {
+        // Not looked up again until the next refresh: a stream of calls
+        // naming no tenant costs no KV read each.
+        if (missing_.size() >= kMissingMax) missing_.clear();
+        missing_.insert(t->tenant);
+      }
+    }
+    if (!known) {
+      return fail(Status(
+          ErrorCode::kTokenInvalid,
+          fmt::format("token {:016x} names tenant {}, which does not exist", t->id, t->tenant)));
     }
     p.tenant_id = known->id();
     p.root = known->root();

@@ -76,6 +76,10 @@ class Authorizer {
   // Counts a refusal of `code` (one of the auth codes).
   static void countRefusal(ErrorCode code);
 
+  // A tenant this meta server just created: its tokens work at once here
+  // (on other meta servers, within refresh_ms).
+  void tenantCreated(const Tenant& t);
+
   // Re-reads the revocation list and the tenants now (tests; the thread
   // does it every refresh_ms).
   Status refresh();
@@ -91,6 +95,9 @@ class Authorizer {
   mutable std::mutex mu_;
   std::shared_ptr<const std::set<uint64_t>> revoked_;
   std::map<std::string, Tenant, std::less<>> tenants_;
+  // Tenants that tokens named and the KV did not have, until the next refresh.
+  static constexpr size_t kMissingMax = 1024;
+  std::set<std::string, std::less<>> missing_;
 
   // ino -> tenant, direct-mapped (tags never change; numbers are not reused).
   static constexpr size_t kCacheSlots = 1 << 16;

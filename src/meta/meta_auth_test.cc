@@ -154,6 +154,11 @@ TEST_P(MetaAuthCallers, EveryBadCredentialIsRefusedWithItsOwnCodeAndCounted) {
     EXPECT_EQ(refusals(c.reason), before + 1) << c.reason;
   }
 
+  // A tenant a token named while it did not exist, created since on this
+  // meta server: its tokens work at once.
+  makeTenant("nosuch", 3000);
+  EXPECT_TRUE(getattr(token("nosuch", 3000, 3000, auth::kRead), kRootIno).ok());
+
   // Expired: signed an hour ago for a minute.
   auth::Token old;
   old.tenant = "alpha";

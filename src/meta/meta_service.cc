@@ -58,8 +58,7 @@ class Scope {
 
 void scope(LookupReq& r, Scope& s) {
   s.caller(r.mutable_caller());
-  const uint64_t parent = r.parent();
-  r.set_parent(s.ino(parent));
+  r.set_parent(s.ino(r.parent()));
   // The root's ".." is the root, as for /: not the directory above it.
   if (r.name() == ".." && s.isRoot(r.parent())) r.set_name(".");
 }
@@ -423,10 +422,12 @@ MetaService::~MetaService() { pool_.join(); }
 void MetaService::addAdmin() {
   MetaStore& s = store_;
   add<TenantCreateReq, TenantResp>(
-      "TenantCreate", Need::kAdmin, [&s](const TenantCreateReq& r, TenantResp& out) {
-        return into(s.createTenant(r.caller(), r.parent(), r.name(), r.tenant(), r.mode(), r.uid(),
-                                   r.gid()),
-                    out.mutable_tenant());
+      "TenantCreate", Need::kAdmin, [&s, this](const TenantCreateReq& r, TenantResp& out) {
+        RETURN_ON_ERROR(into(s.createTenant(r.caller(), r.parent(), r.name(), r.tenant(), r.mode(),
+                                            r.uid(), r.gid()),
+                             out.mutable_tenant()));
+        if (authz_) authz_->tenantCreated(out.tenant());
+        return Status::OK();
       });
   add<Empty, TenantListResp>("TenantList", Need::kAdmin,
                              [&s](const Empty&, TenantListResp& out) -> Status {
@@ -479,16 +480,17 @@ void MetaService::addAdmin() {
     fill(q, out);
     return Status::OK();
   });
-  add<Empty, QuotaListResp>(
-      "QuotaList", Need::kRead, [&s, fill, this](const Empty&, QuotaListResp& out) -> Status {
-        ASSIGN_OR_RETURN(auto all, s.listQuotas());
-        for (const auto& q : all) {
-          // A tenant sees the quotas of its own subtree.
-          if (authz_ && t_principal && !authz_->owns(*t_principal, q.dir)) continue;
-          fill(q, *out.add_quotas());
-        }
-        return Status::OK();
-      });
+  add<Empty, QuotaListResp>("QuotaList", Need::kRead,
+                            [&s, fill, this](const Empty&, QuotaListResp& out) -> Status {
+                              ASSIGN_OR_RETURN(auto all, s.listQuotas());
+                              for (const auto& q : all) {
+                                // A tenant sees the quotas of its own subtree.
+                                if (authz_ && t_principal && !authz_->owns(*t_principal, q.dir))
+                                  continue;
+                                fill(q, *out.add_quotas());
+                              }
+                              return Status::OK();
+                            });
   add<ReserveReq, ReserveResp>("Reserve", Need::kWrite,
                                [&s](const ReserveReq& r, ReserveResp& out) -> Status {
                                  ASSIGN_OR_RETURN(auto q, s.reserve(r.ino(), r.session(), r.end()));
