@@ -178,10 +178,19 @@ class ClusterProcess {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ADD_FAILURE() << "cistern up did not stop within 30 s of SIGTERM";
+    // What it was stuck in (its threads' stacks, while it still lives) and
+    // what it said, for a hang seen once in make test.
+    CliResult stacks = runProgram(
+        "/usr/bin/timeout",
+        {"20", "gdb", "-batch", "-p", std::to_string(pid_), "-ex", "thread apply all bt"});
     kill(pid_, SIGKILL);
     waitpid(pid_, &status, 0);
     pid_ = -1;
+    drain();
+    const size_t tail = log_.size() > 8000 ? log_.size() - 8000 : 0;
+    ADD_FAILURE() << "cistern up did not stop within 30 s of SIGTERM; its threads:\n"
+                  << stacks.out << stacks.err << "\nthe end of its output:\n"
+                  << log_.substr(tail);
     return -1;
   }
 
