@@ -253,6 +253,29 @@ Result<Split> split(std::string_view text) {
 
 }  // namespace
 
+const char* refusalReason(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kTokenMissing:
+      return "missing";
+    case ErrorCode::kTokenInvalid:
+      return "invalid";
+    case ErrorCode::kTokenExpired:
+      return "expired";
+    case ErrorCode::kTokenRevoked:
+      return "revoked";
+    case ErrorCode::kWrongTenant:
+      return "wrong_tenant";
+    case ErrorCode::kTokenReadOnly:
+      return "read_only";
+    case ErrorCode::kTokenNotAdmin:
+      return "not_admin";
+    case ErrorCode::kCapabilityRefused:
+      return "capability";
+    default:
+      return "other";
+  }
+}
+
 Result<Token> peek(std::string_view text) {
   ASSIGN_OR_RETURN(Split parts, split(text));
   return decodeBody(parts.body);

@@ -71,6 +71,11 @@ Status checkTenantName(std::string_view tenant);
 std::string encodeBody(const Token& t);
 Result<Token> decodeBody(std::string_view body);
 
+// The label a refusal of `code` is counted under in the services'
+// *_auth_refusals_total{reason} (missing, invalid, expired, revoked,
+// wrong_tenant, read_only, not_admin, capability; other for any other code).
+const char* refusalReason(ErrorCode code);
+
 // What a token's text says, unverified (a client reading its own token or
 // capability: who it is, when it expires). Never a basis for trust.
 Result<Token> peek(std::string_view text);

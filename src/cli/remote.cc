@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <optional>
 
 #include "cli/commands.h"
 #include "net/rpc_client.h"
@@ -46,20 +47,30 @@ Result<std::string> readTokenFile(const std::string& path) {
   return line;
 }
 
-bool carryToken(net::RpcClient& rpc, const ClusterFlags& flags) {
-  std::string token;
-  if (!flags.token_file.empty()) {
-    auto t = readTokenFile(flags.token_file);
-    if (!t.ok()) {
-      fmt::print(stderr, "cistern: {}\n", t.status().message());
-      setExitCode(2);
-      return false;
-    }
-    token = std::move(t).value();
-  } else if (const char* env = std::getenv("CISTERN_TOKEN")) {
-    token = env;
+namespace {
+
+// The token the flags name: --token-file's, else empty (the client takes
+// $CISTERN_TOKEN itself); nullopt after reporting an unreadable file.
+std::optional<std::string> flagsToken(const ClusterFlags& flags) {
+  if (flags.token_file.empty()) return std::string();
+  auto t = readTokenFile(flags.token_file);
+  if (!t.ok()) {
+    fmt::print(stderr, "cistern: {}\n", t.status().message());
+    setExitCode(2);
+    return std::nullopt;
   }
-  if (!token.empty()) rpc.setCredential([token] { return token; });
+  return std::move(t).value();
+}
+
+}  // namespace
+
+bool carryToken(net::RpcClient& rpc, const ClusterFlags& flags) {
+  auto token = flagsToken(flags);
+  if (!token) return false;
+  if (token->empty()) {
+    if (const char* env = std::getenv("CISTERN_TOKEN")) *token = env;
+  }
+  if (!token->empty()) rpc.setCredential([t = *token] { return t; });
   return true;
 }
 
@@ -79,15 +90,9 @@ std::unique_ptr<Client> connectOrReport(const ClusterFlags& flags) {
     o.shm_bytes = uint64_t{flags.shm_mib} << 20;
   o.cluster = flags.cluster;
   o.retry_ms = flags.retry_ms;
-  if (!flags.token_file.empty()) {
-    auto token = readTokenFile(flags.token_file);
-    if (!token.ok()) {
-      fmt::print(stderr, "cistern: {}\n", token.status().message());
-      setExitCode(2);
-      return nullptr;
-    }
-    o.token = std::move(token).value();
-  }
+  auto token = flagsToken(flags);
+  if (!token) return nullptr;
+  o.token = std::move(*token);
   auto [client, err] = Client::connect(o);
   if (report(err)) return nullptr;
   return std::move(client);

@@ -12,32 +12,11 @@ namespace {
 
 int64_t nowUnix() { return static_cast<int64_t>(std::time(nullptr)); }
 
-const char* reasonOf(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kTokenMissing:
-      return "missing";
-    case ErrorCode::kTokenInvalid:
-      return "invalid";
-    case ErrorCode::kTokenExpired:
-      return "expired";
-    case ErrorCode::kTokenRevoked:
-      return "revoked";
-    case ErrorCode::kWrongTenant:
-      return "wrong_tenant";
-    case ErrorCode::kTokenReadOnly:
-      return "read_only";
-    case ErrorCode::kTokenNotAdmin:
-      return "not_admin";
-    default:
-      return "other";
-  }
-}
-
 }  // namespace
 
 void Authorizer::countRefusal(ErrorCode code) {
   metrics::Registry::global()
-      .counter("meta_auth_refusals_total", {{"reason", reasonOf(code)}},
+      .counter("meta_auth_refusals_total", {{"reason", auth::refusalReason(code)}},
                "calls meta refused for their credential, by reason")
       .inc();
 }

@@ -32,8 +32,8 @@ Status MgmtGuard::check(const net::Method& method, std::string_view credential) 
   }
   auto t = keyring_.verify(credential, static_cast<int64_t>(std::time(nullptr)));
   if (!t.ok()) {
-    const char* reason = t.code() == ErrorCode::kTokenExpired ? "expired" : "invalid";
-    return refuse(t.code(), reason, fmt::format("{}: {}", method.name, t.status().message()));
+    return refuse(t.code(), auth::refusalReason(t.code()),
+                  fmt::format("{}: {}", method.name, t.status().message()));
   }
   if (name == "GetRouting" || name == "ChainHistory") return Status::OK();
   if (t->kind == auth::Kind::kToken && t->tenant == auth::kClusterTenant &&

@@ -30,19 +30,6 @@ Status refuse(ErrorCode code, const char* reason, std::string text) {
   return Status(code, std::move(text));
 }
 
-const char* reasonOf(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kTokenMissing:
-      return "missing";
-    case ErrorCode::kTokenExpired:
-      return "expired";
-    case ErrorCode::kTokenRevoked:
-      return "revoked";
-    default:
-      return "invalid";
-  }
-}
-
 // Calls `f` with the inode of every chunk the request names.
 template <typename F>
 void eachInode(std::string_view method, const google::protobuf::Message& m, F f) {
@@ -75,7 +62,7 @@ Status CapabilityGuard::check(const net::Method& method, std::string_view creden
   }
   auto t = keyring_.verify(credential, static_cast<int64_t>(std::time(nullptr)));
   if (!t.ok()) {
-    return refuse(t.code(), reasonOf(t.code()),
+    return refuse(t.code(), auth::refusalReason(t.code()),
                   fmt::format("{}: {}", method.name, t.status().message()));
   }
   const bool service = t->kind == auth::Kind::kToken && t->tenant == auth::kClusterTenant &&
